@@ -1,0 +1,33 @@
+# Two commands set everything up on a fresh machine:  `make demo`  and  `make test`.
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+PROFILE ?= gemma
+ARGS    ?=
+
+.PHONY: install models demo test lint bench router clean
+
+install: $(VENV)/.installed
+
+# Extras: convert (torch CPU 2.13.0, transformers, onnx, gguf) builds the bundle; bench and dev for the rest.
+# llama-cpp-python compiles from source once (~6 min on 2 cores); pip caches the wheel afterwards.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[convert,bench,dev]'
+	touch $@
+
+models: install
+	$(BIN)/edge-rag models pull --profile $(PROFILE)
+
+demo: models
+	$(BIN)/edge-rag demo --profile $(PROFILE)
+
+test: models
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: install
+	$(BIN)/ruff check edge_rag convert benchmarks tests
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info tests/.cache

@@ -1,0 +1,5 @@
+"""Host-side converters (torch allowed): GPT → GGUF, encoder → ONNX (+int8), router → ONNX, bundle.
+
+Each converter checks its export against the torch original and writes a parity report beside it.
+The device runtime (``edge_rag``) never imports this package.
+"""

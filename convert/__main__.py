@@ -1,0 +1,28 @@
+"""``python -m convert {encoder,gpt,router,bundle,...} --help``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module registers its own sub-command with ``register(subparsers)``.
+COMMANDS = ("encoder", "gpt", "router", "bundle", "train_router")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m convert", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"convert.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"convert.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""One frozen config holding every default of DESIGN.md (the seeds' values unless noted)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+
+class Tier(str, Enum):
+    """Budget tier chosen by the router from the query embedding (thesis §4.3)."""
+
+    EASY = "EASY"
+    MEDIUM = "MEDIUM"
+    HARD = "HARD"
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """What a tier may spend: passages, context characters, new tokens, and whether to rerank."""
+
+    k: int
+    context_chars: int
+    max_new_tokens: int
+    rerank: bool
+
+
+DEFAULT_TIERS: dict[Tier, TierSpec] = {
+    Tier.EASY: TierSpec(k=2, context_chars=600, max_new_tokens=64, rerank=False),
+    Tier.MEDIUM: TierSpec(k=5, context_chars=1200, max_new_tokens=96, rerank=True),
+    Tier.HARD: TierSpec(k=10, context_chars=2000, max_new_tokens=128, rerank=True),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every tunable of the pipeline. Derive variants with ``config.with_(field=value)``."""
+
+    # -- memory budget (MB) for the whole process; EverydayGPT runs in < 2 GB
+    memory_budget_mb: int = 2048
+
+    # -- encoder (MiniLM ONNX): sentence-transformers uses max_seq_length 256
+    max_seq_len: int = 256
+    # Batches are bounded in padded tokens, not rows: ORT's arena grows with batch×seq (1.6 GB at 32×256).
+    encode_batch_tokens: int = 2048
+    threads: int = 0  # 0 = all cores (os.cpu_count())
+
+    # -- chunking
+    passage_mode: str = "sentence"  # "sentence" (thesis) or "paragraph"
+    min_sentence_chars: int = 20  # shorter fragments are merged into their neighbour
+
+    # -- retrieval (hnswlib, cosine space)
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 200
+    hnsw_ef_search: int = 64
+    baseline_k: int = 5  # the fixed-k baseline (thesis, LangChain-style)
+
+    # -- router tiers
+    tiers: dict[Tier, TierSpec] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    fallback_tier: Tier = Tier.MEDIUM  # used (and recorded) when no router.onnx is available
+
+    # -- correction (thesis): low top-1 cosine on a non-HARD tier fetches more passages
+    correction_threshold: float = 0.52
+    correction_extra_k: int = 5
+
+    # -- rerank h(q, p) weights (ours; thesis names the three signals)
+    rerank_dense_weight: float = 0.6
+    rerank_lexical_weight: float = 0.3
+    rerank_title_weight: float = 0.1
+
+    # -- dedupe (EverydayGPT): passages whose first N normalised characters repeat are dropped
+    dedupe_prefix_chars: int = 120
+
+    # -- evidence gate (cautious-rag)
+    gate: str = "bernstein"  # none | distance | hoeffding | azuma | bernstein | betting
+    gate_delta: float = 0.05  # one-sided level 1 - delta
+    gate_threshold: float = 0.3  # tau_rel on relevance r = clip(cosine, 0, 1)
+    azuma_c: float = 0.2  # bound on martingale differences
+
+    # -- confidence-gated routing (EverydayGPT Def. 2)
+    refuse_distance: float = 1.5  # delta_d: d_min above this is out of domain
+    gpt_distance: float = 1.0  # GPT path only when d_min <= this
+    rag_confidence: float = 0.5  # tau: extractive answer accepted when c >= tau
+
+    # -- generation (EverydayGPT §4.3)
+    top_k: int = 50
+    temperature: float = 0.4  # 0 for benchmarks / deterministic runs
+    repeat_ngram: int = 3  # sliding-window n-gram repetition detector
+    repeat_window: int = 48  # tokens the detector looks back over
+    n_ctx: int = 1024
+    seed: int = 0
+
+    # -- cache
+    cache_size: int = 256
+
+    def with_(self, **changes: object) -> Config:
+        """A copy with some fields changed (the config itself is frozen)."""
+        return replace(self, **changes)
+
+    def tier(self, tier: Tier) -> TierSpec:
+        return self.tiers[tier]

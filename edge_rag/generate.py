@@ -1,0 +1,142 @@
+"""Answer generation with llama.cpp (llama-cpp-python) on a GGUF model.
+
+The prompt asks for a short answer from the evidence only. Base models get a one-shot
+reading-comprehension prompt (they continue patterns, they do not follow instructions); instruct
+models get their own chat template from the GGUF metadata. Decoding is our own short loop over
+``Llama.generate`` so we can count tokens exactly and stop degenerate output with a sliding-window
+n-gram repetition detector (EverydayGPT §4.3).
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BundleError
+
+SYSTEM = "Answer the question using only the context. Reply with a short answer, a few words at most."
+ONE_SHOT = (
+    "Answer the question using only the context. Answer with a short phrase.\n\n"
+    "Context: The Eiffel Tower was completed in 1889 for the World's Fair in Paris, France.\n"
+    "Question: When was the Eiffel Tower completed?\n"
+    "Answer: 1889\n\n"
+    "Context: {context}\n"
+    "Question: {question}\n"
+    "Answer:"
+)
+NO_CONTEXT = "(no context)"
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    stop_reason: str  # "eos" | "stop" | "length" | "repetition"
+
+
+class RepetitionDetector:
+    """Flags degenerate output: the newest n-gram already occurred within the last ``window`` tokens."""
+
+    def __init__(self, n: int = 3, window: int = 48) -> None:
+        self.n = n
+        self.tokens: deque[int] = deque(maxlen=window)
+
+    def push(self, token: int) -> bool:
+        self.tokens.append(token)
+        if len(self.tokens) < self.n + 1:
+            return False
+        seq = list(self.tokens)
+        last = tuple(seq[-self.n :])
+        return any(tuple(seq[i : i + self.n]) == last for i in range(len(seq) - self.n))
+
+
+class Generator:
+    """A GGUF model loaded once; ``generate`` answers a question from a context."""
+
+    def __init__(self, gguf_path: str | Path, prompt_style: str = "one-shot", n_ctx: int = 1024,
+                 threads: int = 0, seed: int = 0) -> None:
+        from llama_cpp import Llama  # imported here: the RAG route never needs llama.cpp
+
+        path = Path(gguf_path)
+        if not path.is_file():
+            raise BundleError(f"generator model missing: {path}")
+        try:
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or (os.cpu_count() or 1),
+                             n_batch=min(512, n_ctx), seed=seed, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc
+        if prompt_style not in ("one-shot", "chat"):
+            raise ValueError(f"prompt_style must be 'one-shot' or 'chat', not {prompt_style!r}")
+        self.prompt_style = prompt_style
+        self.n_ctx = n_ctx
+        self._chat = self._chat_formatter() if prompt_style == "chat" else None
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def prompt(self, question: str, context: str) -> str:
+        context = context.strip() or NO_CONTEXT
+        if self._chat is None:
+            return ONE_SHOT.format(context=context, question=question)
+        user = f"Context: {context}\n\nQuestion: {question}"
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+        return self._chat(messages=messages).prompt
+
+    def generate(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
+                 top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
+        tokens = self._fit(question, context, max_new_tokens)
+        self.llm.set_seed(seed)
+        out: list[int] = []
+        detector = RepetitionDetector(repeat_ngram, repeat_window)
+        reason = "length"
+        for token in self.llm.generate(tokens, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
+                                       repeat_penalty=1.0, reset=True):
+            if self.llm.token_eos() == token or self._is_end_of_turn(token):
+                reason = "eos"
+                break
+            out.append(token)
+            if self._stops(out):
+                reason = "stop"
+                break
+            if detector.push(token):
+                del out[-repeat_ngram:]
+                reason = "repetition"
+                break
+            if len(out) >= max_new_tokens:
+                break
+        text = self.llm.detokenize(out).decode("utf-8", errors="ignore")
+        return Generation(text.split("\n")[0].strip(), len(tokens), len(out), reason)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _fit(self, question: str, context: str, max_new_tokens: int) -> list[int]:
+        """Prompt tokens, shortening the context until prompt + answer fit in n_ctx."""
+        while True:
+            tokens = self.llm.tokenize(self.prompt(question, context).encode("utf-8"), add_bos=True, special=True)
+            if len(tokens) + max_new_tokens <= self.n_ctx or not context:
+                return tokens
+            context = context[: int(len(context) * 0.8)]
+
+    def _stops(self, out: list[int]) -> bool:
+        """An answer is one line: stop at the first newline after some text."""
+        text = self.llm.detokenize(out[-2:]).decode("utf-8", errors="ignore")
+        return "\n" in text and len(out) > 1
+
+    def _is_end_of_turn(self, token: int) -> bool:
+        piece = self.llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
+        return piece in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>")
+
+    def _chat_formatter(self):
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise BundleError("generator GGUF has no chat template; use prompt style 'one-shot'")
+        vocab = self.llm
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=vocab.detokenize([vocab.token_eos()], special=True).decode(errors="ignore"),
+            bos_token=vocab.detokenize([vocab.token_bos()], special=True).decode(errors="ignore"),
+            add_generation_prompt=True,
+        )

@@ -1,0 +1,58 @@
+"""Plain-text helpers shared by chunking, rerank, compression and extraction."""
+from __future__ import annotations
+
+import re
+
+STOPWORDS = frozenset(
+    """a an the and or but if then else of to in on at by for with from as into onto over under about
+    is are was were be been being am do does did doing have has had having can could will would shall
+    should may might must it its this that these those there here their they them he him his she her
+    we us our you your i me my what which who whom whose when where why how than also not no nor so
+    such very just only own same too s t any all both each few more most other some up down out off
+    again further once during before after above below between through while until because""".split()
+)
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# A sentence ends at . ! ? (optionally followed by a closing quote/bracket) before whitespace and an
+# upper-case letter, digit or opening quote. Common abbreviations do not end a sentence.
+_SENT_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
+_ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S|No|Fig|approx|ca|c)\.$")
+
+
+def normalize(text: str) -> str:
+    """Lower-case and collapse white space (cache keys, dedupe prefixes)."""
+    return " ".join(text.lower().split())
+
+
+def words(text: str) -> list[str]:
+    """Lower-case word tokens."""
+    return _WORD.findall(text.lower())
+
+
+def keywords(text: str) -> set[str]:
+    """Content words: lower-case tokens that are not stop words."""
+    return {w for w in words(text) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
+
+
+def overlap(query: str | set[str], text: str | set[str]) -> float:
+    """Share of the query's keywords found in the text, in [0, 1]."""
+    q = query if isinstance(query, set) else keywords(query)
+    t = text if isinstance(text, set) else keywords(text)
+    return len(q & t) / len(q) if q else 0.0
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split prose into sentences without a model; keeps abbreviations like 'Dr.' inside."""
+    out: list[str] = []
+    start = 0
+    for m in _SENT_END.finditer(text):
+        candidate = text[start : m.start()].rstrip()
+        if _ABBREV.search(candidate.rstrip("\"')]")):
+            continue
+        if candidate:
+            out.append(candidate.strip())
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return out

@@ -1,0 +1,74 @@
+"""Shared fixtures: the real model bundle, the real QA data, and loaded models reused across tests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge_rag import bundle as B
+from edge_rag.config import Config
+from edge_rag.encode import Encoder
+from edge_rag.models import default_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data"
+SQUAD = DATA / "squad2_dev_subset.json"
+HOTPOT = DATA / "hotpotqa_dev_subset.jsonl"
+SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
+
+
+@pytest.fixture(scope="session")
+def bundle_dir() -> Path:
+    path = default_bundle("gemma")
+    if not (path / B.MANIFEST).is_file():
+        pytest.fail(f"no model bundle at {path}: run `make models` (make test does it for you)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def bundle(bundle_dir: Path) -> B.Bundle:
+    return B.Bundle.load(bundle_dir)
+
+
+@pytest.fixture(scope="session")
+def encoder(bundle: B.Bundle) -> Encoder:
+    return Encoder(bundle.require(B.ROLE_ENCODER), bundle.require(B.ROLE_TOKENIZER))
+
+
+@pytest.fixture(scope="session")
+def squad_path() -> Path:
+    if not SQUAD.is_file():
+        pytest.skip(f"SQuAD subset not found at {SQUAD} (see ../shared/data/README.md)")
+    return SQUAD
+
+
+@pytest.fixture(scope="session")
+def hotpot_path() -> Path:
+    if not HOTPOT.is_file():
+        pytest.skip(f"HotpotQA subset not found at {HOTPOT} (see ../shared/data/README.md)")
+    return HOTPOT
+
+
+@pytest.fixture(scope="session")
+def squad_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """EdgeRAG over every SQuAD subset paragraph (open corpus, paragraph passages), built once."""
+    from edge_rag.datasets import load_squad
+    from edge_rag.pipeline import EdgeRAG
+
+    docs, items = load_squad(squad_path)
+    rag = EdgeRAG(tmp_path_factory.mktemp("squad-db"), bundle=bundle_dir,
+                  config=Config(passage_mode="paragraph", temperature=0.0))
+    rag.add_documents(docs)
+    yield rag, items
+    rag.close()
+
+
+@pytest.fixture(scope="session")
+def sample_rag(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """EdgeRAG over the packaged sample corpus (sentence passages), built once."""
+    from edge_rag.pipeline import EdgeRAG
+
+    rag = EdgeRAG(tmp_path_factory.mktemp("sample-db"), bundle=bundle_dir, config=Config(temperature=0.0))
+    rag.add_files([SAMPLE_DOCS])
+    yield rag
+    rag.close()

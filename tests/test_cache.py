@@ -1,0 +1,113 @@
+import math
+import sqlite3
+
+import pytest
+
+from edge_rag.cache import AnswerCache, answer_from_dict, cache_key
+from edge_rag.config import Config, Tier
+from edge_rag.errors import StoreError
+from edge_rag.types import Answer, PassageRef, Route
+
+V1, V2 = "corpus-v1", "corpus-v2"
+
+
+def _answer(question: str, text: str | None = "1889") -> Answer:
+    return Answer(
+        question=question,
+        answer=text,
+        route=Route.RAG,
+        tier=Tier.MEDIUM,
+        confidence=0.8,
+        lower_bound=0.41,
+        d_min=0.7,  # threshold stays NaN
+        passages=[PassageRef(3, "Eiffel Tower", 0.75)],
+        timings_ms={"encode": 4.0, "retrieve": 0.5},
+    )
+
+
+def _small(size: int = 2) -> Config:
+    return Config().with_(cache_size=size)
+
+
+def test_answer_dict_round_trip():
+    a = _answer("When was it built?")
+    b = answer_from_dict(a.to_dict())
+    assert b.to_dict() == a.to_dict()
+    assert b.route is Route.RAG and b.tier is Tier.MEDIUM
+    assert b.passages == [PassageRef(3, "Eiffel Tower", 0.75)]
+    assert math.isnan(b.threshold) and b.lower_bound == 0.41
+    assert answer_from_dict({**a.to_dict(), "from_a_newer_version": 1}).to_dict() == a.to_dict()
+
+
+def test_key_ignores_case_spacing_and_closing_punctuation():
+    assert cache_key("  When was the Eiffel Tower   BUILT? ") == "when was the eiffel tower built"
+    assert cache_key("When was the Eiffel Tower built!?") == cache_key("when was the eiffel tower built")
+    cache = AnswerCache(_small())
+    cache.put("When was it built?", _answer("When was it built?"), V1)
+    hit = cache.get("when  was it built", V1)
+    assert hit is not None and hit.cache_hit and hit.answer == "1889"
+    assert cache.get("When was it opened?", V1) is None
+
+
+def test_lru_evicts_least_recently_used():
+    cache = AnswerCache(_small(2))
+    for q in ("a?", "b?"):
+        cache.put(q, _answer(q, q), V1)
+    assert cache.get("a", V1) is not None  # a is now the most recent
+    cache.put("c?", _answer("c?", "c"), V1)
+    assert len(cache) == 2 and cache.get("b", V1) is None
+    assert cache.get("a", V1).answer == "a?" and cache.get("c", V1).answer == "c"
+    assert AnswerCache(_small(0)).get("a", V1) is None  # size 0: caching off
+
+
+def test_hits_are_copies():
+    cache = AnswerCache(_small())
+    cache.put("q", _answer("q"), V1)
+    cache.get("q", V1).timings_ms["cache"] = 0.1
+    assert cache.get("q", V1).timings_ms == {"encode": 4.0, "retrieve": 0.5}
+
+
+def test_other_corpus_version_is_a_miss():
+    cache = AnswerCache(_small())
+    cache.put("q", _answer("q", "old"), V1)
+    assert cache.get("q", V2) is None
+    cache.put("q", _answer("q", "new"), V2)
+    assert cache.get("q", V2).answer == "new" and cache.get("q", V1) is None
+    assert cache.get("never asked", "") is None  # an empty version is a version like any other
+
+
+def test_persists_across_instances_and_stays_bounded(tmp_path):
+    path = tmp_path / "answers.sqlite"
+    cache = AnswerCache(_small(2), path)
+    for q in ("a", "b", "c"):
+        cache.put(q, _answer(q, q.upper()), V1)
+    cache.get("b", V1)  # b more recent than c, a evicted from memory and file
+    cache.close()
+
+    reopened = AnswerCache(_small(2), path)
+    assert len(reopened) == 0  # memory starts empty, the file answers
+    assert reopened.get("a", V1) is None and reopened.get("b", V1).answer == "B"
+    assert reopened.get("c", V2) is None and reopened.get("c", V1).answer == "C"
+    reopened.put("d", _answer("d", "D"), V1)  # evicts b (least recently used in the file: b, c, d)
+    keys = sqlite3.connect(path).execute("SELECT key FROM answers ORDER BY key").fetchall()
+    assert keys == [("c",), ("d",)]
+
+    reopened.clear()
+    assert reopened.get("c", V1) is None
+    reopened.close()
+    assert AnswerCache(_small(2), path).get("d", V1) is None
+
+
+def test_corrupt_file_is_a_clear_store_error(tmp_path):
+    garbage = tmp_path / "cache.sqlite"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="cache.sqlite"):
+        AnswerCache(Config(), garbage)
+
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE answers (key TEXT, value TEXT)").connection.commit()
+    with pytest.raises(StoreError, match="other.sqlite.*columns"):
+        AnswerCache(Config(), other)
+
+    with pytest.raises(StoreError, match="missing"):
+        AnswerCache(Config(), tmp_path / "missing" / "cache.sqlite")

@@ -1,0 +1,55 @@
+import json
+
+import pytest
+
+from edge_rag.chunk import chunk, iter_files, make_document, read_documents
+from edge_rag.errors import InputError
+from edge_rag.text import split_sentences
+
+
+def test_split_sentences_keeps_abbreviations():
+    text = "Dr. Smith arrived at 9 a.m. on Monday. He left at noon! Was it late? Yes."
+    assert split_sentences(text) == ["Dr. Smith arrived at 9 a.m. on Monday.", "He left at noon!", "Was it late?", "Yes."]
+
+
+def test_sentence_mode_merges_short_fragments_and_keeps_order():
+    doc = make_document("The hall opened in 1887. Ok. It was rebuilt later.\n\nA second paragraph is here.", "Hall")
+    assert chunk(doc, "sentence", min_chars=10) == [
+        "The hall opened in 1887.", "Ok. It was rebuilt later.", "A second paragraph is here.",
+    ]
+    assert chunk(doc, "paragraph") == ["The hall opened in 1887. Ok. It was rebuilt later.", "A second paragraph is here."]
+    with pytest.raises(ValueError, match="passage mode"):
+        chunk(doc, "page")
+
+
+def test_markdown_title_and_markup(tmp_path):
+    path = tmp_path / "guide.md"
+    path.write_text("# Opening hours\n\nWe open at **10:00**. See [the map](map.html).\n\n- Closed on Mondays.\n")
+    [doc] = read_documents(path)
+    assert doc.title == "Opening hours"
+    assert "**" not in doc.text and "the map" in doc.text and "map.html" not in doc.text
+    assert "Closed on Mondays." in doc.text
+
+
+def test_json_and_jsonl(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"documents": [{"title": "T", "text": "Alpha text.", "id": "x1"}]}))
+    (tmp_path / "b.jsonl").write_text('{"text": "Beta text."}\n\n{"content": "Gamma text.", "title": "G"}\n')
+    docs = [d for p in iter_files([tmp_path]) for d in read_documents(p)]
+    assert [(d.title, d.text) for d in docs] == [("T", "Alpha text."), ("", "Beta text."), ("G", "Gamma text.")]
+    assert docs[0].doc_id == "x1"
+
+
+def test_bad_files_give_clear_errors(tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    with pytest.raises(InputError, match="latin1.txt is not UTF-8"):
+        read_documents(bad)
+    broken = tmp_path / "broken.json"
+    broken.write_text("[{]")
+    with pytest.raises(InputError, match="broken.json is not valid JSON"):
+        read_documents(broken)
+    (tmp_path / "notext.jsonl").write_text('{"title": "x"}\n')
+    with pytest.raises(InputError, match="record 0 has no 'text'"):
+        read_documents(tmp_path / "notext.jsonl")
+    with pytest.raises(InputError, match="no such file"):
+        list(iter_files([tmp_path / "missing"]))

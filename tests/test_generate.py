@@ -1,0 +1,51 @@
+import pytest
+
+from edge_rag import bundle as B
+from edge_rag.generate import Generator, RepetitionDetector
+
+NORMANDY = (
+    "The Normans (Norman: Nourmands; French: Normands; Latin: Normanni) were the people who in the 10th and "
+    "11th centuries gave their name to Normandy, a region in France. They were descended from Norse "
+    '("Norman" comes from "Norseman") raiders and pirates from Denmark, Iceland and Norway who, under their '
+    "leader Rollo, agreed to swear fealty to King Charles III of West Francia."
+)
+
+
+@pytest.fixture(scope="session")
+def gemma(bundle):
+    return Generator(bundle.require(B.ROLE_GENERATOR), bundle.generator["prompt_style"], n_ctx=1024)
+
+
+def test_repetition_detector_flags_repeated_trigram():
+    d = RepetitionDetector(n=3, window=10)
+    assert not any(d.push(t) for t in [1, 2, 3, 4, 5, 6])
+    assert [d.push(t) for t in [1, 2, 3]] == [False, False, True]
+    fresh = RepetitionDetector(n=3, window=4)  # the window forgets old n-grams
+    assert not any(fresh.push(t) for t in [1, 2, 3, 9, 8, 7, 1, 2, 3])
+
+
+def test_gemma_answers_from_the_gold_paragraph(gemma):
+    gen = gemma.generate("In what country is Normandy located?", NORMANDY, max_new_tokens=16, temperature=0.0)
+    assert "France" in gen.text
+    assert gen.prompt_tokens > 50 and 0 < gen.completion_tokens <= 16
+    assert gen.prompt_tokens == len(gemma.llm.tokenize(gemma.prompt("In what country is Normandy located?",
+                                                                    NORMANDY).encode(), add_bos=True, special=True))
+
+
+def test_temperature_zero_is_deterministic(gemma):
+    q = "Who was the leader of the Norse raiders?"
+    assert gemma.generate(q, NORMANDY, 16, temperature=0.0).text == gemma.generate(q, NORMANDY, 16, temperature=0.0).text
+
+
+def test_long_context_is_shortened_to_fit(gemma):
+    gen = gemma.generate("Where is Normandy?", NORMANDY * 40, max_new_tokens=8, temperature=0.0)
+    assert gen.prompt_tokens + 8 <= gemma.n_ctx
+
+
+def test_corrupt_gguf_is_a_clear_error(tmp_path):
+    from edge_rag.errors import BundleError
+
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(BundleError, match="llama.cpp cannot load"):
+        Generator(bad)

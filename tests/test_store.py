@@ -1,0 +1,99 @@
+import sqlite3
+
+import numpy as np
+import pytest
+
+from edge_rag.chunk import make_document
+from edge_rag.errors import StoreError
+from edge_rag.store import DB_FILE, INDEX_FILE, Store
+
+DOCS = [
+    make_document("The lighthouse was built in 1887. It guided ships into the harbour.", "Lighthouse"),
+    make_document("The cafe serves soup and sandwiches. It opens at 09:30 every day.", "Cafe"),
+    make_document("Tickets cost 16 pounds for adults. Children under five go free.", "Tickets"),
+]
+
+
+def _add(store, encoder, docs):
+    units = [[s for s in d.text.split(". ")] for d in docs]
+    vectors = encoder.encode([t for u in units for t in u])
+    return store.add(docs, units, vectors)
+
+
+def test_round_trip_and_incremental_add(tmp_path, encoder):
+    store = Store(tmp_path, encoder.dim, "enc-1")
+    assert _add(store, encoder, DOCS[:2]) == 4
+    version = store.version
+    query = encoder.encode_one("When was the lighthouse built?")
+    before = store.search(query, 3)
+    assert before[0].title == "Lighthouse" and before[0].score > before[-1].score
+    assert abs(before[0].distance - np.sqrt(2 - 2 * before[0].score)) < 1e-9
+    store.close()
+
+    reopened = Store(tmp_path, encoder.dim, "enc-1")
+    assert reopened.count == 4
+    assert [(p.id, round(p.score, 5)) for p in reopened.search(query, 3)] == [(p.id, round(p.score, 5)) for p in before]
+    assert _add(reopened, encoder, DOCS[2:]) == 2  # incremental
+    assert reopened.count == 6 and reopened.version == version + 1
+    assert reopened.search(encoder.encode_one("How much is an adult ticket?"), 1)[0].title == "Tickets"
+    assert reopened.has_document(DOCS[0].doc_id)
+    reopened.close()
+
+
+def test_store_grows_past_initial_capacity(tmp_path):
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(1500, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    docs = [make_document(f"doc {i}", f"t{i}") for i in range(1500)]
+    store = Store(tmp_path, 8)
+    store.add(docs, [[d.text] for d in docs], vectors)
+    hits = store.search(vectors[1234], 1)
+    assert hits[0].id == 1234 and hits[0].score > 0.999
+    store.close()
+
+
+@pytest.fixture
+def saved_store(tmp_path, encoder):
+    store = Store(tmp_path, encoder.dim, "enc-1")
+    _add(store, encoder, DOCS)
+    store.close()
+    return tmp_path
+
+
+def test_truncated_index_is_reported(saved_store, encoder):
+    path = saved_store / INDEX_FILE
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(StoreError, match="corrupt or truncated"):
+        Store(saved_store, encoder.dim, "enc-1")
+
+
+def test_missing_index_is_reported(saved_store, encoder):
+    (saved_store / INDEX_FILE).unlink()
+    with pytest.raises(StoreError, match="missing"):
+        Store(saved_store, encoder.dim, "enc-1")
+
+
+def test_corrupt_database_is_reported(tmp_path, encoder):
+    (tmp_path / DB_FILE).write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="not a readable SQLite database"):
+        Store(tmp_path, encoder.dim)
+
+
+def test_other_encoder_or_dimension_is_refused(saved_store, encoder):
+    with pytest.raises(StoreError, match="another encoder"):
+        Store(saved_store, encoder.dim, "enc-2")
+    with pytest.raises(StoreError, match="384-d vectors"):
+        Store(saved_store, 128, "enc-1")
+
+
+def test_failed_add_loses_nothing(saved_store, encoder):
+    store = Store(saved_store, encoder.dim, "enc-1")
+    with pytest.raises(ValueError):
+        store.add([DOCS[0]], [["a", "b"]], np.zeros((1, encoder.dim), dtype=np.float32))
+    bad = make_document("Duplicate id document.", "Lighthouse", doc_id=DOCS[0].doc_id)
+    with pytest.raises(sqlite3.IntegrityError):  # the document is already stored
+        store.add([bad], [[bad.text]], encoder.encode([bad.text]))
+    store.close()
+    again = Store(saved_store, encoder.dim, "enc-1")  # index and database still agree
+    assert again.count == 6 and again.index.get_current_count() == 6
+    again.close()
