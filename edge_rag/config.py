@@ -34,6 +34,15 @@ DEFAULT_TIERS: dict[Tier, TierSpec] = {
 class Config:
     """Every tunable of the pipeline. Derive variants with ``config.with_(field=value)``."""
 
+    # -- which stages run. All on = the adaptive, cautious pipeline; the benchmarks switch them off
+    # one by one for the seeds' baselines (router=False and the rest off = the fixed-k baseline).
+    retrieval: bool = True  # False = GPT-only, no context
+    router: bool = True  # tier budgets from router.onnx (else fixed k = baseline_k, whole passages)
+    correction: bool = True
+    rerank: bool = True
+    compression: bool = True  # dedupe + sentence-level compression to the tier's char budget
+    cgr: bool = True  # evidence gate + confidence-gated routing RAG | GPT | REFUSE (else always GPT)
+
     # -- memory budget (MB) for the whole process; EverydayGPT runs in < 2 GB
     memory_budget_mb: int = 2048
 
@@ -70,9 +79,10 @@ class Config:
     dedupe_prefix_chars: int = 120
 
     # -- evidence gate (cautious-rag)
-    gate: str = "bernstein"  # none | distance | hoeffding | azuma | bernstein | betting
+    gate: str = "betting"  # none | distance | hoeffding | azuma | bernstein | betting
     gate_delta: float = 0.05  # one-sided level 1 - delta
     gate_threshold: float = 0.3  # tau_rel on relevance r = clip(cosine, 0, 1)
+    gate_max_n: int = 20  # cosines the gate may look at (one knn query; sequential gates stop earlier)
     azuma_c: float = 0.2  # bound on martingale differences
 
     # -- confidence-gated routing (EverydayGPT Def. 2)
@@ -89,7 +99,8 @@ class Config:
     seed: int = 0
 
     # -- cache
-    cache_size: int = 256
+    cache_size: int = 256  # answers kept (LRU); 0 turns the cache off
+    persistent_cache: bool = False  # also keep answers in <db>/answers.sqlite across restarts
 
     def with_(self, **changes: object) -> Config:
         """A copy with some fields changed (the config itself is frozen)."""

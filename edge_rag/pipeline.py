@@ -5,22 +5,33 @@ is recorded in the Answer.
 """
 from __future__ import annotations
 
+import hashlib
+import math
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from . import bundle as B
-from .budget import peak_rss_mb
+from .budget import peak_rss_mb, rss_mb
+from .cache import AnswerCache
 from .chunk import chunk as chunk_document
 from .chunk import iter_files, make_document, read_documents
-from .config import Config
+from .compress import compress, dedupe
+from .config import Config, Tier, TierSpec
 from .encode import Encoder
 from .errors import InputError
+from .extract import extract
+from .gate import sequential_gate
 from .generate import Generator
 from .models import default_bundle
+from .policy import decide
+from .rerank import rerank
+from .route import Router
 from .store import Store
 from .types import Answer, Document, Passage, PassageRef, Route
 
@@ -47,6 +58,11 @@ class EdgeRAG:
         c = self.config
         self.store = Store(db, self.encoder.dim, encoder_sha, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search)
         self._generator: Generator | None = None
+        router_path = self.bundle.path(B.ROLE_ROUTER)
+        self.router = Router(router_path, threads=1) if router_path else None
+        cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache else None
+        self.cache = AnswerCache(self.config, cache_file)
+        self._config_key = hashlib.sha1(repr(self.config).encode()).hexdigest()[:12]
 
     # -- indexing ------------------------------------------------------------------------------
     def add_documents(self, documents: Iterable[Document | str], progress: bool = False) -> int:
@@ -89,35 +105,107 @@ class EdgeRAG:
         return self._generator
 
     def ask(self, question: str) -> Answer:
-        """Fixed-k baseline: retrieve k passages, put them all in the prompt, generate."""
+        """Answer one question: cache → encode → route → retrieve (+ correct) → rerank → dedupe →
+        compress → evidence gate → extract → CGR: RAG | GPT (generate) | REFUSE."""
         question = check_question(question)
         c = self.config
         timings: dict[str, float] = {}
-        with _timed(timings, "encode"):
+        rss: dict[str, float] = {}
+        stage = partial(_stage, timings, rss)
+        with stage("cache"):
+            cached = self.cache.get(question, self._cache_version())
+        if cached is not None:
+            cached.question, cached.timings_ms, cached.rss_mb = question, timings, rss
+            cached.peak_rss_mb = peak_rss_mb()
+            return cached
+
+        with stage("encode"):
             vector = self.encoder.encode_one(question)
-        with _timed(timings, "retrieve"):
-            passages = self.store.search(vector, c.baseline_k)
-        context = build_context(passages)
-        with _timed(timings, "generate"):
-            spec = c.tier(c.fallback_tier)
-            gen = self.generator.generate(question, context, spec.max_new_tokens, c.temperature, c.top_k, c.seed,
-                                          c.repeat_ngram, c.repeat_window)
-        return Answer(
+        with stage("route"):
+            tier, spec, fallback = self._tier(vector)
+        passages: list[Passage] = []
+        scores: list[float] = []
+        corrected = False
+        if c.retrieval:
+            with stage("retrieve"):
+                hits = self.store.search(vector, max(spec.k + c.correction_extra_k, c.gate_max_n))
+                scores = [p.score for p in hits]
+                passages, corrected = correct(hits, spec.k, tier, c)
+            if c.rerank and spec.rerank:
+                with stage("rerank"):
+                    passages = rerank(question, passages, c)
+        with stage("compress"):
+            if c.compression:
+                passages = dedupe(passages, c.dedupe_prefix_chars)
+                packed = compress(question, passages, spec.context_chars)
+                context, used = packed.text, [p for p in passages if p.id in set(packed.passage_ids)]
+            else:
+                context, used = build_context(passages), passages
+        d_min = min((p.distance for p in passages), default=math.nan)
+
+        route, reason, gate, extraction = Route.GPT, None, None, None
+        if c.cgr:
+            with stage("gate"):
+                gate = sequential_gate(scores[: c.gate_max_n], c)
+            with stage("extract"):
+                extraction = extract(question, used)
+            route, reason = decide(d_min, gate, extraction, c)
+
+        text, gen = None, None
+        if route is Route.RAG:
+            text = extraction.answer
+        elif route is Route.GPT:
+            with stage("generate"):
+                gen = self.generator.generate(question, context, spec.max_new_tokens, c.temperature, c.top_k,
+                                              c.seed, c.repeat_ngram, c.repeat_window)
+            text = gen.text or None
+        answer = Answer(
             question=question,
-            answer=gen.text or None,
-            route=Route.GPT,
-            tier=c.fallback_tier,
-            d_min=min((p.distance for p in passages), default=float("nan")),
-            passages=[PassageRef(p.id, p.title, p.score) for p in passages],
+            answer=text,
+            route=route,
+            tier=tier,
+            confidence=extraction.confidence if extraction else 0.0,
+            lower_bound=gate.lower_bound if gate else math.nan,
+            threshold=gate.threshold if gate else math.nan,
+            d_min=d_min,
+            passages=[PassageRef(p.id, p.title, p.score) for p in used],
             context_chars=len(context),
-            prompt_tokens=gen.prompt_tokens,
-            completion_tokens=gen.completion_tokens,
+            prompt_tokens=gen.prompt_tokens if gen else 0,
+            completion_tokens=gen.completion_tokens if gen else 0,
             timings_ms=timings,
+            rss_mb=rss,
+            corrected=corrected,
             peak_rss_mb=peak_rss_mb(),
+            refusal_reason=reason,
+            n_evidence=gate.n if gate else 0,
+            tier_fallback=fallback,
             context=context,
         )
+        self.cache.put(question, answer, self._cache_version())
+        return answer
+
+    def answer(self, question: str) -> Answer:
+        """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""
+        return self.ask(question)
+
+    def _tier(self, vector: np.ndarray) -> tuple[Tier, TierSpec, bool]:
+        """The router's tier and its budget; without a router, the config's fallback tier (recorded).
+        With the router switched off (fixed-k baseline) k is baseline_k, other limits as the fallback tier."""
+        c = self.config
+        if not c.router:
+            base = c.tier(c.fallback_tier)
+            return c.fallback_tier, TierSpec(c.baseline_k, base.context_chars, base.max_new_tokens, False), False
+        if self.router is None:
+            return c.fallback_tier, c.tier(c.fallback_tier), True
+        tier = self.router(vector)
+        return tier, c.tier(tier), False
+
+    def _cache_version(self) -> str:
+        """Cached answers are valid for this corpus and this configuration only."""
+        return f"{self.store.version}:{self._config_key}"
 
     def close(self) -> None:
+        self.cache.close()
         self.store.close()
 
     def __enter__(self) -> EdgeRAG:
@@ -156,10 +244,20 @@ def _batches(docs: list[Document], units: list[list[str]], size: int) -> Iterato
         yield bd, bu
 
 
+def correct(hits: list[Passage], k: int, tier: Tier, config: Config) -> tuple[list[Passage], bool]:
+    """Thesis correction: a weak best match (s_1 < threshold) on a non-HARD tier gets k_extra more passages."""
+    weak = bool(hits) and hits[0].score < config.correction_threshold
+    if config.correction and weak and tier is not Tier.HARD:
+        return hits[: k + config.correction_extra_k], True
+    return hits[:k], False
+
+
 @contextmanager
-def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+def _stage(timings: dict[str, float], rss: dict[str, float], name: str) -> Iterator[None]:
+    """Time a stage (ms) and record resident memory after it (MB)."""
     start = time.perf_counter()
     try:
         yield
     finally:
-        timings[stage] = timings.get(stage, 0.0) + (time.perf_counter() - start) * 1e3
+        timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+        rss[name] = rss_mb()
