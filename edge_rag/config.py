@@ -81,7 +81,10 @@ class Config:
     # -- evidence gate (cautious-rag)
     gate: str = "betting"  # none | distance | hoeffding | azuma | bernstein | betting
     gate_delta: float = 0.05  # one-sided level 1 - delta
-    gate_threshold: float = 0.3  # tau_rel on relevance r = clip(cosine, 0, 1)
+    # tau_rel on relevance r = clip(cosine, 0, 1). Calibrated on MiniLM sentence passages of the SQuAD
+    # subset with the betting gate over the top 20 cosines: 0.25 passes 97% of answerable questions and
+    # 0% of the 60 out-of-domain ones in tests/data (0.30: 90% / 0%). See README "Gates".
+    gate_threshold: float = 0.25
     gate_max_n: int = 20  # cosines the gate may look at (one knn query; sequential gates stop earlier)
     azuma_c: float = 0.2  # bound on martingale differences
 

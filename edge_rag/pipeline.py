@@ -108,17 +108,35 @@ class EdgeRAG:
         """Answer one question: cache → encode → route → retrieve (+ correct) → rerank → dedupe →
         compress → evidence gate → extract → CGR: RAG | GPT (generate) | REFUSE."""
         question = check_question(question)
-        c = self.config
         timings: dict[str, float] = {}
         rss: dict[str, float] = {}
-        stage = partial(_stage, timings, rss)
-        with stage("cache"):
+        with _stage(timings, rss, "cache"):
             cached = self.cache.get(question, self._cache_version())
         if cached is not None:
             cached.question, cached.timings_ms, cached.rss_mb = question, timings, rss
             cached.peak_rss_mb = peak_rss_mb()
             return cached
+        answer = self.decide(question, timings, rss)
+        if answer.route is Route.GPT:
+            c = self.config
+            with _stage(timings, rss, "generate"):
+                gen = self.generator.generate(question, answer.context, c.tier(answer.tier).max_new_tokens,
+                                              c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window)
+            answer.answer = gen.text or None
+            answer.prompt_tokens, answer.completion_tokens = gen.prompt_tokens, gen.completion_tokens
+        answer.peak_rss_mb = peak_rss_mb()
+        self.cache.put(question, answer, self._cache_version())
+        return answer
 
+    def decide(self, question: str, timings: dict[str, float] | None = None,
+               rss: dict[str, float] | None = None) -> Answer:
+        """Everything up to the route, without generating: the RAG answer, a refusal, or a GPT route
+        whose context is ready (``ask`` then generates). Cheap: milliseconds, no LLM call."""
+        question = check_question(question)
+        c = self.config
+        timings = {} if timings is None else timings
+        rss = {} if rss is None else rss
+        stage = partial(_stage, timings, rss)
         with stage("encode"):
             vector = self.encoder.encode_one(question)
         with stage("route"):
@@ -138,7 +156,8 @@ class EdgeRAG:
             if c.compression:
                 passages = dedupe(passages, c.dedupe_prefix_chars)
                 packed = compress(question, passages, spec.context_chars)
-                context, used = packed.text, [p for p in passages if p.id in set(packed.passage_ids)]
+                kept = set(packed.passage_ids)
+                context, used = packed.text, [p for p in passages if p.id in kept]
             else:
                 context, used = build_context(passages), passages
         d_min = min((p.distance for p in passages), default=math.nan)
@@ -150,18 +169,9 @@ class EdgeRAG:
             with stage("extract"):
                 extraction = extract(question, used)
             route, reason = decide(d_min, gate, extraction, c)
-
-        text, gen = None, None
-        if route is Route.RAG:
-            text = extraction.answer
-        elif route is Route.GPT:
-            with stage("generate"):
-                gen = self.generator.generate(question, context, spec.max_new_tokens, c.temperature, c.top_k,
-                                              c.seed, c.repeat_ngram, c.repeat_window)
-            text = gen.text or None
-        answer = Answer(
+        return Answer(
             question=question,
-            answer=text,
+            answer=extraction.answer if route is Route.RAG else None,
             route=route,
             tier=tier,
             confidence=extraction.confidence if extraction else 0.0,
@@ -170,8 +180,6 @@ class EdgeRAG:
             d_min=d_min,
             passages=[PassageRef(p.id, p.title, p.score) for p in used],
             context_chars=len(context),
-            prompt_tokens=gen.prompt_tokens if gen else 0,
-            completion_tokens=gen.completion_tokens if gen else 0,
             timings_ms=timings,
             rss_mb=rss,
             corrected=corrected,
@@ -181,8 +189,6 @@ class EdgeRAG:
             tier_fallback=fallback,
             context=context,
         )
-        self.cache.put(question, answer, self._cache_version())
-        return answer
 
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""

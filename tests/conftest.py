@@ -72,3 +72,16 @@ def sample_rag(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     rag.add_files([SAMPLE_DOCS])
     yield rag
     rag.close()
+
+
+@pytest.fixture(scope="session")
+def squad_default_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """EdgeRAG with the default config (sentence passages) over the SQuAD subset's paragraphs."""
+    from edge_rag.datasets import load_squad
+    from edge_rag.pipeline import EdgeRAG
+
+    docs, items = load_squad(squad_path)
+    rag = EdgeRAG(tmp_path_factory.mktemp("squad-sentences"), bundle=bundle_dir, config=Config(temperature=0.0))
+    rag.add_documents(docs)
+    yield rag, items
+    rag.close()

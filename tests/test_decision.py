@@ -1,0 +1,100 @@
+"""The decision layer on real models and data: who gets answered, who gets refused, and why."""
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from edge_rag.config import Config, Tier
+from edge_rag.extract import Extraction, QuestionType
+from edge_rag.gate import GateResult
+from edge_rag.pipeline import correct
+from edge_rag.policy import decide
+from edge_rag.types import Passage, Route
+
+OOD = [q.strip() for q in (Path(__file__).parent / "data" / "ood_questions.txt").read_text().splitlines() if q.strip()]
+CFG = Config()
+PASS = GateResult(True, 0.4, 0.25, 20, "betting", "certified")
+FAIL = GateResult(False, 0.1, 0.25, 20, "betting", "lower bound below tau")
+
+
+def _x(answer, c):
+    return Extraction(answer, c, "s", QuestionType.FACTOID, 1 if answer else None)
+
+
+@pytest.mark.parametrize("d_min, gate, extraction, route", [
+    (1.6, PASS, _x("Paris", 0.9), Route.REFUSE),   # beyond the distance ceiling: out of domain
+    (0.8, FAIL, _x("Paris", 0.9), Route.REFUSE),   # the evidence gate vetoes
+    (1.2, PASS, _x("Paris", 0.5), Route.RAG),      # confident extraction: no LLM call
+    (0.9, PASS, _x("Paris", 0.49), Route.GPT),     # not confident, close enough to generate
+    (0.9, PASS, _x(None, 0.0), Route.GPT),
+    (1.2, PASS, _x("Paris", 0.3), Route.REFUSE),   # not confident and too far to generate from
+    (math.nan, PASS, _x(None, 0.0), Route.REFUSE),  # nothing retrieved
+])
+def test_cgr_decision_rule(d_min, gate, extraction, route):
+    got, reason = decide(d_min, gate, extraction, CFG)
+    assert got is route
+    assert (reason is None) == (route is not Route.REFUSE)
+
+
+def test_correction_fetches_more_only_when_weak_and_not_hard():
+    hits = [Passage(i, "d", "t", "x", score=s) for i, s in enumerate([0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01, 0.0])]
+    assert correct(hits, 2, Tier.EASY, CFG) == (hits[:7], True)
+    assert correct(hits, 2, Tier.HARD, CFG) == (hits[:2], False)
+    strong = [Passage(0, "d", "t", "x", score=0.8)] + hits
+    assert correct(strong, 2, Tier.EASY, CFG) == (strong[:2], False)
+    assert correct(hits, 2, Tier.EASY, CFG.with_(correction=False)) == (hits[:2], False)
+
+
+@pytest.fixture(scope="module")
+def decisions(squad_default_rag):
+    rag, items = squad_default_rag
+    rnd = random.Random(0)
+    answerable = rnd.sample([q for q in items if not q.is_impossible], 300)
+    return rag, answerable, [rag.decide(q.question) for q in answerable]
+
+
+def test_answerable_questions_are_mostly_answered(decisions):
+    _, _, answers = decisions
+    refused = sum(a.route is Route.REFUSE for a in answers) / len(answers)
+    mix = {r.value: sum(a.route is r for a in answers) for r in Route}
+    print(f"SQuAD answerable: refused {refused:.1%}, routes {mix}")
+    assert refused <= 0.15
+
+
+def test_out_of_domain_questions_are_refused(squad_default_rag):
+    rag, _ = squad_default_rag
+    assert len(OOD) >= 50
+    answers = [rag.decide(q) for q in OOD]
+    refused = [a for a in answers if a.route is Route.REFUSE]
+    print(f"OOD refused: {len(refused)}/{len(answers)}")
+    assert len(refused) / len(answers) >= 0.80
+    assert all(a.refusal_reason and not a.confident and a.answer is None for a in refused)
+
+
+def test_routes_are_deterministic(decisions):
+    rag, answerable, answers = decisions
+    again = [rag.decide(q.question) for q in answerable[:60]]
+    assert [(a.route, a.answer, a.tier) for a in again] == [(a.route, a.answer, a.tier) for a in answers[:60]]
+
+
+def test_answer_records_the_decision(decisions):
+    _, _, answers = decisions
+    for a in answers:
+        assert a.tier in Tier and a.n_evidence > 0 and not math.isnan(a.d_min)
+        assert a.threshold == CFG.gate_threshold and 0.0 <= a.lower_bound <= 1.0
+        assert a.confident == (a.route is not Route.REFUSE)
+        assert a.context_chars <= CFG.tier(a.tier).context_chars
+        assert set(a.timings_ms) >= {"encode", "route", "retrieve", "compress", "gate", "extract"}
+        if a.route is Route.RAG:
+            assert a.answer and a.confidence >= CFG.rag_confidence
+
+
+def test_ask_generates_only_on_the_gpt_route(squad_default_rag):
+    rag, items = squad_default_rag
+    answers = [rag.ask(q.question) for q in items[:40] if not q.is_impossible][:12]
+    for a in answers:
+        assert ("generate" in a.timings_ms) == (a.route is Route.GPT)
+        assert (a.completion_tokens > 0) == (a.route is Route.GPT and a.answer is not None)
+    hit = rag.ask(answers[0].question.upper())  # normalised question: served from the cache
+    assert hit.cache_hit and hit.answer == answers[0].answer and "generate" not in hit.timings_ms
