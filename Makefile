@@ -26,6 +26,14 @@ demo: models
 test: models
 	$(BIN)/python -m pytest $(ARGS)
 
+# Benchmarks: quick (100 questions per dataset) or FULL=1 (all); extra options via ARGS="--threads 2 ...".
+bench: models
+	$(BIN)/python -m benchmarks $(if $(FULL),--full) --profile $(PROFILE) $(ARGS)
+
+# Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
+router: models
+	$(BIN)/python -m convert train-router $(ARGS)
+
 lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks tests
 

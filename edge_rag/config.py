@@ -65,6 +65,7 @@ class Config:
     # -- router tiers
     tiers: dict[Tier, TierSpec] = field(default_factory=lambda: dict(DEFAULT_TIERS))
     fallback_tier: Tier = Tier.MEDIUM  # used (and recorded) when no router.onnx is available
+    tier_override: Tier | None = None  # force one tier (oracle labelling, or "always HARD" kiosks)
 
     # -- correction (thesis): low top-1 cosine on a non-HARD tier fetches more passages
     correction_threshold: float = 0.52

@@ -5,11 +5,11 @@ with their gold answers and gold document ids, so a user can point benchmarks at
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .chunk import make_document
 from .types import Document
 
 
@@ -26,10 +26,6 @@ class QAItem:
     is_impossible: bool = False
 
 
-def _doc_id(title: str, text: str) -> str:
-    return hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:16]
-
-
 def load_squad(path: str | Path) -> tuple[list[Document], list[QAItem]]:
     """SQuAD (1.1 or 2.0) JSON: each paragraph is a document; answerable and unanswerable questions."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))["data"]
@@ -38,7 +34,7 @@ def load_squad(path: str | Path) -> tuple[list[Document], list[QAItem]]:
     for article in data:
         title = article["title"].replace("_", " ")
         for para in article["paragraphs"]:
-            doc = Document(_doc_id(title, para["context"]), title, para["context"])
+            doc = make_document(para["context"], title)
             docs.setdefault(doc.doc_id, doc)
             for qa in para["qas"]:
                 answers = list(dict.fromkeys(a["text"] for a in qa.get("answers", [])))
@@ -66,7 +62,7 @@ def load_hotpot(path: str | Path) -> tuple[list[Document], list[QAItem]]:
         row = json.loads(line)
         gold: set[str] = set()
         for ctx in row["contexts"]:
-            doc = Document(_doc_id(ctx["title"], ctx["paragraph_text"]), ctx["title"], ctx["paragraph_text"])
+            doc = make_document(ctx["paragraph_text"], ctx["title"])
             docs.setdefault(doc.doc_id, doc)
             if ctx.get("is_supporting"):
                 gold.add(doc.doc_id)

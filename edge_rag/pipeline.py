@@ -201,6 +201,8 @@ class EdgeRAG:
         if not c.router:
             base = c.tier(c.fallback_tier)
             return c.fallback_tier, TierSpec(c.baseline_k, base.context_chars, base.max_new_tokens, False), False
+        if c.tier_override is not None:
+            return c.tier_override, c.tier(c.tier_override), False
         if self.router is None:
             return c.fallback_tier, c.tier(c.fallback_tier), True
         tier = self.router(vector)
