@@ -1,0 +1,179 @@
+"""Router MLP → ONNX: the thesis' tier classifier on the 384-d query embedding, checked with onnxruntime.
+
+``python -m convert router --checkpoint router.pt --out router.onnx`` (or ``--random-init --seed 0``).
+The graph takes ``embedding`` (batch, 384) float32 and returns ``logits`` (batch, 3) in the order of
+``edge_rag.config.Tier`` (EASY, MEDIUM, HARD), which is also stored in the model's ``labels`` metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import torch.nn as nn
+
+from convert.report import write_report
+from edge_rag.config import Tier
+from edge_rag.errors import EdgeRAGError
+
+EMBED_DIM = 384  # all-MiniLM-L6-v2
+HIDDEN = (256, 64)
+DROPOUT = 0.3
+LABELS = tuple(t.value for t in Tier)  # class index → tier
+
+INPUT_NAME = "embedding"
+OUTPUT_NAME = "logits"
+OPSET = 17
+LABELS_KEY = "labels"  # ONNX metadata_props entry: comma-separated class names
+
+MAX_ABS_DIFF = 1e-5  # ONNX vs torch logits
+PARITY_BATCHES = (1, 17)  # batch sizes checked: one query, and an odd batch through the dynamic axis
+
+
+class RouterError(EdgeRAGError, ValueError):
+    """The router checkpoint does not fit RouterMLP; the message names the file and tensor."""
+
+
+class RouterMLP(nn.Module):
+    """384 → 256 → ReLU → Dropout(0.3) → 64 → ReLU → 3 (thesis §4.3.2)."""
+
+    def __init__(
+        self,
+        in_dim: int = EMBED_DIM,
+        hidden: tuple[int, int] = HIDDEN,
+        n_classes: int = len(LABELS),
+        dropout: float = DROPOUT,
+    ):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(in_dim, hidden[0]),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden[0], hidden[1]),
+            nn.ReLU(),
+            nn.Linear(hidden[1], n_classes),
+        )
+
+    def forward(self, embedding: torch.Tensor) -> torch.Tensor:
+        return self.net(embedding)
+
+
+def random_router(seed: int = 0) -> RouterMLP:
+    """An untrained router with reproducible weights, for tests and for bundles built before training."""
+    torch.manual_seed(seed)
+    return RouterMLP().eval()
+
+
+def save_router(model: RouterMLP, path: str | Path) -> None:
+    """The checkpoint format ``load_router`` reads: the state_dict under ``state_dict``, labels beside it."""
+    torch.save({"state_dict": model.state_dict(), "labels": list(LABELS)}, path)
+
+
+def load_router(path: str | Path) -> RouterMLP:
+    """A ``save_router`` checkpoint or a bare RouterMLP state_dict."""
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    state = obj.get("state_dict", obj) if isinstance(obj, dict) else None
+    if not isinstance(state, dict):
+        raise RouterError(f"{path}: expected a RouterMLP state_dict, got {type(obj).__name__}")
+    labels = obj.get("labels", list(LABELS))
+    if list(labels) != list(LABELS):
+        raise RouterError(f"{path}: labels {labels} differ from the runtime's tiers {list(LABELS)}")
+    model = RouterMLP()
+    want = model.state_dict()
+    for name, tensor in want.items():
+        if name not in state:
+            raise RouterError(f"{path}: missing tensor {name!r}")
+        if state[name].shape != tensor.shape:
+            raise RouterError(
+                f"{path}: tensor {name!r} has shape {tuple(state[name].shape)},"
+                f" expected {tuple(tensor.shape)}"
+            )
+    extra = sorted(set(state) - set(want))
+    if extra:
+        raise RouterError(f"{path}: unexpected tensors {', '.join(extra)}")
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> dict:
+    """Export with a dynamic batch axis, compare with torch on random unit vectors, write the report."""
+    model = model.eval()
+    out_path = Path(out_path)
+    with warnings.catch_warnings():  # the legacy exporter announces its own deprecation on every call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            model,
+            (torch.zeros(1, EMBED_DIM),),
+            str(out_path),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            opset_version=OPSET,
+            dynamo=False,  # the TorchScript exporter gives a plain Gemm/Relu graph with a named dynamic axis
+        )
+    proto = onnx.load(str(out_path))
+    onnx.helper.set_model_props(proto, {LABELS_KEY: ",".join(LABELS)})
+    onnx.checker.check_model(proto)
+    onnx.save(proto, str(out_path))
+
+    session = ort.InferenceSession(str(out_path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    max_diff = 0.0
+    for batch in PARITY_BATCHES:
+        x = rng.standard_normal((batch, EMBED_DIM)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)  # the encoder's output is L2-normalised
+        with torch.no_grad():
+            ref = model(torch.from_numpy(x)).numpy()
+        (got,) = session.run([OUTPUT_NAME], {INPUT_NAME: x})
+        if got.shape != ref.shape:
+            raise RouterError(
+                f"{out_path}: ONNX output shape {got.shape} for batch {batch}, expected {ref.shape}"
+            )
+        max_diff = max(max_diff, float(np.abs(got - ref).max()))
+    report = {
+        "artifact": "router",
+        "opset": OPSET,
+        "input": INPUT_NAME,
+        "output": OUTPUT_NAME,
+        "labels": list(LABELS),
+        "batches": list(PARITY_BATCHES),
+        "max_abs_diff": max_diff,
+        "max_abs_diff_limit": MAX_ABS_DIFF,
+        "file_bytes": out_path.stat().st_size,
+        "passed": max_diff <= MAX_ABS_DIFF,
+    }
+    write_report(out_path, report)
+    return report
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "router",
+        help="router MLP checkpoint → ONNX, verified with onnxruntime",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", type=Path, help="router.pt (save_router format or a bare state_dict)")
+    src.add_argument(
+        "--random-init", action="store_true", help="export an untrained router (tests, bring-up)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of --random-init and of the parity inputs")
+    p.add_argument("--out", type=Path, required=True, help="ONNX file to write")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        model = random_router(args.seed) if args.random_init else load_router(args.checkpoint)
+        report = export_router(model, args.out, seed=args.seed)
+    except RouterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if report["passed"] else 1

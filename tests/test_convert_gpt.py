@@ -1,0 +1,237 @@
+"""GPT → GGUF round trip: a tiny GPT-2 trained on SQuAD, converted from both checkpoint kinds to f16 and
+Q8_0, run in llama.cpp and compared with torch; plus the checkpoint errors a user can hit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gpt_fixture import TinyGPT, tiny_gpt  # pytest puts tests/ (no __init__.py) on sys.path
+from safetensors.torch import load_file, save_file
+
+from convert.__main__ import main
+from convert.gpt import (
+    GPT,
+    MAX_PPL_REL_DIFF,
+    MIN_TOP1_AGREEMENT,
+    CheckpointError,
+    GPTConfig,
+    convert_gpt,
+    load_checkpoint,
+)
+
+THREADS = 1  # the tiny model gains nothing from more, and one thread suffers least on a busy machine
+GREEDY_PROMPTS, GREEDY_NEW = 5, 32
+QUICK = {"verify_tokens": 1024, "n_threads": THREADS}  # for exports checked for structure, not the thresholds
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Iterator[TinyGPT]:
+    model = tiny_gpt()  # trains with its own thread count when the cache is cold
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    yield model
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def exports(tiny, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict]]:
+    """(source format, type) → (GGUF path, parity report), each converted once for the module."""
+    out = tmp_path_factory.mktemp("gguf")
+    text = tiny.heldout.read_text(encoding="utf-8")
+    done = {}
+    for fmt, src in (("nanogpt", tiny.nanogpt_ckpt), ("hf", tiny.hf_dir)):
+        for kind in ("f16", "q8_0"):
+            path = out / f"{fmt}-{kind}.gguf"
+            done[fmt, kind] = path, convert_gpt(src, path, kind, verify_text=text, n_threads=THREADS)
+    return done
+
+
+@pytest.mark.parametrize("fmt", ["nanogpt", "hf"])
+@pytest.mark.parametrize("kind", ["f16", "q8_0"])
+def test_parity_thresholds(exports, fmt, kind):
+    path, report = exports[fmt, kind]
+    assert report["passed"], report["failures"]
+    assert report["source_format"] == fmt
+    assert report["top1_agreement"] >= MIN_TOP1_AGREEMENT[kind]
+    assert report["ppl_rel_diff"] <= MAX_PPL_REL_DIFF[kind]
+    assert report["tokenizer_agreement"] == 1.0
+    assert report["greedy_match"] >= 0.9
+    assert report["tokens_compared"] >= 4000
+    assert json.loads(Path(str(path) + ".parity.json").read_text())["passed"] is True
+
+
+def test_metadata_vocab_and_tensor_types(tiny, exports):
+    cfg = tiny.model().config
+    tok = json.loads(tiny.tokenizer.read_text(encoding="utf-8"))
+    for kind, weight_type in (("f16", "F16"), ("q8_0", "Q8_0")):
+        reader = gguf.GGUFReader(exports["nanogpt", kind][0])
+        fields = {name: f.contents() for name, f in reader.fields.items()}
+        assert fields["general.architecture"] == "gpt2"
+        assert fields["gpt2.context_length"] == cfg.block_size
+        assert fields["gpt2.embedding_length"] == cfg.n_embd
+        assert fields["gpt2.feed_forward_length"] == 4 * cfg.n_embd
+        assert fields["gpt2.block_count"] == cfg.n_layer
+        assert fields["gpt2.attention.head_count"] == cfg.n_head
+        assert fields["tokenizer.ggml.model"] == "gpt2"
+        assert fields["tokenizer.ggml.pre"] == "gpt-2"
+        tokens = fields["tokenizer.ggml.tokens"]
+        assert len(tokens) == cfg.vocab_size > len(tok["model"]["vocab"])  # padded like nanoGPT's 50304
+        assert all(tokens[i] == t for t, i in tok["model"]["vocab"].items())
+        assert len(fields["tokenizer.ggml.merges"]) == len(tok["model"]["merges"])
+        assert tokens[fields["tokenizer.ggml.eos_token_id"]] == "<|endoftext|>"
+        assert fields["tokenizer.ggml.add_bos_token"] is False
+
+        types = {t.name: t.tensor_type.name for t in reader.tensors}
+        assert "output.weight" not in types  # tied: llama.cpp's gpt2 falls back to token_embd
+        assert types["token_embd.weight"] == types["blk.0.attn_qkv.weight"] == weight_type
+        assert types["position_embd.weight"] == "F32"
+        assert all(v == "F32" for k, v in types.items() if k.endswith((".bias", "norm.weight")))
+        assert (
+            len(types) == 4 + 12 * cfg.n_layer
+        )  # wte, wpe, ln_f weight and bias; 6 weights + 6 biases a block
+    assert exports["nanogpt", "q8_0"][0].stat().st_size < 0.65 * exports["nanogpt", "f16"][0].stat().st_size
+
+
+def test_both_checkpoint_kinds_give_the_same_tensors(exports):
+    for kind in ("f16", "q8_0"):
+        a, b = (gguf.GGUFReader(exports[fmt, kind][0]) for fmt in ("nanogpt", "hf"))
+        assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+        for x, y in zip(a.tensors, b.tensors, strict=True):
+            assert np.array_equal(x.data, y.data), x.name
+
+
+def test_greedy_generation_through_llama_sampler(tiny, exports):
+    """Text prompts through llama.cpp's own tokenizer and greedy sampler, as the device runtime does."""
+    from llama_cpp import Llama
+
+    model = tiny.model()
+    lines = [ln for ln in tiny.heldout.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    prompts = [" ".join(ln.split()[:12]) for ln in lines[:: len(lines) // GREEDY_PROMPTS][:GREEDY_PROMPTS]]
+    for kind in ("f16", "q8_0"):
+        llm = Llama(str(exports["nanogpt", kind][0]), n_ctx=128, n_threads=THREADS, verbose=False)
+        same = total = 0
+        for prompt in prompts:
+            ids = llm.tokenize(prompt.encode(), add_bos=False)
+            got = []
+            for token in llm.generate(ids, top_k=1, temp=0.0, reset=True):
+                got.append(token)
+                if len(got) == GREEDY_NEW:
+                    break
+            want = model.greedy(ids, GREEDY_NEW)
+            same += sum(a == b for a, b in zip(got, want, strict=False))
+            total += GREEDY_NEW
+        llm.close()
+        assert same / total >= 0.9, f"{kind}: greedy match {same / total:.3f}"
+
+
+def test_untied_lm_head_is_written_as_output(tiny, tmp_path):
+    ckpt = torch.load(tiny.nanogpt_ckpt, weights_only=True)
+    sd = dict(ckpt["model"])
+    sd["lm_head.weight"] = sd["transformer.wte.weight"] * 1.5  # a separate output matrix
+    torch.save({**ckpt, "model": sd}, tmp_path / "untied.pt")
+    out = tmp_path / "untied.gguf"
+    text = tiny.heldout.read_text()
+    report = convert_gpt(
+        tmp_path / "untied.pt", out, "f16", tokenizer=tiny.tokenizer, verify_text=text, **QUICK
+    )
+    assert report["passed"], report["failures"]
+    assert report["tied_embeddings"] is False
+    assert "output.weight" in {t.name for t in gguf.GGUFReader(out).tensors}
+
+
+def test_bias_free_checkpoint_gets_zero_biases(tiny, tmp_path):
+    """nanoGPT's bias=False: llama.cpp's gpt2 graph requires biases, zeros are exact."""
+    ckpt = torch.load(tiny.nanogpt_ckpt, weights_only=True)
+    sd = {k: v for k, v in ckpt["model"].items() if not k.endswith(".bias")}
+    torch.save({"model": sd, "model_args": {**ckpt["model_args"], "bias": False}}, tmp_path / "nobias.pt")
+    report = convert_gpt(
+        tmp_path / "nobias.pt",
+        tmp_path / "nobias.gguf",
+        "f16",
+        tokenizer=tiny.tokenizer,
+        verify_text=tiny.heldout.read_text(),
+        **QUICK,
+    )
+    assert report["passed"], report["failures"]
+
+
+def test_cli(tiny, tmp_path, capsys):
+    out = tmp_path / "cli.gguf"
+    args = ["gpt", str(tiny.hf_dir), "--out", str(out), "--type", "q8_0", "--threads", str(THREADS)]
+    assert main([*args, "--verify-text", str(tiny.heldout), "--verify-tokens", "512"]) == 0
+    assert "[PASS] cli.gguf" in capsys.readouterr().out
+    assert main(args) == 1  # written, but not verified: not marked good
+    assert json.loads(Path(str(out) + ".parity.json").read_text())["passed"] is False
+
+
+# -- errors a user can hit: each names the tensor or file at fault (random-init model, no data needed)
+
+
+@pytest.fixture
+def small(tmp_path) -> tuple[Path, dict]:
+    cfg = GPTConfig(block_size=32, vocab_size=64, n_layer=2, n_head=2, n_embd=32)
+    torch.manual_seed(0)
+    ckpt = {
+        "model": GPT(cfg).state_dict(),
+        "model_args": {
+            k: getattr(cfg, k) for k in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "bias")
+        },
+    }
+    return tmp_path, ckpt
+
+
+def test_missing_bias_names_the_tensor(small):
+    tmp, ckpt = small
+    del ckpt["model"]["transformer.h.1.attn.c_attn.bias"]
+    torch.save(ckpt, tmp / "ckpt.pt")
+    with pytest.raises(CheckpointError, match=r"missing tensor 'transformer\.h\.1\.attn\.c_attn\.bias'"):
+        load_checkpoint(tmp / "ckpt.pt")
+
+
+def test_wrong_shape_names_the_tensor(small):
+    tmp, ckpt = small
+    ckpt["model"]["transformer.h.0.mlp.c_fc.weight"] = torch.zeros(100, 32)
+    torch.save(ckpt, tmp / "ckpt.pt")
+    with pytest.raises(
+        CheckpointError, match=r"'transformer\.h\.0\.mlp\.c_fc\.weight' has shape \(100, 32\)"
+    ):
+        load_checkpoint(tmp / "ckpt.pt")
+
+
+def test_hf_errors_use_the_names_in_the_file(tiny, tmp_path):
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (hf / name).write_bytes((tiny.hf_dir / name).read_bytes())
+    sd = load_file(tiny.hf_dir / "model.safetensors")
+    sd["h.0.attn.c_proj.weight"] = sd["h.0.attn.c_proj.weight"][:, :64].contiguous()
+    save_file(sd, hf / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"'h\.0\.attn\.c_proj\.weight' has shape"):
+        load_checkpoint(hf)
+    sd = load_file(tiny.hf_dir / "model.safetensors")
+    del sd["h.1.ln_2.bias"]
+    save_file(sd, hf / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"missing tensor 'transformer\.h\.1\.ln_2\.bias'"):
+        load_checkpoint(hf)
+
+
+def test_cli_reports_errors_and_missing_files(small, capsys):
+    tmp, ckpt = small
+    ckpt["model"]["transformer.wpe.weight"] = torch.zeros(16, 32)
+    torch.save(ckpt, tmp / "ckpt.pt")
+    assert main(["gpt", str(tmp / "ckpt.pt"), "--out", str(tmp / "x.gguf")]) == 2
+    assert "transformer.wpe.weight" in capsys.readouterr().err
+    state = tmp / "state.pt"
+    torch.save(
+        GPT(GPTConfig(block_size=32, vocab_size=64, n_layer=2, n_head=2, n_embd=32)).state_dict(), state
+    )
+    with pytest.raises(CheckpointError, match="no config at"):
+        load_checkpoint(state)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp / "absent.pt")

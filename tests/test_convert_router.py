@@ -1,0 +1,115 @@
+"""Router MLP → ONNX: architecture, parity with torch, dynamic batch, checkpoint errors, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from convert.__main__ import main
+from convert.router import (
+    EMBED_DIM,
+    INPUT_NAME,
+    LABELS,
+    LABELS_KEY,
+    MAX_ABS_DIFF,
+    OUTPUT_NAME,
+    RouterError,
+    RouterMLP,
+    export_router,
+    load_router,
+    random_router,
+    save_router,
+)
+
+
+def test_architecture_matches_design():
+    layers = [type(m).__name__ for m in RouterMLP().net]
+    assert layers == ["Linear", "ReLU", "Dropout", "Linear", "ReLU", "Linear"]
+    shapes = [tuple(p.shape) for p in RouterMLP().parameters()]
+    assert shapes == [(256, 384), (256,), (64, 256), (64,), (3, 64), (3,)]
+    assert RouterMLP().net[2].p == 0.3
+    assert LABELS == ("EASY", "MEDIUM", "HARD")
+
+
+def test_random_init_is_reproducible():
+    a, b, c = random_router(1), random_router(1), random_router(2)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+    assert not torch.equal(a.net[0].weight, c.net[0].weight)
+
+
+def test_export_parity_and_dynamic_batch(tmp_path):
+    model = random_router(0)
+    out = tmp_path / "router.onnx"
+    report = export_router(model, out)
+    assert report["passed"] and report["max_abs_diff"] <= MAX_ABS_DIFF
+    assert json.loads((tmp_path / "router.onnx.parity.json").read_text())["passed"] is True
+
+    proto = onnx.load(str(out))
+    assert proto.opset_import[0].version >= 17
+    assert {p.key: p.value for p in proto.metadata_props}[LABELS_KEY] == "EASY,MEDIUM,HARD"
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == [INPUT_NAME]
+    assert [o.name for o in session.get_outputs()] == [OUTPUT_NAME]
+    assert isinstance(session.get_inputs()[0].shape[0], str)  # symbolic batch axis
+
+    rng = np.random.default_rng(7)
+    for batch in (1, 17):
+        x = rng.standard_normal((batch, EMBED_DIM)).astype(np.float32)
+        (got,) = session.run([OUTPUT_NAME], {INPUT_NAME: x})
+        with torch.no_grad():
+            ref = model(torch.from_numpy(x)).numpy()
+        assert got.shape == (batch, 3)
+        assert np.abs(got - ref).max() <= 1e-5
+
+
+def test_dropout_is_off_in_export(tmp_path):
+    model = random_router(3).train()  # export must not bake in training-mode dropout
+    out = tmp_path / "r.onnx"
+    export_router(model, out)
+    x = np.full((4, EMBED_DIM), 1 / np.sqrt(EMBED_DIM), np.float32)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    a = session.run(None, {INPUT_NAME: x})[0]
+    assert np.allclose(a, session.run(None, {INPUT_NAME: x})[0])
+    assert np.allclose(a[0], a[3])
+
+
+def test_checkpoint_round_trip_and_bare_state_dict(tmp_path):
+    model = random_router(5)
+    save_router(model, tmp_path / "router.pt")
+    torch.save(model.state_dict(), tmp_path / "bare.pt")
+    for name in ("router.pt", "bare.pt"):
+        loaded = load_router(tmp_path / name)
+        assert all(torch.equal(x, y) for x, y in zip(model.parameters(), loaded.parameters(), strict=True))
+
+
+def test_checkpoint_errors_name_the_tensor(tmp_path):
+    state = random_router(0).state_dict()
+    bad_shape = {**state, "net.3.weight": torch.zeros(32, 256)}
+    torch.save(bad_shape, tmp_path / "shape.pt")
+    with pytest.raises(RouterError, match=r"net\.3\.weight.*\(32, 256\).*\(64, 256\)"):
+        load_router(tmp_path / "shape.pt")
+    missing = {k: v for k, v in state.items() if k != "net.5.bias"}
+    torch.save(missing, tmp_path / "missing.pt")
+    with pytest.raises(RouterError, match=r"missing tensor 'net\.5\.bias'"):
+        load_router(tmp_path / "missing.pt")
+    torch.save({"state_dict": state, "labels": ["HARD", "MEDIUM", "EASY"]}, tmp_path / "labels.pt")
+    with pytest.raises(RouterError, match="labels"):
+        load_router(tmp_path / "labels.pt")
+
+
+def test_cli(tmp_path, capsys):
+    save_router(random_router(4), tmp_path / "router.pt")
+    assert (
+        main(["router", "--checkpoint", str(tmp_path / "router.pt"), "--out", str(tmp_path / "a.onnx")]) == 0
+    )
+    assert main(["router", "--random-init", "--seed", "4", "--out", str(tmp_path / "b.onnx")]) == 0
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+    assert "[PASS] a.onnx" in capsys.readouterr().out
+    torch.save({"net.0.weight": torch.zeros(1)}, tmp_path / "bad.pt")
+    assert main(["router", "--checkpoint", str(tmp_path / "bad.pt"), "--out", str(tmp_path / "c.onnx")]) == 2
+    assert "net.0.weight" in capsys.readouterr().err
