@@ -7,7 +7,7 @@ from edge_rag.bounds import BettingSequence
 from edge_rag.config import Config
 from edge_rag.gate import GATES, evidence_gate, relevance, sequential_gate
 
-CONFIG = Config()  # delta 0.05, tau_rel 0.3, refuse_distance 1.5
+CONFIG = Config(gate_threshold=0.3)  # delta 0.05, tau_rel 0.3 (stricter than the default), refuse_distance 1.5
 BOUND_GATES = ("hoeffding", "azuma", "bernstein", "betting")
 
 

@@ -1,0 +1,172 @@
+"""Memory budget: the GGUF header reader, plan() on the real bundle, and a real run inside a planned budget."""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_rag import budget
+from edge_rag import bundle as B
+from edge_rag.budget import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
+from edge_rag.chunk import chunk, iter_files, read_documents
+from edge_rag.config import Config
+from edge_rag.errors import BudgetError, BundleError
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
+
+
+@pytest.fixture(scope="module")
+def gguf(bundle: B.Bundle) -> Path:
+    return bundle.require(B.ROLE_GENERATOR)
+
+
+@pytest.fixture(scope="module")
+def sample_passages() -> int:
+    c = Config()
+    docs = [d for p in iter_files([SAMPLE_DOCS]) for d in read_documents(p)]
+    return sum(len(chunk(d, c.passage_mode, c.min_sentence_chars)) for d in docs)
+
+
+def fixed_plan(bundle: B.Bundle, config: Config, passages: int = 0) -> budget.Plan:
+    """plan() with the calibrated runtime base, so results do not depend on what this test process holds."""
+    return plan(bundle, config, passages, base_mb=RUNTIME_BASE_MB)
+
+
+# -- GGUF header -------------------------------------------------------------------------------
+def test_rss_helpers() -> None:
+    assert 0 < budget.rss_mb() <= budget.peak_rss_mb() + 1
+
+
+def test_read_gguf_on_the_real_generator(gguf: Path) -> None:
+    start = time.perf_counter()
+    info = read_gguf(gguf)
+    assert time.perf_counter() - start < 2.0  # 262k vocab strings skipped, no weights read
+    assert (info.arch, info.n_layer, info.n_embd, info.n_head, info.n_head_kv) == ("gemma3", 18, 640, 4, 1)
+    assert (info.key_length, info.value_length, info.n_ff) == (256, 256, 2048)
+    assert info.n_vocab == 262144 and info.context_length == 32768
+    assert info.file_bytes == gguf.stat().st_size
+    assert 0.9 * info.file_bytes < info.tensor_bytes < info.file_bytes
+    assert info.metadata["general.architecture"] == "gemma3"
+
+
+def _copy_header(src: Path, dst: Path, nbytes: int) -> None:
+    with open(src, "rb") as f:
+        dst.write_bytes(f.read(nbytes))
+
+
+@pytest.mark.parametrize("cut", [0, 3, 20, 4096, 1 << 20])
+def test_truncated_gguf_header_is_a_bundle_error(gguf: Path, tmp_path: Path, cut: int) -> None:
+    bad = tmp_path / "cut.gguf"
+    _copy_header(gguf, bad, cut)
+    with pytest.raises(BundleError, match="cut.gguf"):
+        read_gguf(bad)
+
+
+def test_gguf_missing_its_last_byte_is_a_bundle_error(gguf: Path, tmp_path: Path) -> None:
+    """Header intact, tensor data one byte short (a sparse copy: no 250 MB write)."""
+    bad = tmp_path / "short.gguf"
+    _copy_header(gguf, bad, 8 << 20)
+    size = gguf.stat().st_size
+    with open(bad, "r+b") as f:
+        f.truncate(size)
+    read_gguf(bad)  # full length: fine
+    with open(bad, "r+b") as f:
+        f.truncate(size - 1)
+    with pytest.raises(BundleError, match="truncated"):
+        read_gguf(bad)
+
+
+@pytest.mark.parametrize("payload", [
+    b"GGML" + b"\0" * 64,  # wrong magic
+    b"GGUF" + struct.pack("<I", 99) + b"\0" * 64,  # unknown version
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 40),  # key longer than the file
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<I", 77),  # bad type
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 0),  # no architecture
+])
+def test_corrupt_gguf_is_a_bundle_error(tmp_path: Path, payload: bytes) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(payload)
+    with pytest.raises(BundleError):
+        read_gguf(bad)
+
+
+# -- plan --------------------------------------------------------------------------------------
+def test_plan_is_cheap_and_within_budget(bundle: B.Bundle, sample_passages: int) -> None:
+    start = time.perf_counter()
+    plan(bundle, Config(), sample_passages)
+    assert time.perf_counter() - start < 2.0
+    p = fixed_plan(bundle, Config(), sample_passages)
+    assert p.total_mb <= Config().memory_budget_mb
+    assert {c.name for c in p.components} == {"runtime base", "encoder", "index", "generator"}
+    assert (p.n_ctx, p.encode_batch_tokens) == (Config().n_ctx, Config().encode_batch_tokens)
+    assert "generator" in str(p) and p.apply(Config()).n_ctx == p.n_ctx
+
+
+def test_plan_grows_with_n_ctx_and_passages(bundle: B.Bundle) -> None:
+    big = Config(memory_budget_mb=100_000)
+    totals = [fixed_plan(bundle, big.with_(n_ctx=n)).total_mb for n in (1024, 2048, 4096, 8192)]
+    assert totals == sorted(totals) and totals[-1] - totals[0] > 100  # KV cache alone: 18 MB per 1k
+    kv = [fixed_plan(bundle, big.with_(n_ctx=n)).component("generator").parts["KV cache"] for n in (1024, 2048)]
+    assert kv[1] == pytest.approx(2 * kv[0]) and kv[0] == pytest.approx(18.0)  # 18 layers × 1 × 512 × 2 B
+    by_passages = [fixed_plan(bundle, big, n).component("index").mb for n in (0, 10_000, 1_000_000)]
+    assert by_passages == sorted(by_passages) and by_passages[2] > 1000
+
+
+def test_impossible_budget_names_the_component_and_numbers(bundle: B.Bundle) -> None:
+    with pytest.raises(BudgetError) as err:
+        fixed_plan(bundle, Config(memory_budget_mb=150))
+    msg = str(err.value)
+    assert msg.startswith("generator needs ~") and "of the 150 MB budget remain after runtime base 75" in msg
+    assert "KV cache" in msg and f"n_ctx {MIN_N_CTX}" in msg and "raise memory_budget_mb to at least" in msg
+    with pytest.raises(BudgetError, match=r"^runtime base needs ~75 MB"):
+        fixed_plan(bundle, Config(memory_budget_mb=50))
+
+
+def test_tight_budget_shrinks_n_ctx_then_the_encoder_batch(bundle: B.Bundle) -> None:
+    wide = Config(n_ctx=8192)
+    at_2048 = fixed_plan(bundle, wide.with_(n_ctx=2048, memory_budget_mb=100_000))
+    p = fixed_plan(bundle, wide.with_(memory_budget_mb=math.ceil(at_2048.total_mb)))
+    assert (p.n_ctx, p.encode_batch_tokens) == (2048, wide.encode_batch_tokens)
+    smallest = fixed_plan(bundle, wide.with_(n_ctx=MIN_N_CTX, encode_batch_tokens=256, memory_budget_mb=100_000))
+    p = fixed_plan(bundle, wide.with_(memory_budget_mb=math.ceil(smallest.total_mb)))
+    assert (p.n_ctx, p.encode_batch_tokens) == (MIN_N_CTX, 256)
+    with pytest.raises(BudgetError):
+        fixed_plan(bundle, wide.with_(memory_budget_mb=math.floor(smallest.total_mb)))
+
+
+def test_stored_passages(tmp_path: Path) -> None:
+    from edge_rag.store import Store
+    from edge_rag.types import Document
+
+    assert budget.stored_passages(tmp_path / "none") == 0
+    store = Store(tmp_path, 4)
+    vectors = np.eye(4, dtype=np.float32)[:3]
+    store.add([Document("d", "t", "x")], [["a", "b", "c"]], vectors)
+    store.close()
+    assert budget.stored_passages(tmp_path) == 3
+
+
+# -- a real run inside the planned budget -------------------------------------------------------
+def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: Path, sample_passages: int) -> None:
+    """Budget = the plan at n_ctx 1024 (+10 MB slack for the subprocess's own base); config asks for
+    2048, so the plan must shrink n_ctx. Worst order: llama.cpp loaded before indexing, then the 20
+    answerable sample questions at temperature 0 and 3 HARD-tier generations. Peak RSS ≤ budget."""
+    at_1024 = fixed_plan(bundle, Config(memory_budget_mb=100_000), sample_passages)
+    budget_mb = math.ceil(at_1024.total_mb) + 10
+    code = "import sys; from edge_rag.budget import main; main(sys.argv[1:])"
+    args = ["--json", "--bundle", str(bundle_dir), "--budget", str(budget_mb), "--n-ctx", "2048",
+            "--questions", "20", "--hard", "3", "--generator-first"]
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["plan"]["n_ctx"] == 1024 and result["questions"] == 20
+    assert result["peak_rss_mb"] <= budget_mb, result
+    assert result["peak_rss_mb"] <= result["plan"]["total_mb"], result
