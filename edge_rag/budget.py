@@ -15,7 +15,7 @@ import mmap
 import sqlite3
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -32,12 +32,20 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far (the kernel's high-water mark where available)."""
+    """Peak resident set size of this process so far (the kernel's high-water mark).
+
+    Linux: VmHWM of /proc/self/status, not ru_maxrss, which survives fork + exec and so reports a
+    parent's peak in a freshly started child (a worker launched by a big test or benchmark process)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
     try:
         import resource
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak / (MB if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+        return peak / (MB if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB elsewhere
     except ImportError:  # Windows
         return psutil.Process().memory_info().peak_wset / MB
 
@@ -353,6 +361,15 @@ class Plan:
     def apply(self, config: Config) -> Config:
         """``config`` with this plan's n_ctx and encode_batch_tokens."""
         return config.with_(n_ctx=self.n_ctx, encode_batch_tokens=self.encode_batch_tokens)
+
+    def with_passages(self, passages: int, config: Config, dim: int) -> Plan:
+        """This plan for a store of ``passages``; BudgetError (before anything is encoded) if the larger
+        index no longer fits beside what is already planned."""
+        index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode)
+        parts = tuple(index if c.name == index.name else c for c in self.components)
+        if sum(c.mb for c in parts) > self.budget_mb:
+            raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, self.encode_batch_tokens, passages))
+        return replace(self, passages=passages, components=parts)
 
     def __str__(self) -> str:
         lines = [f"memory plan: ~{self.total_mb:.0f} of {self.budget_mb} MB (n_ctx {self.n_ctx}, "

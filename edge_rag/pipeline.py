@@ -17,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import bundle as B
-from .budget import peak_rss_mb, rss_mb
+from .budget import peak_rss_mb, plan, rss_mb, stored_passages
 from .cache import AnswerCache
 from .chunk import chunk as chunk_document
 from .chunk import iter_files, make_document, read_documents
@@ -44,8 +44,11 @@ class EdgeRAG:
 
     def __init__(self, db: str | Path, bundle: str | Path | None = None, config: Config | None = None,
                  profile: str = "gemma") -> None:
-        self.config = config or Config()
         self.bundle = B.Bundle.load(bundle or default_bundle(profile))
+        # Plan the whole process into the memory budget before loading anything large: the plan picks
+        # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
+        self.plan = plan(self.bundle, config or Config(), passages=stored_passages(db))
+        self.config = self.plan.apply(config or Config())
         info = self.bundle.encoder
         self.encoder = Encoder(
             self.bundle.require(B.ROLE_ENCODER),
@@ -77,6 +80,7 @@ class EdgeRAG:
                 fresh[d.doc_id] = d
         units = [chunk_document(d, self.config.passage_mode, self.config.min_sentence_chars) for d in fresh.values()]
         total = sum(len(u) for u in units)
+        self.plan = self.plan.with_passages(self.store.count + total, self.config, self.encoder.dim)
         added = 0
         with tqdm(total=total, unit="passage", disable=not progress, desc="indexing") as bar:
             for batch_docs, batch_units in _batches(list(fresh.values()), units, INDEX_BATCH_PASSAGES):

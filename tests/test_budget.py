@@ -170,3 +170,46 @@ def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: 
     assert result["plan"]["n_ctx"] == 1024 and result["questions"] == 20
     assert result["peak_rss_mb"] <= budget_mb, result
     assert result["peak_rss_mb"] <= result["plan"]["total_mb"], result
+
+
+# -- EdgeRAG plans before it loads ----------------------------------------------------------------
+REFUSE_SCRIPT = """
+import json, sys
+from edge_rag import BudgetError, Config, Document, EdgeRAG
+from edge_rag.budget import peak_rss_mb
+from edge_rag.cli import main
+
+db, bundle, tight, fits = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+out = {}
+try:
+    EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=tight))
+except BudgetError as exc:
+    out["error"] = str(exc)
+out["peak_after_refusal"] = peak_rss_mb()
+out["cli_exit"] = main(["ask", "When does the museum open?", "--db", db, "--bundle", bundle, "--memory-mb", str(tight)])
+rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=fits))
+docs = [Document(f"d{i}", f"t{i}", f"Passage number {i} talks about a topic of its own.") for i in range(20000)]
+try:
+    rag.add_documents(docs)
+except BudgetError as exc:
+    out["index_error"] = str(exc)
+out["stored"] = rag.store.count
+print(json.dumps(out))
+"""
+
+
+def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, bundle_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """In a fresh process: a budget below the generator's needs raises BudgetError from EdgeRAG() (and
+    exit 2 from the CLI) while peak RSS is still far below the models' sizes, so nothing large was loaded;
+    a budget that fits the models but not 20k more passages refuses the add before encoding any of them."""
+    fits = math.ceil(fixed_plan(bundle, Config(memory_budget_mb=100_000)).total_mb) + 20
+    out = subprocess.run([sys.executable, "-c", REFUSE_SCRIPT, str(tmp_path / "db"), str(bundle_dir), "200", str(fits)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["error"].startswith("generator needs ~") and "of the 200 MB budget" in result["error"]
+    assert result["peak_after_refusal"] < 150  # the GGUF alone is 241 MB, the encoder session ~50 MB
+    assert result["cli_exit"] == 2 and "generator needs ~" in out.stderr
+    assert result["index_error"].startswith("index needs ~") and "for 20000 passages" in result["index_error"]
+    assert result["stored"] == 0
