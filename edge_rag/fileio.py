@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,8 +14,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success fsync it and rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    # Not mkstemp: its 0600 mode would leave bundles and stores unreadable to a kiosk's service user.
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for open()
     try:
         yield Path(tmp)
         with open(tmp, "rb+") as f:
