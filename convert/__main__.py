@@ -13,13 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m convert", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"convert.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"convert.{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"convert.{name}").register(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
