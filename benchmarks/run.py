@@ -1,0 +1,233 @@
+"""`python -m benchmarks`: every system on the same pooled corpus and questions, then peer, scale, report.
+
+One EdgeRAG per system, opened on the dataset's shared store and closed before the next, so only one
+generator is ever loaded. Latency is the wall time of ``ask`` measured here; stage times come from
+the Answer. Per-question rows go to questions.jsonl, summaries to results.json.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+from tqdm import tqdm
+
+from edge_rag import EdgeRAG, EdgeRAGError, Route
+from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag.models import default_bundle, home
+
+from . import data, hardware, peer, plots, report, scale
+from . import metrics as M
+from .systems import BASELINE, SYSTEMS, bench_config, preset
+
+SCHEMA_VERSION = 1
+RETRIEVAL_K = 10
+WARMUP_QUESTION = "What is this collection about?"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    p.add_argument("--full", action="store_true", help="all questions and the 1M-vector scale point")
+    p.add_argument("--datasets", default="squad,hotpotqa", help="comma-separated: squad,hotpotqa")
+    p.add_argument("--squad", type=Path, default=data.FILES["squad"], help="SQuAD 2.0 JSON file")
+    p.add_argument("--hotpot", type=Path, default=data.FILES["hotpotqa"], help="HotpotQA JSONL file")
+    p.add_argument("--n", type=int, default=100, help="questions per dataset in the quick run")
+    p.add_argument("--part", default="benchmark", choices=data.PARTS,
+                   help="questions from the router's held-out benchmark part (default) or from the whole file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="0 = all cores")
+    p.add_argument("--memory-mb", type=int, default=None, help="memory budget for the pipeline")
+    p.add_argument("--profile", default="gemma", help="bundle profile: gemma | tiny")
+    p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: the profile's)")
+    p.add_argument("--out", type=Path, default=Path("bench-results"))
+    p.add_argument("--index-cache", type=Path, default=home() / "bench", help="where dataset indexes are kept")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    p.add_argument("--skip-peer", action="store_true")
+    p.add_argument("--skip-scale", action="store_true")
+    p.add_argument("--scale-sizes", default=None, help="comma-separated corpus sizes (default 1k,10k,100k[,1M])")
+    args = p.parse_args(argv)
+    args.datasets = [d for d in args.datasets.split(",") if d]
+    args.systems = [s for s in args.systems.split(",") if s]
+    for name, known in (("dataset", data.LOADERS), ("system", SYSTEMS)):
+        unknown = [x for x in (args.datasets if name == "dataset" else args.systems) if x not in known]
+        if unknown:
+            p.error(f"unknown {name}(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    args.sizes = ([int(s) for s in args.scale_sizes.split(",")] if args.scale_sizes
+                  else list(scale.FULL_SIZES if args.full else scale.QUICK_SIZES))
+    return args
+
+
+def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> list[dict]:
+    """Ask every question once; one row per question with its answer, costs and quality."""
+    rows = []
+    for item in tqdm(ds.items, desc=label, unit="q"):
+        start = time.perf_counter()
+        a = rag.ask(item.question)
+        wall_ms = (time.perf_counter() - start) * 1e3
+        d = a.to_dict()
+        used = [p.doc_id for p in rag.store.passages([p["id"] for p in d["passages"]])]
+        pred = None if a.route is Route.REFUSE else a.answer
+        answerable = not item.is_impossible
+        rows.append({
+            "id": item.id, "question": item.question, "answerable": answerable, "answer": pred, "gold": item.answers,
+            "em": M.best_em(pred, item.answers) if answerable else None,
+            "f1": M.best_f1(pred, item.answers) if answerable else None,
+            "route": d["route"], "tier": d["tier"], "tier_fallback": d.get("tier_fallback"),
+            "confidence": d.get("confidence"), "lower_bound": d.get("lower_bound"), "d_min": d.get("d_min"),
+            "refusal_reason": d.get("refusal_reason"), "corrected": d.get("corrected"),
+            "cache_hit": d.get("cache_hit"), "prompt_tokens": d["prompt_tokens"],
+            "completion_tokens": d["completion_tokens"], "context_chars": d["context_chars"],
+            "n_passages": len(used), "total_ms": wall_ms, "timings_ms": d["timings_ms"],
+            "rss_mb": max(d.get("rss_mb", {}).values(), default=None), "peak_rss_mb": d.get("peak_rss_mb"),
+            "context_precision": M.context_precision(used, item.gold_doc_ids),
+            "context_recall": M.context_recall(used, item.gold_doc_ids),
+            "faithfulness": M.faithfulness(pred, d.get("context", "")),
+        })
+    answered = [i for i, r in enumerate(rows) if r["answer"]]
+    avecs = rag.encoder.encode([rows[i]["answer"] for i in answered])
+    for i, v in zip(answered, avecs):
+        rows[i]["relevance"] = M.cosine(qvecs[i], v)
+    return rows
+
+
+def summarise(rows: list[dict], base: list[dict] | None, seed: int) -> dict:
+    """A system's aggregate over its rows, with paired deltas against the baseline's rows."""
+    ans = [r for r in rows if r["answerable"]]
+    unans = [r for r in rows if not r["answerable"]]
+    stages = list(dict.fromkeys(s for r in rows for s in r["timings_ms"]))  # pipeline order
+    out = {
+        "n": len(rows), "n_answerable": len(ans), "n_unanswerable": len(unans),
+        "em": M.mean([r["em"] for r in ans]), "f1": M.mean([r["f1"] for r in ans]),
+        "refuse_answerable": _refused(ans), "refuse_unanswerable": _refused(unans),
+        "prompt_tokens": M.mean([r["prompt_tokens"] for r in rows]),
+        "completion_tokens": M.mean([r["completion_tokens"] for r in rows]),
+        "latency_ms": M.percentiles([r["total_ms"] for r in rows]),
+        # stage mean over all questions (0 when skipped) so means stack to the total; p50/p95 when it ran
+        "stages_ms": {s: {**M.percentiles([r["timings_ms"][s] for r in rows if s in r["timings_ms"]]),
+                          "mean_all": float(np.mean([r["timings_ms"].get(s, 0.0) for r in rows]))}
+                      for s in stages},
+        "route_mix": M.shares([r["route"] for r in rows]),
+        "tier_mix": M.shares([r["tier"] for r in rows]),
+        "tier_fallback": M.mean([float(bool(r["tier_fallback"])) for r in rows]),
+        "corrected": M.mean([float(bool(r["corrected"])) for r in rows]),
+        "cache_hits": sum(bool(r["cache_hit"]) for r in rows),
+        **{k: M.mean([r.get(k) for r in rows])
+           for k in ("context_precision", "context_recall", "faithfulness", "relevance", "context_chars")},
+        "rss_mb": max((r["rss_mb"] for r in rows if r["rss_mb"] is not None), default=None),
+        "process_peak_rss_mb": max((r["peak_rss_mb"] or 0.0 for r in rows), default=None),
+    }
+    if base is not None:
+        b = {r["id"]: r for r in base}
+        base_ms, base_tok = M.mean([r["total_ms"] for r in base]), M.mean([r["prompt_tokens"] for r in base])
+        out["vs_baseline"] = {
+            "speedup": base_ms / out["latency_ms"]["mean"] if out["latency_ms"]["mean"] else None,
+            "token_reduction": 1 - out["prompt_tokens"] / base_tok if base_tok else None,
+            "f1_delta": M.bootstrap_ci([r["f1"] - b[r["id"]]["f1"] for r in ans], seed=seed),
+            "token_delta": M.bootstrap_ci([r["prompt_tokens"] - b[r["id"]]["prompt_tokens"] for r in rows], seed=seed),
+        }
+    return out
+
+
+def _refused(rows: list[dict]) -> float | None:
+    """Share of rows routed to REFUSE: abstention accuracy on unanswerable, a miss on answerable."""
+    return M.mean([float(r["route"] == Route.REFUSE.value) for r in rows])
+
+
+def retrieval(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray) -> dict:
+    """Recall@5/10, Precision@5, MRR@10 of the dense index on the sampled questions (system-independent)."""
+    per = {"recall@5": [], "recall@10": [], "precision@5": [], "mrr@10": []}
+    for item, v in zip(ds.items, qvecs):
+        if not item.gold_doc_ids:
+            continue
+        docs = [p.doc_id for p in rag.store.search(v, RETRIEVAL_K)]
+        per["recall@5"].append(M.recall_at_k(docs, item.gold_doc_ids, 5))
+        per["recall@10"].append(M.recall_at_k(docs, item.gold_doc_ids, 10))
+        per["precision@5"].append(M.precision_at_k(docs, item.gold_doc_ids, 5))
+        per["mrr@10"].append(M.reciprocal_rank(docs, item.gold_doc_ids))
+    return {**{k: M.mean(v) for k, v in per.items()}, "n": len(per["mrr@10"])}
+
+
+def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
+                out_rows: TextIO) -> tuple[dict, Path, dict]:
+    """All systems on one dataset; returns its results, its index folder and arrays for the scale test."""
+    base = bench_config(args.threads, args.memory_mb)
+    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
+    with EdgeRAG(db, bundle=bundle.root, config=base) as rag:
+        qvecs = rag.encoder.encode([q.question for q in ds.items])
+        result = {"file": str(ds.path), "sha256": ds.sha256, "part": ds.part, "corpus": corpus,
+                  "n_questions": len(ds.items),
+                  "n_answerable": sum(not q.is_impossible for q in ds.items),
+                  "retrieval": retrieval(rag, ds, qvecs)}
+        vectors = rag.store.index.get_items(rag.store.index.get_ids_list(), return_type="numpy")
+    rows_by_system: dict[str, list[dict]] = {}
+    errors: dict[str, dict] = {}
+    for system in args.systems:
+        config = preset(base, system)
+        try:
+            with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
+                _ = rag.generator  # load before timing: cold start is measured in the peer section
+                rag.ask(WARMUP_QUESTION)
+                rows_by_system[system] = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")
+        except EdgeRAGError as exc:  # e.g. a memory budget the system cannot fit: report, keep going
+            print(f"{ds.name}/{system} failed: {exc}")
+            errors[system] = {"error": str(exc)}
+        gc.collect()  # free the generator before the next system loads its own
+        for row in rows_by_system.get(system, []):
+            out_rows.write(json.dumps({"dataset": ds.name, "system": system, **row}) + "\n")
+    result["systems"] = {s: summarise(rows_by_system[s], rows_by_system.get(BASELINE), args.seed)
+                         if s in rows_by_system else errors[s] for s in args.systems}
+    return result, db, {"vectors": vectors, "queries": qvecs}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    bundle = Bundle.load(args.bundle or default_bundle(args.profile))
+    n = None if args.full else args.n
+    results: dict = {
+        "schema_version": SCHEMA_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "hardware": hardware.profile(args.threads, bundle),
+        "systems": {s: {"flags": SYSTEMS[s]} for s in args.systems},
+        "baseline": BASELINE,
+        "datasets": {},
+    }
+    paths = {"squad": args.squad, "hotpotqa": args.hotpot}
+    dbs: dict[str, Path] = {}
+    arrays: list[dict] = []
+    items: dict[str, list] = {}
+    with open(args.out / "questions.jsonl", "w", encoding="utf-8") as out_rows:
+        for name in args.datasets:
+            if not paths[name].is_file():
+                print(f"skipping {name}: {paths[name]} not found (see ../shared/data/README.md)")
+                results["datasets"][name] = {"skipped": f"{paths[name]} not found"}
+                continue
+            ds = data.load(name, paths[name], n, args.seed, args.part)
+            results["datasets"][name], dbs[name], arr = run_dataset(ds, args, bundle, out_rows)
+            arrays.append(arr)
+            items[name] = ds.items
+    if args.skip_peer or not dbs:
+        results["peer"] = {"skipped": "--skip-peer" if args.skip_peer else "no dataset"}
+    else:
+        name = "squad" if "squad" in dbs else next(iter(dbs))
+        results["peer"] = peer.run(dbs[name], name, items[name], bundle, args)
+    if args.skip_scale or not arrays:
+        results["scale"] = {"skipped": "--skip-scale" if args.skip_scale else "no dataset"}
+    else:
+        results["scale"] = scale.run(np.concatenate([a["vectors"] for a in arrays]),
+                                     np.concatenate([a["queries"] for a in arrays]),
+                                     args.sizes, bench_config(args.threads), args.out, args.seed)
+    results["runtime_s"] = time.perf_counter() - started
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    report.write(results, args.out / "report.md", plots.write(results, args.out))
+    print(f"benchmark done in {results['runtime_s'] / 60:.1f} min; results in {args.out.resolve()}/ "
+          "(results.json, report.md, questions.jsonl, *.png)")
+    return results

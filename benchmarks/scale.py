@@ -1,0 +1,106 @@
+"""Retrieval at scale: HNSW (hnswlib, the Config's M / ef) against exact search (numpy matmul).
+
+Each corpus size runs in a fresh process (``python -m benchmarks.scale``), so its peak RSS is its own
+and a 1M-vector index never inflates the benchmark process. Index memory is the size hnswlib serialises
+(its vectors and graph links): RSS deltas inside one process are hidden by the allocator reusing freed
+heap. Real passage embeddings are used up to the number we have; beyond that, synthetic vectors are
+real embeddings plus Gaussian noise of norm ``NOISE_NORM``, renormalised: they keep the cluster
+structure of text embeddings, whereas uniform random unit vectors are a worst case for HNSW that no
+text corpus looks like.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import hnswlib
+import numpy as np
+from tqdm import tqdm
+
+from benchmarks.rss import peak_rss_mb
+
+if TYPE_CHECKING:
+    from edge_rag import Config
+
+QUICK_SIZES = (1_000, 10_000, 100_000)
+FULL_SIZES = QUICK_SIZES + (1_000_000,)
+NOISE_NORM = 0.5
+MAX_QUERIES = 200
+K = 10
+CHUNK = 100_000  # synthetic rows generated at a time (bounds the float temporaries)
+MB = 2**20
+
+
+def corpus(real: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, int]:
+    """``n`` unit vectors: a seeded sample of the real ones, topped up with noisy copies."""
+    rng = np.random.default_rng(seed)
+    n_real = min(n, len(real))
+    x = np.empty((n, real.shape[1]), dtype=np.float32)
+    x[:n_real] = real[rng.permutation(len(real))[:n_real]]
+    sigma = NOISE_NORM / np.sqrt(real.shape[1])
+    for start in range(n_real, n, CHUNK):
+        rows = slice(start, min(start + CHUNK, n))
+        size = rows.stop - rows.start
+        block = real[rng.integers(0, len(real), size)] + sigma * rng.standard_normal((size, real.shape[1]), np.float32)
+        x[rows] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return x, n_real
+
+
+def point(work: str, n: int, m: int, ef_construction: int, ef_search: int, threads: int, seed: int) -> dict:
+    """Build and query one corpus size (runs in its own process)."""
+    real = np.load(Path(work) / "real.npy")
+    queries = np.load(Path(work) / "queries.npy")
+    x, n_real = corpus(real, n, seed)
+    del real
+    start = time.perf_counter()
+    index = hnswlib.Index(space="cosine", dim=x.shape[1])
+    index.init_index(max_elements=n, M=m, ef_construction=ef_construction, random_seed=seed)
+    index.add_items(x, np.arange(n), num_threads=threads or -1)
+    build_s = time.perf_counter() - start
+    saved = Path(work) / f"index-{n}.hnsw"
+    index.save_index(str(saved))
+    hnsw_mb = saved.stat().st_size / MB
+    saved.unlink()
+    index.set_ef(max(ef_search, K))
+    hnsw_ms, exact_ms, recall = [], [], []
+    for q in queries:
+        t = time.perf_counter()
+        labels, _ = index.knn_query(q[None], k=K)
+        hnsw_ms.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        top = np.argpartition(-(x @ q), K)[:K]
+        exact_ms.append((time.perf_counter() - t) * 1e3)
+        recall.append(len(set(labels[0].tolist()) & set(top.tolist())) / K)
+    return {"n": n, "n_real": n_real, "n_synthetic": n - n_real, "build_s": build_s, "hnsw_mb": hnsw_mb,
+            "exact_mb": x.nbytes / MB, "peak_rss_mb": peak_rss_mb(), "hnsw_p50_ms": float(np.median(hnsw_ms)),
+            "exact_p50_ms": float(np.median(exact_ms)), "recall@10": float(np.mean(recall))}
+
+
+def run(real: np.ndarray, queries: np.ndarray, sizes: list[int], config: Config, out: Path, seed: int) -> dict:
+    """One row per corpus size; real = passage embeddings, queries = question embeddings."""
+    rng = np.random.default_rng(seed)
+    queries = queries[rng.permutation(len(queries))[:MAX_QUERIES]]
+    rows = []
+    with tempfile.TemporaryDirectory(dir=out) as work:
+        np.save(Path(work) / "real.npy", np.ascontiguousarray(real, dtype=np.float32))
+        np.save(Path(work) / "queries.npy", np.ascontiguousarray(queries, dtype=np.float32))
+        for n in tqdm(sizes, desc="scale", unit="size"):
+            params = [work, n, config.hnsw_m, config.hnsw_ef_construction, config.hnsw_ef_search, config.threads, seed]
+            cmd = [sys.executable, "-m", "benchmarks.scale", *map(str, params)]
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+            if done.returncode != 0:
+                raise RuntimeError(f"scale point n={n} failed:\n{done.stderr[-2000:]}")
+            rows.append(json.loads(done.stdout.splitlines()[-1]))
+    return {"real_vectors": len(real), "queries": len(queries), "k": K, "noise_norm": NOISE_NORM,
+            "M": config.hnsw_m, "ef_construction": config.hnsw_ef_construction,
+            "ef_search": config.hnsw_ef_search, "rows": rows}
+
+
+if __name__ == "__main__":
+    work, *numbers = sys.argv[1:]
+    print(json.dumps(point(work, *map(int, numbers))))

@@ -1,0 +1,128 @@
+"""The benchmark harness: metric functions against hand-computed cases, and a tiny end-to-end run.
+
+The tiny run uses a few paragraphs of the real QA files (so the index builds in seconds) and two
+questions per dataset; it checks the shape of what `python -m benchmarks` writes, never timings.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import data, run
+from benchmarks import metrics as M
+from benchmarks.systems import SYSTEMS, bench_config, preset
+from edge_rag.datasets import QAItem
+
+
+def test_em_f1_use_squad_normalisation():
+    assert M.best_em("The Eiffel Tower!", ["eiffel tower"]) == 1.0
+    assert M.best_em(None, ["Paris"]) == 0.0  # a refusal scores 0 on an answerable question
+    # "in paris france" vs "paris": precision 1/3 ("in" and "france" are extra), recall 1 -> F1 0.5
+    assert M.best_f1("in Paris, France", ["Paris"]) == pytest.approx(0.5)
+    assert M.best_f1("Paris", ["Lyon", "paris"]) == 1.0  # best gold wins
+
+
+def test_ranking_metrics_by_hand():
+    ranked = ["x", "g1", "x", "g1", "g2", "y"]  # documents of the ranked passages
+    gold = frozenset({"g1", "g2"})
+    assert M.reciprocal_rank(ranked, gold) == 0.5
+    assert M.reciprocal_rank(["x", "y"], gold) == 0.0
+    assert M.recall_at_k(ranked, gold, 2) == 0.5
+    assert M.recall_at_k(ranked, gold, 5) == 1.0
+    assert M.precision_at_k(ranked, gold, 5) == pytest.approx(3 / 5)
+    assert M.context_precision(["g1", "x", "x", "g2"], gold) == 0.5
+    assert M.context_precision([], gold) is None
+    assert M.context_recall(["g1", "g1", "x"], gold) == 0.5
+
+
+def test_faithfulness_and_relevance():
+    assert M.faithfulness("the Treaty of Rome", "The Treaty of Rome was signed in 1957.") == 1.0
+    assert M.faithfulness("Rome 1958", "The Treaty of Rome was signed in 1957.") == 0.5
+    assert M.faithfulness(None, "anything") is None
+    assert M.cosine(np.array([1.0, 0.0]), np.array([1.0, 1.0])) == pytest.approx(2 ** -0.5)
+
+
+def test_bootstrap_ci_contains_true_delta():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0, 1, 400)
+    system = base + 0.1 + rng.normal(0, 0.05, 400)  # true paired delta 0.1
+    ci = M.bootstrap_ci(system - base, seed=0)
+    assert ci["lo"] < 0.1 < ci["hi"] and ci["hi"] - ci["lo"] < 0.05 and ci["n"] == 400
+    assert M.bootstrap_ci([0.2] * 10) == {"mean": 0.2, "lo": pytest.approx(0.2), "hi": pytest.approx(0.2), "n": 10}
+    assert M.bootstrap_ci([])["mean"] is None
+
+
+def test_sample_mixes_answerable_and_unanswerable():
+    items = [QAItem(str(i), f"q{i}", [] if i % 3 else ["a"], "squad", is_impossible=bool(i % 3)) for i in range(30)]
+    picked = data.sample(items, 8, seed=0)
+    assert len(picked) == 8 and sum(q.is_impossible for q in picked) == 4
+    assert picked == data.sample(items, 8, seed=0)
+    assert [q.id for q in picked] == sorted((q.id for q in picked), key=int)  # file order
+    assert len(data.sample(items, None, seed=0)) == 30
+
+
+def test_presets_switch_stages():
+    base = bench_config()
+    assert base.temperature == 0.0
+    assert preset(base, "gpt_only").retrieval is False
+    fixed = preset(base, "fixed_k")
+    assert not (fixed.router or fixed.rerank or fixed.compression or fixed.correction or fixed.cgr)
+    assert preset(base, "full_cgr").cgr and not preset(base, "full").cgr
+
+
+@pytest.fixture(scope="module")
+def tiny_run(bundle_dir: Path, squad_path: Path, hotpot_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("bench")
+    squad = json.loads(squad_path.read_text(encoding="utf-8"))
+    squad["data"] = [{**squad["data"][0], "paragraphs": squad["data"][0]["paragraphs"][:3]}]
+    (tmp / "squad.json").write_text(json.dumps(squad), encoding="utf-8")
+    (tmp / "hotpot.jsonl").write_text("\n".join(hotpot_path.read_text(encoding="utf-8").splitlines()[:2]) + "\n")
+    out = tmp / "out"
+    results = run.main(["--n", "2", "--squad", str(tmp / "squad.json"), "--hotpot", str(tmp / "hotpot.jsonl"),
+                        "--bundle", str(bundle_dir), "--out", str(out), "--index-cache", str(tmp / "index"),
+                        "--skip-peer", "--scale-sizes", "300", "--threads", "2", "--part", "all"])
+    return results, out
+
+
+def test_tiny_run_writes_every_output(tiny_run):
+    results, out = tiny_run
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["schema_version"] == run.SCHEMA_VERSION == results["schema_version"]
+    assert {"created", "args", "hardware", "systems", "baseline", "datasets", "peer", "scale", "runtime_s"} <= set(on_disk)
+    assert on_disk["hardware"]["versions"]["numpy"] and on_disk["hardware"]["bundle"]["files"]
+    for name in ("squad", "hotpotqa"):
+        ds = on_disk["datasets"][name]
+        assert ds["n_questions"] == 2 and ds["part"] == "all" and {"recall@5", "recall@10", "precision@5", "mrr@10"} <= set(ds["retrieval"])
+        assert set(ds["systems"]) == set(SYSTEMS)
+        for system, s in ds["systems"].items():
+            assert "error" not in s, (name, system, s)
+            assert {"em", "f1", "prompt_tokens", "completion_tokens", "latency_ms", "stages_ms", "route_mix",
+                    "refuse_answerable", "refuse_unanswerable", "faithfulness", "relevance"} <= set(s)
+            assert abs(sum(s["route_mix"].values()) - 1) < 1e-9
+            assert ("vs_baseline" in s) and {"speedup", "token_reduction", "f1_delta", "token_delta"} <= set(
+                s["vs_baseline"])
+    assert on_disk["datasets"]["squad"]["n_answerable"] == 1  # the seeded mix: one of each kind
+    assert on_disk["peer"] == {"skipped": "--skip-peer"}
+    assert [r["n"] for r in on_disk["scale"]["rows"]] == [300]
+    rows = (out / "questions.jsonl").read_text().splitlines()
+    assert len(rows) == 2 * 2 * len(SYSTEMS)
+    report = (out / "report.md").read_text()
+    assert "## squad" in report and "## Retrieval" in report and "## Hardware" in report
+    assert {p.name for p in out.glob("*.png")} == {"latency_stages.png", "tokens.png", "route_mix.png",
+                                                   "f1_vs_tokens.png"}
+
+
+def test_benchmark_part_is_the_routers_held_out_questions(squad_path: Path):
+    from edge_rag.datasets import load_squad
+
+    docs, items = load_squad(squad_path)
+    held = data.held_out(items)
+    split = json.loads(data.SPLIT.read_text(encoding="utf-8"))
+    assert held and {q.group for q in held} == set(split["benchmark_articles"])
+    ds = data.load("squad", squad_path, 40, seed=0)
+    assert ds.part == "benchmark" and len(ds.items) == 40 and {q.id for q in ds.items} <= {q.id for q in held}
+    assert len(ds.documents) == len(docs)  # the corpus stays open: every context of the file
+    assert data.load("squad", squad_path, 40, seed=0, part="all").part == "all"
