@@ -61,3 +61,17 @@ def test_answer_records_every_field(sample_rag):
     if answer.route is Route.GPT:
         assert answer.prompt_tokens > 0 and answer.completion_tokens > 0
     assert "Hollins" in (answer.answer or "")
+
+
+def test_sample_questions_are_answered_and_off_topic_ones_refused(sample_rag):
+    """What `make demo` shows: the packaged questions answered right (token F1 >= 0.5 against the
+    sample's gold answer; 17 of the 20 at the time of writing) and the off-topic ones refused."""
+    from edge_rag.cli import SAMPLE_DIR
+    from edge_rag.metrics import best_f1
+
+    items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))
+    answers = {q["question"]: sample_rag.ask(q["question"]) for q in items}
+    answerable = [q for q in items if q["answer"]]
+    right = [q["question"] for q in answerable if best_f1(answers[q["question"]].answer, [q["answer"]]) >= 0.5]
+    assert len(right) >= 0.8 * len(answerable), sorted(set(answers) - set(right))
+    assert all(answers[q["question"]].route is Route.REFUSE for q in items if not q["answer"])
