@@ -47,8 +47,9 @@ class EdgeRAG:
         self.bundle = B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
-        self.plan = plan(self.bundle, config or Config(), passages=stored_passages(db))
-        self.config = self.plan.apply(config or Config())
+        config = config or Config()
+        self.plan = plan(self.bundle, config, passages=stored_passages(db))
+        self.config = self.plan.apply(config)
         info = self.bundle.encoder
         self.encoder = Encoder(
             self.bundle.require(B.ROLE_ENCODER),
