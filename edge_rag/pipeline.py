@@ -17,7 +17,6 @@ import numpy as np
 from tqdm import tqdm
 
 from . import bundle as B
-from .budget import peak_rss_mb, plan, rss_mb, stored_passages
 from .cache import AnswerCache
 from .chunk import chunk as chunk_document
 from .chunk import iter_files, make_document, read_documents
@@ -28,6 +27,7 @@ from .errors import InputError
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
+from .memory import peak_rss_mb, plan, rss_mb, stored_passages
 from .models import default_bundle
 from .policy import decide
 from .rerank import rerank

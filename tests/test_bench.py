@@ -14,7 +14,7 @@ import pytest
 from benchmarks import data, run
 from benchmarks import metrics as M
 from benchmarks.systems import SYSTEMS, bench_config, preset
-from edge_rag.datasets import QAItem
+from evaluation.datasets import QAItem
 
 
 def test_em_f1_use_squad_normalisation():
@@ -116,7 +116,7 @@ def test_tiny_run_writes_every_output(tiny_run):
 
 
 def test_benchmark_part_is_the_routers_held_out_questions(squad_path: Path):
-    from edge_rag.datasets import load_squad
+    from evaluation.datasets import load_squad
 
     docs, items = load_squad(squad_path)
     held = data.held_out(items)

@@ -67,7 +67,7 @@ def test_sample_questions_are_answered_and_off_topic_ones_refused(sample_rag):
     """What `make demo` shows: the packaged questions answered right (token F1 >= 0.5 against the
     sample's gold answer; 17 of the 20 at the time of writing) and the off-topic ones refused."""
     from edge_rag.cli import SAMPLE_DIR
-    from edge_rag.metrics import best_f1
+    from evaluation.metrics import best_f1
 
     items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))
     answers = {q["question"]: sample_rag.ask(q["question"]) for q in items}
