@@ -1,7 +1,7 @@
 """Router (thesis §4.3): which budget tier a question needs, from its embedding alone.
 
 ``router.onnx`` is the MLP 384 → 256 → ReLU → Dropout → 64 → ReLU → 3 exported by
-``python -m convert router``; its logits are in Tier order EASY, MEDIUM, HARD.
+``python -m convert router``; its logits are in ``config.TIERS`` order.
 """
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Tier
+from .config import TIERS, Tier
 from .encode import load_session
-
-TIERS = (Tier.EASY, Tier.MEDIUM, Tier.HARD)
 
 
 class Router:
