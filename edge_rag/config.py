@@ -92,6 +92,7 @@ class Config:
 
     # -- memory budget (MB) for the whole process; EverydayGPT runs in < 2 GB
     memory_budget_mb: int = 2048
+    rss_per_stage: bool = False  # Answer.rss_mb after every stage (else one sample, "end"): costs time
 
     # -- encoder (MiniLM ONNX): sentence-transformers uses max_seq_length 256
     max_seq_len: int = 256
