@@ -52,7 +52,7 @@ router: models
 	$(BIN)/python -m convert train-router $(ARGS)
 
 lint: install
-	$(BIN)/ruff check edge_rag convert benchmarks tests
+	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info tests/.cache
