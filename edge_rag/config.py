@@ -41,7 +41,9 @@ class Config:
     correction: bool = True
     rerank: bool = True
     compression: bool = True  # dedupe + sentence-level compression to the tier's char budget
-    cgr: bool = True  # evidence gate + confidence-gated routing RAG | GPT | REFUSE (else always GPT)
+    cgr: bool = True  # decide RAG | GPT | REFUSE (else always GPT)
+    certified: bool = True  # certified selective answering (certify.py); False = the seeds' CGR (Eq. 1 tau, gate)
+    reader: str = "rules"  # "neural" (trained extractive reader, reader.onnx) | "rules" (EverydayGPT extractor)
 
     # -- memory budget (MB) for the whole process; EverydayGPT runs in < 2 GB
     memory_budget_mb: int = 2048
@@ -79,19 +81,23 @@ class Config:
     # -- dedupe (EverydayGPT): passages whose first N normalised characters repeat are dropped
     dedupe_prefix_chars: int = 120
 
-    # -- evidence gate (cautious-rag)
+    # -- evidence gate (cautious-rag), a HEURISTIC of the seed path (certified=False): it bounds the top-k
+    # cosines of one query read in rank order, which are not i.i.d. draws, so its delta certifies nothing (gate.py).
     gate: str = "betting"  # none | distance | hoeffding | azuma | bernstein | betting
-    gate_delta: float = 0.05  # one-sided level 1 - delta
-    # tau_rel on relevance r = clip(cosine, 0, 1). Calibrated on MiniLM sentence passages of the SQuAD
-    # subset with the betting gate over the top 20 cosines: 0.25 passes 97% of answerable questions and
-    # 0% of the 60 out-of-domain ones in tests/data (0.30: 90% / 0%). See README "Gates".
-    gate_threshold: float = 0.25
+    gate_delta: float = 0.05
+    gate_threshold: float = 0.25  # tau_rel on r = clip(cosine, 0, 1): a threshold on how high the top cosines are
     gate_max_n: int = 20  # cosines the gate may look at (one knn query; sequential gates stop earlier)
-    azuma_c: float = 0.2  # bound on martingale differences
+    azuma_c: float = 1.0  # bound on martingale differences: 1 is the only value [0, 1] scores guarantee
 
-    # -- confidence-gated routing (EverydayGPT Def. 2)
-    refuse_distance: float = 1.5  # delta_d: d_min above this is out of domain
-    gpt_distance: float = 1.0  # GPT path only when d_min <= this
+    # -- certified selective answering: among answered questions error <= max_error_rate w.p. >= 1 - delta
+    max_error_rate: float = 0.2  # alpha; chosen from what calibration shows achievable (README "Decision layer")
+    delta: float = 0.05
+    reader_passages: int = 3  # top passages (widened to their paragraph) the neural reader reads
+
+    # -- confidence-gated routing (EverydayGPT Def. 2). Distances are squared L2, d = 2 - 2 s, as the seeds'
+    # FAISS IndexFlatL2; the certified path uses the out-of-domain floor of the calibration file instead.
+    refuse_distance: float = 1.5  # delta_d: d_min above this is out of domain (cosine < 0.25)
+    gpt_distance: float = 1.0  # GPT path only when d_min <= this (cosine >= 0.5)
     rag_confidence: float = 0.5  # tau: extractive answer accepted when c >= tau
 
     # -- generation (EverydayGPT §4.3)

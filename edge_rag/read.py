@@ -1,0 +1,78 @@
+"""The read stage: one candidate answer per question from the retrieved passages, with the numbers the
+certified score is made of.
+
+``Config(reader="neural")`` runs the trained extractive reader (edge_rag/reader.py, ONNX) over the top
+passages' paragraph text with title; ``reader="rules"`` runs the EverydayGPT rule extractor (the seed path)
+over the compressed context. Both return a Candidate; the policy turns it into one score (certify.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from .extract import extract
+from .types import Passage
+
+READERS = ("neural", "rules")
+PARAGRAPH_WINDOW = 3  # sentences either side of a sentence hit that make up its paragraph for the reader
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A reader's best answer (text None = it found none) and its scores."""
+
+    text: str | None
+    passage_id: int | None
+    span_score: float  # the reader's score for its span (rules: Eq. 1 confidence)
+    null_score: float  # the reader's no-answer score (rules: none, 0)
+    margin: float  # span_score - null_score: how much the span beats "no answer"
+
+    def features(self, passages: Sequence[Passage]) -> dict[str, float]:
+        """The combiner's inputs (certify.FEATURES). d_min = 2 - 2 s_max is the top cosine in another unit,
+        so only the cosine is used."""
+        top = max((p.score for p in passages), default=0.0)
+        return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top}
+
+
+class _Store(Protocol):
+    def passages(self, ids: Sequence[int]) -> list[Passage]: ...
+
+
+def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int = PARAGRAPH_WINDOW) -> list[Passage]:
+    """The first ``limit`` distinct hits widened to their neighbourhood: for a sentence passage, the passages
+    of the same document at positions within ``window`` of it (ids of one document are consecutive), joined
+    in document order. Keeps the hit's id and score."""
+    out: list[Passage] = []
+    covered: set[int] = set()  # passage ids already inside an earlier hit's window
+    for hit in hits:
+        if len(out) >= limit:
+            break
+        if hit.id in covered:
+            continue
+        ids = [hit.id + k for k in range(-window, window + 1) if hit.position + k >= 0]
+        around = [p for p in store.passages(ids) if p.doc_id == hit.doc_id]
+        covered.update(p.id for p in around)
+        out.append(replace(hit, text=" ".join(p.text for p in around) or hit.text))
+    return out
+
+
+def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:
+    """The rule extractor's answer; its Eq. 1 confidence is the span score."""
+    e = extract(question, passages)
+    return Candidate(e.answer or None, e.passage_id, e.confidence, 0.0, e.confidence)
+
+
+class NeuralReader:
+    """edge_rag.reader.Reader behind the Candidate interface (imported lazily: optional asset)."""
+
+    def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, threads: int = 0) -> None:
+        from .reader import Reader
+
+        self.reader = Reader(onnx_path, tokenizer_path, threads=threads)
+
+    def __call__(self, question: str, passages: Sequence[Passage]) -> Candidate:
+        span = self.reader.read(question, list(passages))
+        return Candidate(span.text or None, span.passage_id, float(span.score), float(span.null_score),
+                         float(span.margin))
