@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from edge_rag.datasets import QAItem, load_hotpot, load_squad
 from edge_rag.models import ROUTER_ASSET
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = ROOT.parent / "shared" / "data"
+DATA_DIR = Path(os.environ.get("EDGE_RAG_DATA", ROOT.parent / "shared" / "data"))  # env: for worktrees
 FILES = {"squad": DATA_DIR / "squad2_dev_subset.json", "hotpotqa": DATA_DIR / "hotpotqa_dev_subset.jsonl"}
 # The shipped router's split (convert/train_router.py): its benchmark part was never trained on.
 SPLIT = ROUTER_ASSET.with_name("split.json")

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from . import bundle as B
 from .budget import peak_rss_mb, plan, rss_mb, stored_passages
 from .cache import AnswerCache
+from .certify import CALIBRATION_ASSET, Calibration, Certificate
 from .chunk import chunk as chunk_document
 from .chunk import iter_files, make_document, read_documents
 from .compress import compress, dedupe
@@ -29,7 +30,8 @@ from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
 from .models import default_bundle
-from .policy import decide
+from .policy import decide, decide_certified
+from .read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
 from .rerank import rerank
 from .route import Router
 from .store import Store
@@ -67,6 +69,31 @@ class EdgeRAG:
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache else None
         self.cache = AnswerCache(self.config, cache_file)
         self._config_key = hashlib.sha1(repr(self.config).encode()).hexdigest()[:12]
+        # Certified path: the calibration measured for this reader and the threshold this config's
+        # (alpha, delta) certifies, computed once. A missing calibration file refuses every question.
+        self.calibration = Calibration.load(CALIBRATION_ASSET) if CALIBRATION_ASSET.is_file() else None
+        self._neural: NeuralReader | None = None
+
+    @property
+    def certificate(self) -> Certificate | None:
+        """The threshold config.max_error_rate / config.delta get from the shipped calibration."""
+        if self.calibration is None:
+            return None
+        key = (self.config.reader, self.config.max_error_rate, self.config.delta)
+        if getattr(self, "_certificate_key", None) != key:
+            table = self.calibration.reader(self.config.reader).table
+            self._certificate, self._certificate_key = table.choose(key[1], key[2]), key
+        return self._certificate
+
+    def read(self, question: str, passages: list[Passage], context_passages: list[Passage]) -> Candidate:
+        """The read stage: the neural reader over the top passages' paragraphs, or the rule extractor
+        over the compressed context."""
+        if self.config.reader == "rules":
+            return read_rules(question, context_passages)
+        if self._neural is None:
+            self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
+                                        threads=self.config.threads)
+        return self._neural(question, paragraphs(passages, self.store, self.config.reader_passages))
 
     # -- indexing ------------------------------------------------------------------------------
     def add_documents(self, documents: Iterable[Document | str], progress: bool = False) -> int:
@@ -167,19 +194,25 @@ class EdgeRAG:
                 context, used = build_context(passages), passages
         d_min = min((p.distance for p in passages), default=math.nan)
 
-        route, reason, gate, extraction = Route.GPT, None, None, None
-        if c.cgr:
+        route, reason, gate, extraction, candidate, certified = Route.GPT, None, None, None, None, {}
+        if c.cgr and c.certified:
+            with stage("read"):
+                candidate = self.read(question, passages, used)
+            with stage("certify"):
+                route, reason, certified = self._certify(question, d_min, candidate, passages)
+        elif c.cgr:
             with stage("gate"):
                 gate = sequential_gate(scores[: c.gate_max_n], c)
             with stage("extract"):
                 extraction = extract(question, used)
             route, reason = decide(d_min, gate, extraction, c)
+        answer = candidate.text if candidate else extraction.answer if extraction else None
         return Answer(
             question=question,
-            answer=extraction.answer if route is Route.RAG else None,
+            answer=answer if route is Route.RAG else None,
             route=route,
             tier=tier,
-            confidence=extraction.confidence if extraction else 0.0,
+            confidence=candidate.span_score if candidate else extraction.confidence if extraction else 0.0,
             lower_bound=gate.lower_bound if gate else math.nan,
             threshold=gate.threshold if gate else math.nan,
             d_min=d_min,
@@ -193,7 +226,24 @@ class EdgeRAG:
             n_evidence=gate.n if gate else 0,
             tier_fallback=fallback,
             context=context,
+            candidate=answer,
+            **certified,
         )
+
+    def _certify(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> tuple[Route, str, dict]:
+        """Score the candidate with the calibrated combiner and route it against the certified threshold."""
+        c, cert = self.config, self.certificate
+        features = candidate.features(passages)
+        if cert is None:
+            return Route.REFUSE, "not calibrated: run `python -m convert calibrate`", {"features": features}
+        rc = self.calibration.reader(c.reader)
+        score = rc.combiner(features) if candidate.text else math.nan
+        route, reason = decide_certified(question, d_min, self.calibration.ood_distance, candidate.text, score,
+                                         cert, rc.gpt_allowed(c.max_error_rate, c.delta))
+        return route, reason, {
+            "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
+            "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,
+            "cal_error": cert.error}
 
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""

@@ -12,10 +12,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from .bundle import Bundle
+from .errors import BundleError
 from .extract import extract
 from .types import Passage
 
 READERS = ("neural", "rules")
+READER_ASSET = Path(__file__).resolve().parent / "assets" / "reader.onnx"  # shipped like router.onnx
+ROLE_READER = "reader"
 PARAGRAPH_WINDOW = 3  # sentences either side of a sentence hit that make up its paragraph for the reader
 
 
@@ -62,6 +66,14 @@ def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:
     """The rule extractor's answer; its Eq. 1 confidence is the span score."""
     e = extract(question, passages)
     return Candidate(e.answer or None, e.passage_id, e.confidence, 0.0, e.confidence)
+
+
+def reader_path(bundle: Bundle) -> Path:
+    """The bundle's reader ONNX, else the one shipped with the package."""
+    path = bundle.path(ROLE_READER) or READER_ASSET
+    if not path.is_file():
+        raise BundleError(f"no reader model: {path} is missing; use Config(reader='rules') or run `make reader`")
+    return path
 
 
 class NeuralReader:

@@ -81,6 +81,8 @@ class Answer:
     # threshold they certify and the calibration figures behind it (error among answered <= alpha w.p. 1 - delta
     # over exchangeable calibration questions; not a per-question guarantee). NaN / 0 when not certified.
     score: float = float("nan")
+    candidate: str | None = None  # the reader's answer before the decision (kept when refused)
+    features: dict[str, float] = field(default_factory=dict)  # what the score was computed from
     alpha: float = float("nan")
     delta: float = float("nan")
     score_threshold: float = float("nan")
