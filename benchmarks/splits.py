@@ -11,11 +11,8 @@ from pathlib import Path
 
 from edge_rag.datasets import QAItem, load_squad
 
-from .data import DATA_DIR
-
 SPLITS_FILE = Path(__file__).resolve().parent.parent / "edge_rag" / "assets" / "splits.json"
 PARTS = ("test", "calibration", "reader_val", "reader_train")
-OOD_FILE = DATA_DIR / "squad2_unlabeled_20articles.json"
 
 
 def _splits() -> dict:
@@ -48,7 +45,7 @@ def select(items: list[QAItem], part: str) -> list[QAItem]:
     return [q for q in items if part_of(q) == part]
 
 
-def ood_questions(part: str, path: Path = OOD_FILE) -> list[QAItem]:
+def ood_questions(part: str, path: Path) -> list[QAItem]:
     """Out-of-domain questions of ``part`` ("calibration" or "test"): every answer to them is wrong."""
     titles = {_title(t) for t in _splits()["ood"][part]}
     _, items = load_squad(path)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,10 @@ def collect(rag: EdgeRAG, items: list[QAItem], label: str) -> list[dict]:
                      "wrong": wrong(a.candidate, q), "answerable": not q.is_impossible,
                      "generative": generative(q.question), "context": a.context, "tier": a.tier.value})
     return rows
+
+
+def collect_all(rag: EdgeRAG, parts: dict[str, list[QAItem]], reader: str) -> dict[str, list[dict]]:
+    return {name: collect(rag, qs, f"{reader}/{name}") for name, qs in parts.items()}
 
 
 def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict]) -> dict:
@@ -135,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
     db, _ = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
     val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")
-    ood = splits.ood_questions("calibration")
+    ood = splits.ood_questions("calibration", data.OOD_FILE)
     ood = [ood[i] for i in sorted(np.random.default_rng(SEED).permutation(len(ood))[: args.ood_sample])]
     by_id = {q.id: q for q in cal}
     out: dict = {"readers": {}, "source": {
@@ -146,9 +151,8 @@ def run(args: argparse.Namespace) -> int:
     for reader in args.readers:
         with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader=reader)) as rag:
             rag.calibration = None  # record candidates and features, decide nothing
-            rows = cached_rows(args.rows_cache, reader, bundle, lambda: {
-                name: collect(rag, qs, f"{reader}/{name}")
-                for name, qs in (("reader_val", val), ("calibration", cal), ("ood", ood))})
+            parts = {"reader_val": val, "calibration": cal, "ood": ood}
+            rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader))
             if "ood_distance" not in out:
                 out["ood_distance"] = float(np.quantile([r["d_min"] for r in rows["ood"]], 1 - OOD_REFUSE))
             floor = out["ood_distance"]
