@@ -6,11 +6,13 @@ Splits from edge_rag/assets/splits.json; the corpus is every context of squad2_d
 1. Every reader-val, calibration and OOD-calibration question runs through the real pipeline
    (``EdgeRAG.decide`` with ``Config(temperature=0, cache_size=0, reader=...)``) without a calibration, which
    records the reader's candidate answer, its features and d_min = 2 - 2 s_max (squared L2).
-2. Out-of-domain floor, from OOD-calibration questions only: the squared distance above which
-   OOD_REFUSE of them fall. Its in-domain cost is reported on the calibration split.
-3. Combiner, fitted on reader-val only: L2-regularised logistic regression of "the candidate is right"
+2. Combiner, fitted on reader-val only: L2-regularised logistic regression of "the candidate is right"
    (answerable and F1 >= 0.5) on certify.FEATURES; the score grid is its reader-val score quantiles
    (strict → permissive, from 10% reader-val coverage), fixed before the calibration split is looked at.
+3. Out-of-domain floor, from OOD-calibration and reader-val questions only (so the calibration split stays
+   untouched for step 4): the most permissive squared distance at which the whole decision (floor, then the
+   reader-val threshold for DESIGN_ALPHA) refuses OOD_REFUSE of the OOD-calibration questions. Its in-domain
+   cost is reported on the calibration split.
 4. Calibration split: per threshold, questions answered (within the floor, a candidate, score >= t) and
    errors among them (F1 < 0.5, or any answer to an unanswerable question).
 5. GPT route: up to --gpt-sample why/how/describe calibration questions within the floor are generated
@@ -40,14 +42,15 @@ from edge_rag.metrics import best_f1
 from edge_rag.models import default_bundle, home
 from edge_rag.policy import generative
 
-OOD_REFUSE = 0.98  # share of OOD-calibration questions the floor alone must refuse
+OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse
+DESIGN_ALPHA = 0.2  # the alpha the floor is chosen for (Config's default max_error_rate)
 GRID_POINTS = 200  # thresholds in the fixed sequence
 # The sequence starts at the score that answers 10% of reader-val, not at the very top: a threshold that
 # answers a handful of calibration questions cannot certify any useful alpha, and fixed-sequence testing
 # stops at its first failure. The start is fixed on reader-val, before calibration is looked at.
 GRID_START_COVERAGE = 0.1
 L2 = 1.0  # ridge on the standardised combiner weights
-ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)  # reported in the summary
+ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7)  # reported in the summary
 SEED = 0
 
 
@@ -119,8 +122,24 @@ def grid(val_scores: np.ndarray) -> np.ndarray:
     return np.append(np.unique(q)[::-1], 0.0)
 
 
-def measure_gpt(rag: EdgeRAG, rows: list[dict], items: dict[str, QAItem], floor: float, n: int) -> tuple[int, int]:
-    """Generate for up to n generative calibration questions within the floor; (n, errors)."""
+def choose_floor(ood: list[dict], val: list[dict], combiner: Combiner) -> float:
+    """The most permissive OOD-quantile floor at which floor + reader-val threshold refuse OOD_REFUSE of OOD."""
+    for share in np.arange(0.50, 1.0, 0.01):  # floors from permissive to strict
+        floor = float(np.quantile([r["d_min"] for r in ood], 1 - share))
+        val_scores = scores(val, combiner, floor)
+        wrong = np.array([r["wrong"] for r in val])
+        t = next((t for t in grid(scores(val, combiner, math.inf))[::-1]  # permissive → strict
+                  if (val_scores >= t).sum() and (wrong & (val_scores >= t)).sum() / (val_scores >= t).sum()
+                  <= DESIGN_ALPHA), math.inf)
+        if np.mean(~(scores(ood, combiner, floor) >= t)) >= OOD_REFUSE:
+            return floor
+    return float(np.quantile([r["d_min"] for r in ood], 1 - OOD_REFUSE))
+
+
+def measure_gpt(rag: EdgeRAG, rows: list[dict], items: dict[str, QAItem], ood: list[dict], val: list[dict],
+                n: int) -> tuple[int, int]:
+    """Generate for up to n generative calibration questions within a loose floor (the OOD median); (n, errors)."""
+    floor = float(np.median([r["d_min"] for r in ood]))
     picked = [r for r in rows if r["generative"] and r["d_min"] <= floor]
     picked = [picked[i] for i in sorted(np.random.default_rng(SEED).permutation(len(picked))[:n])]
     c, errors = rag.config, 0
@@ -153,13 +172,11 @@ def run(args: argparse.Namespace) -> int:
             rag.calibration = None  # record candidates and features, decide nothing
             parts = {"reader_val": val, "calibration": cal, "ood": ood}
             rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader))
-            if "ood_distance" not in out:
-                out["ood_distance"] = float(np.quantile([r["d_min"] for r in rows["ood"]], 1 - OOD_REFUSE))
-            floor = out["ood_distance"]
-            if gpt is None:
-                gpt = measure_gpt(rag, rows["calibration"], by_id, floor, args.gpt_sample) if args.gpt_sample else (0, 0)
+            if gpt is None and args.gpt_sample:
+                gpt = measure_gpt(rag, rows["calibration"], by_id, rows["ood"], rows["reader_val"], args.gpt_sample)
         fit = [r for r in rows["reader_val"] if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))
+        floor = choose_floor(rows["ood"], rows["reader_val"], combiner)
         table = RiskTable.count(scores(rows["calibration"], combiner, floor),
                                 np.array([r["wrong"] for r in rows["calibration"]]),
                                 grid(scores(rows["reader_val"], combiner, math.inf)))
@@ -169,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
                          "mean": list(combiner.mean), "scale": list(combiner.scale)},
             "table": {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
                       "n_errors": list(table.n_errors), "n_cal": table.n_cal},
-            "gpt": {"n": gpt[0], "errors": gpt[1]},
+            "ood_distance": floor,
+            "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0},
             "floor_refuses": {
                 "ood_calibration": float(np.mean([r["d_min"] > floor for r in rows["ood"]])),
                 "calibration_answerable": float(np.mean([r["d_min"] > floor for r in cal_in if r["answerable"]])),
@@ -190,13 +208,12 @@ def report(out: dict, path: Path) -> str:
     lines = ["# Calibration of the certified decision layer", "",
              f"`{out['source']['command']}`; splits `{out['source']['splits']}`; "
              f"{out['source']['n_calibration']} calibration questions, {out['source']['n_reader_val']} reader-val, "
-             f"{out['source']['n_ood_calibration']} OOD-calibration.", "",
-             f"Out-of-domain floor: squared L2 d_min > {cal.ood_distance:.3f} (cosine < {1 - cal.ood_distance / 2:.3f}) "
-             "refuses.", ""]
+             f"{out['source']['n_ood_calibration']} OOD-calibration.", ""]
     for name, rc in cal.readers.items():
         fr = out["readers"][name]["floor_refuses"]
         lines += [f"## reader = {name}", "",
-                  f"Floor refuses {fr['ood_calibration']:.1%} of OOD-calibration, {fr['calibration_answerable']:.1%} of "
+                  f"Out-of-domain floor: squared L2 d_min > {rc.ood_distance:.3f} (cosine < "
+                  f"{1 - rc.ood_distance / 2:.3f}) refuses. Floor refuses {fr['ood_calibration']:.1%} of OOD-calibration, {fr['calibration_answerable']:.1%} of "
                   f"answerable and {fr['calibration_unanswerable']:.1%} of unanswerable calibration questions.", "",
                   f"GPT route: {rc.gpt_errors} errors in {rc.gpt_n} generated answers "
                   f"(upper bound {clopper_pearson_upper(rc.gpt_errors, rc.gpt_n, 0.05):.2f} at delta 0.05).", "",

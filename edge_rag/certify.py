@@ -151,6 +151,7 @@ class ReaderCalibration:
 
     combiner: Combiner
     table: RiskTable
+    ood_distance: float  # squared-L2 floor: d_min = 2 - 2 s_max above this is out of domain, refused first
     gpt_n: int  # generated answers measured on calibration why/how questions
     gpt_errors: int
 
@@ -161,10 +162,9 @@ class ReaderCalibration:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The shipped calibration artifact: per-reader combiners and risk tables, and the OOD floor."""
+    """The shipped calibration artifact: per reader, its combiner, OOD floor and risk table."""
 
     readers: dict[str, ReaderCalibration]
-    ood_distance: float  # squared-L2 floor: d_min = 2 - 2 s_max above this is out of domain
     source: dict  # how it was made (splits, command, sizes)
 
     @classmethod
@@ -178,10 +178,10 @@ class Calibration:
                              tuple(r["combiner"]["scale"])),
                     RiskTable(tuple(r["table"]["thresholds"]), tuple(r["table"]["n_answered"]),
                               tuple(r["table"]["n_errors"]), r["table"]["n_cal"]),
-                    r["gpt"]["n"], r["gpt"]["errors"])
+                    float(r["ood_distance"]), r["gpt"]["n"], r["gpt"]["errors"])
                 for name, r in raw["readers"].items()
             }
-            return cls(readers, float(raw["ood_distance"]), raw.get("source", {}))
+            return cls(readers, raw.get("source", {}))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BundleError(f"calibration file {path} is missing or malformed ({exc}); "
                               "rebuild it with `python -m convert calibrate`") from exc

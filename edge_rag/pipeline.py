@@ -238,7 +238,7 @@ class EdgeRAG:
             return Route.REFUSE, "not calibrated: run `python -m convert calibrate`", {"features": features}
         rc = self.calibration.reader(c.reader)
         score = rc.combiner(features) if candidate.text else math.nan
-        route, reason = decide_certified(question, d_min, self.calibration.ood_distance, candidate.text, score,
+        route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score,
                                          cert, rc.gpt_allowed(c.max_error_rate, c.delta))
         return route, reason, {
             "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
