@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models demo test lint bench router clean
+.PHONY: install models demo test lint bench router calibrate clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ bench: models
 # Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
 router: models
 	$(BIN)/python -m convert train-router $(ARGS)
+
+# Re-fit the answer score on reader-val and re-certify its thresholds on the calibration split
+# (edge_rag/assets/calibration.json + calibration_report.md); run after the reader or the pipeline changes.
+calibrate: models
+	$(BIN)/python -m convert calibrate $(ARGS)
 
 lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks tests

@@ -92,7 +92,7 @@ class EdgeRAG:
             return read_rules(question, context_passages)
         if self._neural is None:
             self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
-                                        threads=self.config.threads)
+                                        threads=self.config.threads, batch_tokens=self.config.encode_batch_tokens)
         return self._neural(question, paragraphs(passages, self.store, self.config.reader_passages))
 
     # -- indexing ------------------------------------------------------------------------------

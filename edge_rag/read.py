@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from .budget import Estimate, encoder_estimate
 from .bundle import Bundle
 from .errors import BundleError
 from .extract import extract
@@ -68,6 +69,13 @@ def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:
     return Candidate(e.answer or None, e.passage_id, e.confidence, 0.0, e.confidence)
 
 
+def reader_estimate(onnx_bytes: int, dim: int = 384, batch_tokens: int = 2048, max_seq_len: int = 256) -> Estimate:
+    """Memory of the neural reader for the budget planner: the same MiniLM shape as the encoder, so the
+    encoder's measured model applies (weights x ONNX_FILE_FACTOR + session, and the activations of one
+    length-bounded batch of ``batch_tokens`` padded tokens, the Reader's default)."""
+    return Estimate("reader", encoder_estimate(onnx_bytes, dim, batch_tokens, max_seq_len).parts)
+
+
 def reader_path(bundle: Bundle) -> Path:
     """The bundle's reader ONNX, else the one shipped with the package."""
     path = bundle.path(ROLE_READER) or READER_ASSET
@@ -79,12 +87,14 @@ def reader_path(bundle: Bundle) -> Path:
 class NeuralReader:
     """edge_rag.reader.Reader behind the Candidate interface (imported lazily: optional asset)."""
 
-    def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, threads: int = 0) -> None:
+    def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, threads: int = 0,
+                 batch_tokens: int = 2048) -> None:
         from .reader import Reader
 
-        self.reader = Reader(onnx_path, tokenizer_path, threads=threads)
+        self.reader = Reader(onnx_path, tokenizer_path, threads=threads, batch_tokens=batch_tokens)
 
     def __call__(self, question: str, passages: Sequence[Passage]) -> Candidate:
         span = self.reader.read(question, list(passages))
-        return Candidate(span.text or None, span.passage_id, float(span.score), float(span.null_score),
-                         float(span.margin))
+        if not span.text:  # the reader's NO_SPAN has infinite scores: no candidate, nothing to score
+            return Candidate(None, None, 0.0, 0.0, 0.0)
+        return Candidate(span.text, span.passage_id, float(span.score), float(span.null_score), float(span.margin))
