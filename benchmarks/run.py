@@ -96,6 +96,15 @@ def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> li
     return rows
 
 
+def may_generate(rag: EdgeRAG) -> bool:
+    """False for a certified system whose calibration does not certify the GPT route: it never loads llama.cpp,
+    so neither should the benchmark (its peak RSS is the device's)."""
+    c = rag.config
+    if not (c.cgr and c.certified):
+        return True
+    return bool(rag.calibration) and rag.calibration.reader(c.reader).gpt_allowed(c.max_error_rate, c.delta)
+
+
 def summarise(rows: list[dict], base: list[dict] | None, seed: int) -> dict:
     """A system's aggregate over its rows, with paired deltas against the baseline's rows."""
     ans = [r for r in rows if r["answerable"]]
@@ -175,7 +184,8 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
         config = preset(base, system)
         try:
             with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-                _ = rag.generator  # load before timing: cold start is measured in the peer section
+                if may_generate(rag):
+                    _ = rag.generator  # load before timing: cold start is measured in the peer section
                 rag.ask(WARMUP_QUESTION)
                 rows_by_system[system] = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")
                 # out-of-domain: OOD-test articles against this corpus; a system without a decision never refuses
