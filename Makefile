@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models demo test lint bench router clean
+.PHONY: install models demo test lint bench router reader clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,10 @@ bench: models
 # Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
 router: models
 	$(BIN)/python -m convert train-router $(ARGS)
+
+# Re-train the shipped extractive reader (edge_rag/assets/reader.onnx, int8) and its report; seeded.
+reader: models
+	$(BIN)/python -m convert train-reader $(ARGS)
 
 lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks tests
