@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models demo test lint bench router calibrate clean
+.PHONY: install models demo test lint bench router reader calibrate clean
 
 install: $(VENV)/.installed
 
@@ -38,6 +38,10 @@ router: models
 # (edge_rag/assets/calibration.json + calibration_report.md); run after the reader or the pipeline changes.
 calibrate: models
 	$(BIN)/python -m convert calibrate $(ARGS)
+
+# Re-train the shipped extractive reader (edge_rag/assets/reader.onnx, int8) and its report; seeded.
+reader: models
+	$(BIN)/python -m convert train-reader $(ARGS)
 
 lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks tests

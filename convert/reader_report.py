@@ -24,12 +24,10 @@ from convert.quantize import DEFAULT_SCHEME, quantize_int8
 from convert.report import write_report
 from edge_rag.encode import load_session, pad_batch
 from edge_rag.metrics import best_em, best_f1
-from edge_rag.models import ROUTER_ASSET
-from edge_rag.reader import Reader, passage_context
+from edge_rag.reader import READER_ASSET, Reader, passage_context
 from edge_rag.types import Passage
 
-ASSETS = ROUTER_ASSET.parent
-READER_ASSET = ASSETS / "reader.onnx"
+ASSETS = READER_ASSET.parent
 PARITY_QUESTIONS = 120  # reader-val questions (+ their no-answer pairs, up to 60) compared with torch
 QEMU_SAMPLE = 40
 LATENCY_REPEATS = 30

@@ -16,10 +16,10 @@ from .budget import Estimate, encoder_estimate
 from .bundle import Bundle
 from .errors import BundleError
 from .extract import extract
+from .reader import READER_ASSET, Reader
 from .types import Passage
 
 READERS = ("neural", "rules")
-READER_ASSET = Path(__file__).resolve().parent / "assets" / "reader.onnx"  # shipped like router.onnx
 ROLE_READER = "reader"
 PARAGRAPH_WINDOW = 3  # sentences either side of a sentence hit that make up its paragraph for the reader
 
@@ -85,12 +85,10 @@ def reader_path(bundle: Bundle) -> Path:
 
 
 class NeuralReader:
-    """edge_rag.reader.Reader behind the Candidate interface (imported lazily: optional asset)."""
+    """edge_rag.reader.Reader behind the Candidate interface."""
 
     def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, threads: int = 0,
                  batch_tokens: int = 2048) -> None:
-        from .reader import Reader
-
         self.reader = Reader(onnx_path, tokenizer_path, threads=threads, batch_tokens=batch_tokens)
 
     def __call__(self, question: str, passages: Sequence[Passage]) -> Candidate:

@@ -19,6 +19,7 @@ from .encode import length_batches, load_session, pad_batch
 from .errors import BundleError, InputError
 from .types import Passage
 
+READER_ASSET = Path(__file__).resolve().parent / "assets" / "reader.onnx"  # trained by `make reader`
 CONTEXT_SEQUENCE = 1  # tokenizers' sequence id of the passage in a (question, passage) pair
 
 
