@@ -41,6 +41,7 @@ from edge_rag.datasets import QAItem
 from edge_rag.metrics import best_f1
 from edge_rag.models import default_bundle, home
 from edge_rag.policy import generative
+from edge_rag.read import reader_path
 
 OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse
 DESIGN_ALPHA = 0.2  # the alpha the floor is chosen for (Config's default max_error_rate)
@@ -74,10 +75,12 @@ def collect_all(rag: EdgeRAG, parts: dict[str, list[QAItem]], reader: str) -> di
 
 
 def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict]) -> dict:
-    """The per-question rows, kept in ``cache`` (keyed by reader and bundle) so re-fitting is cheap."""
+    """The per-question rows, kept in ``cache`` so re-fitting is cheap. Keyed by reader model, bundle and
+    splits only: use a fresh cache folder after changing the Config or --ood-sample."""
     if cache is None:
         return make()
-    key = hashlib.sha1(json.dumps([reader, sorted(f["sha256"] for f in bundle.files()),
+    model = hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else ""
+    key = hashlib.sha1(json.dumps([reader, *([model] if model else []), sorted(f["sha256"] for f in bundle.files()),
                                    Path(CALIBRATION_ASSET).with_name("splits.json").read_text()]).encode())
     path = cache / f"rows-{reader}-{key.hexdigest()[:12]}.json"
     if path.is_file():
@@ -187,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
             "table": {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
                       "n_errors": list(table.n_errors), "n_cal": table.n_cal},
             "ood_distance": floor,
+            "model_sha256": hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else None,
             "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0},
             "floor_refuses": {
                 "ood_calibration": float(np.mean([r["d_min"] > floor for r in rows["ood"]])),

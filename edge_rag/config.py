@@ -92,7 +92,7 @@ class Config:
     # -- certified selective answering: among answered questions error <= max_error_rate w.p. >= 1 - delta
     max_error_rate: float = 0.2  # alpha; chosen from what calibration shows achievable (README "Decision layer")
     delta: float = 0.05
-    reader_passages: int = 3  # top passages (widened to their paragraph) the neural reader reads
+    reader_passages: int = 2  # top hits, widened to their paragraph, the neural reader reads (latency: ~1 window each)
 
     # -- confidence-gated routing (EverydayGPT Def. 2). Distances are squared L2, d = 2 - 2 s, as the seeds'
     # FAISS IndexFlatL2; the certified path uses the out-of-domain floor of the calibration file instead.

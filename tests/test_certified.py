@@ -88,3 +88,16 @@ def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
     same_doc = [p for p in sample_rag.store.passages(ids) if p.doc_id == hits[0].doc_id]
     assert wide[0].text == " ".join(p.text for p in same_doc) and hits[0].text in wide[0].text
     assert all(h.id not in {p.id for p in same_doc} for h in wide[1:])  # no window read twice
+
+
+def test_calibration_is_for_the_shipped_reader():
+    """A new reader.onnx needs `make calibrate`: the certificate is about the model it was measured with."""
+    import hashlib
+    import json
+
+    from edge_rag.reader import READER_ASSET
+
+    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))["readers"]
+    if "neural" not in raw or not READER_ASSET.is_file():
+        pytest.skip("no neural reader shipped or calibrated yet")
+    assert raw["neural"]["model_sha256"] == hashlib.sha256(READER_ASSET.read_bytes()).hexdigest()
