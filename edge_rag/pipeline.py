@@ -31,7 +31,7 @@ from .gate import sequential_gate
 from .generate import Generator
 from .models import default_bundle
 from .policy import decide, decide_certified
-from .read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
+from .read import READERS, Candidate, NeuralReader, paragraphs, read_rules, reader_path
 from .rerank import rerank
 from .route import Router
 from .store import Store
@@ -90,6 +90,8 @@ class EdgeRAG:
         over the compressed context."""
         if self.config.reader == "rules":
             return read_rules(question, context_passages)
+        if self.config.reader not in READERS:
+            raise ValueError(f"unknown reader {self.config.reader!r}; choose from {', '.join(READERS)}")
         if self._neural is None:
             self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
                                         threads=self.config.threads, batch_tokens=self.config.encode_batch_tokens)
