@@ -37,7 +37,7 @@ WARMUP = 0.1  # fraction of all steps
 WEIGHT_DECAY = 0.01
 THREADS = 2
 LOG_EVERY = 20  # steps
-EXAMPLES = 0  # 0 = every window (8,927); a smaller seeded subset trains faster (4,200: 16 min, HasAns F1 0.44)
+EXAMPLES = 4200  # seeded subset of the 8,927 windows: one epoch = 16 min on the shared 2-core box (0 = all)
 
 
 class SpanReader(nn.Module):
