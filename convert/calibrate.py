@@ -44,7 +44,7 @@ from edge_rag.policy import generative
 from edge_rag.read import reader_path
 
 OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse
-DESIGN_ALPHA = 0.2  # the alpha the floor is chosen for (Config's default max_error_rate)
+DESIGN_ALPHA = Config().max_error_rate  # the alpha the floor is chosen for: the default one
 GRID_POINTS = 200  # thresholds in the fixed sequence
 # The sequence starts at the score that answers 10% of reader-val, not at the very top: a threshold that
 # answers a handful of calibration questions cannot certify any useful alpha, and fixed-sequence testing

@@ -43,7 +43,7 @@ class Config:
     compression: bool = True  # dedupe + sentence-level compression to the tier's char budget
     cgr: bool = True  # decide RAG | GPT | REFUSE (else always GPT)
     certified: bool = True  # certified selective answering (certify.py); False = the seeds' CGR (Eq. 1 tau, gate)
-    reader: str = "rules"  # "neural" (trained extractive reader, reader.onnx) | "rules" (EverydayGPT extractor)
+    reader: str = "neural"  # "neural" (trained extractive reader, reader.onnx) | "rules" (EverydayGPT extractor)
 
     # -- memory budget (MB) for the whole process; EverydayGPT runs in < 2 GB
     memory_budget_mb: int = 2048
@@ -90,7 +90,9 @@ class Config:
     azuma_c: float = 1.0  # bound on martingale differences: 1 is the only value [0, 1] scores guarantee
 
     # -- certified selective answering: among answered questions error <= max_error_rate w.p. >= 1 - delta
-    max_error_rate: float = 0.2  # alpha; chosen from what calibration shows achievable (README "Decision layer")
+    # alpha: the smallest the calibration split certifies for the shipped reader at delta 0.05 (CP upper 0.69 at
+    # 33% coverage; nothing below). Lower it after a better reader is calibrated (README "Decision layer").
+    max_error_rate: float = 0.7
     delta: float = 0.05
     reader_passages: int = 2  # top hits, widened to their paragraph, the neural reader reads (latency: ~1 window each)
 
