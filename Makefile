@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models demo test lint bench router clean
+.PHONY: install models demo test lint bench router reader calibrate clean
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,15 @@ bench: models
 # Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
 router: models
 	$(BIN)/python -m convert train-router $(ARGS)
+
+# Re-fit the answer score on reader-val and re-certify its thresholds on the calibration split
+# (edge_rag/assets/calibration.json + calibration_report.md); run after the reader or the pipeline changes.
+calibrate: models
+	$(BIN)/python -m convert calibrate $(ARGS)
+
+# Re-train the shipped extractive reader (edge_rag/assets/reader.onnx, int8) and its report; seeded.
+reader: models
+	$(BIN)/python -m convert train-reader $(ARGS)
 
 lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests

@@ -6,7 +6,7 @@ system of a run — and the next run — opens the same store instead of re-enco
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from edge_rag import Config, Document, EdgeRAG
-from edge_rag.models import ROUTER_ASSET
 from evaluation.datasets import QAItem, load_hotpot, load_squad
 
+from . import splits
+
 ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = ROOT.parent / "shared" / "data"
+DATA_DIR = Path(os.environ.get("EDGE_RAG_DATA", ROOT.parent / "shared" / "data"))  # env: for worktrees
 FILES = {"squad": DATA_DIR / "squad2_dev_subset.json", "hotpotqa": DATA_DIR / "hotpotqa_dev_subset.jsonl"}
-# The shipped router's split (convert/train_router.py): its benchmark part was never trained on.
-SPLIT = ROUTER_ASSET.with_name("split.json")
+OOD_FILE = DATA_DIR / "squad2_unlabeled_20articles.json"  # out-of-domain questions (splits.json "ood")
 PARTS = ("benchmark", "all")
 LOADERS: dict[str, Callable[[str | Path], tuple[list[Document], list[QAItem]]]] = {
     "squad": load_squad,
@@ -63,11 +63,10 @@ def _split(n: int, sizes: list[int]) -> list[int]:
     return want
 
 
-def held_out(items: list[QAItem], split: Path = SPLIT) -> list[QAItem]:
-    """The questions of the router split's benchmark part; [] when none of ``items`` is in it (a user's
-    own data, which the router never saw either)."""
-    ids = set(json.loads(split.read_text(encoding="utf-8"))["benchmark"]) if split.is_file() else set()
-    return [q for q in items if q.id in ids]
+def held_out(items: list[QAItem]) -> list[QAItem]:
+    """The questions of the test split (edge_rag/assets/splits.json; the router's benchmark part too);
+    [] when none of ``items`` is in it (a user's own data, which nothing was tuned on either)."""
+    return splits.select(items, "test")
 
 
 def load(name: str, path: Path, n: int | None, seed: int, part: str = "benchmark") -> Dataset:

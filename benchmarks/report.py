@@ -50,6 +50,23 @@ def _headline(ds: dict, baseline: str) -> str:
                    "p95 ms", "speedup", "token reduction", "RAG / GPT / REFUSE", "refuse ans.", "refuse unans."], rows)
 
 
+def _decision(ds: dict) -> str:
+    """Per system: answered, error among answered vs alpha, refusals by kind, reader latency."""
+    rows = []
+    for name, s in ds["systems"].items():
+        if "error" in s:
+            continue
+        a, ood = s["answered"], s.get("ood", {})
+        read = s["stages_ms"].get("read") or s["stages_ms"].get("extract") or {}
+        ci = f"{_pct(a['error'], 1)} [{_pct(a['lo'], 1)}, {_pct(a['hi'], 1)}]" if a["n_answered"] else "–"
+        rows.append([name, _n(100 * s["f1"] if s["f1"] is not None else None), _pct(s["refuse_unanswerable"]),
+                     _pct(s["refuse_answerable"]), _pct(ood.get("refused")) + (f" (n={ood['n']})" if ood.get("n") else ""),
+                     _pct(a["coverage"]), ci, "–" if s.get("alpha") is None else f"{s['alpha']:g}",
+                     _n(read.get("p50"), 1), _n(s["process_peak_rss_mb"], 0)])
+    return _table(["system", "F1 ans.", "unans. refused", "ans. wrongly refused", "OOD-test refused", "coverage",
+                   "error among answered [95% CP]", "alpha", "read p50 ms", "peak RSS MB"], rows)
+
+
 def _fallback_note(ds: dict, systems: dict) -> str:
     """Routed systems without a router ran at the config's fallback tier: say so under the table."""
     hit = [n for n, s in ds["systems"].items() if systems[n]["flags"].get("router") and s.get("tier_fallback")]
@@ -170,7 +187,12 @@ def write(results: dict, path: Path, plots: list[Path]) -> Path:
             continue
         part = ("the router's held-out benchmark part" if ds.get("part") == "benchmark" else "the whole file")
         parts += [f"## {name} ({ds['n_questions']} questions from {part}, {ds['n_answerable']} answerable)\n",
-                  _headline(ds, baseline), _fallback_note(ds, results["systems"]), "### Context and answer quality\n", _detail(ds),
+                  _headline(ds, baseline), _fallback_note(ds, results["systems"]),
+                  "### Decision layer: who is answered, and how often wrongly\n",
+                  "An error is an answer with F1 < 0.5, or any answer to an unanswerable or out-of-domain question. "
+                  "OOD-test: questions on articles absent from the corpus (decide only; a GPT route counts as "
+                  "answered). read p50 = the read stage (neural reader or rule extractor).\n", _decision(ds),
+                  "### Context and answer quality\n", _detail(ds),
                   "### Stage latency, ms: mean over all questions (p50 / p95 where the stage ran)\n", _stages(ds)]
     parts += ["## Retrieval (dense index, document-level gold evidence)\n", _retrieval(results),
               "## Peer comparison\n", _peer(results["peer"]), "## Scale\n", _scale(results["scale"]),

@@ -21,9 +21,9 @@ from edge_rag import EdgeRAG, EdgeRAGError, Route
 from edge_rag.bundle import ROLE_ENCODER, Bundle
 from edge_rag.models import default_bundle, home
 
-from . import data, hardware, peer, plots, report, scale
+from . import data, decision, hardware, peer, plots, report, scale
 from . import metrics as M
-from .systems import BASELINE, SYSTEMS, bench_config, preset
+from .systems import BASELINE, SYSTEMS, available, bench_config, preset
 
 SCHEMA_VERSION = 1
 RETRIEVAL_K = 10
@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: the profile's)")
     p.add_argument("--out", type=Path, default=Path("bench-results"))
     p.add_argument("--index-cache", type=Path, default=home() / "bench", help="where dataset indexes are kept")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    p.add_argument("--systems", default=",".join(available()), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     p.add_argument("--skip-peer", action="store_true")
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--scale-sizes", default=None, help="comma-separated corpus sizes (default 1k,10k,100k[,1M])")
@@ -79,6 +79,7 @@ def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> li
             "f1": M.best_f1(pred, item.answers) if answerable else None,
             "route": d["route"], "tier": d["tier"], "tier_fallback": d.get("tier_fallback"),
             "confidence": d.get("confidence"), "lower_bound": d.get("lower_bound"), "d_min": d.get("d_min"),
+            "candidate": d.get("candidate"), "score": d.get("score"), "alpha": d.get("alpha"),
             "refusal_reason": d.get("refusal_reason"), "corrected": d.get("corrected"),
             "cache_hit": d.get("cache_hit"), "prompt_tokens": d["prompt_tokens"],
             "completion_tokens": d["completion_tokens"], "context_chars": d["context_chars"],
@@ -93,6 +94,15 @@ def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> li
     for i, v in zip(answered, avecs):
         rows[i]["relevance"] = M.cosine(qvecs[i], v)
     return rows
+
+
+def may_generate(rag: EdgeRAG) -> bool:
+    """False for a certified system whose calibration does not certify the GPT route: it never loads llama.cpp,
+    so neither should the benchmark (its peak RSS is the device's)."""
+    c = rag.config
+    if not (c.cgr and c.certified):
+        return True
+    return bool(rag.calibration) and rag.calibration.reader(c.reader).gpt_allowed(c.max_error_rate, c.delta)
 
 
 def summarise(rows: list[dict], base: list[dict] | None, seed: int) -> dict:
@@ -120,6 +130,8 @@ def summarise(rows: list[dict], base: list[dict] | None, seed: int) -> dict:
            for k in ("context_precision", "context_recall", "faithfulness", "relevance", "context_chars")},
         "rss_mb": max((r["rss_mb"] for r in rows if r["rss_mb"] is not None), default=None),
         "process_peak_rss_mb": max((r["peak_rss_mb"] or 0.0 for r in rows), default=None),
+        "answered": decision.error_among_answered(rows),
+        "alpha": next((r["alpha"] for r in rows if r.get("alpha") is not None), None),
     }
     if base is not None:
         b = {r["id"]: r for r in base}
@@ -167,13 +179,19 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
         vectors = rag.store.index.get_items(rag.store.index.get_ids_list(), return_type="numpy")
     rows_by_system: dict[str, list[dict]] = {}
     errors: dict[str, dict] = {}
+    ood: dict[str, dict] = {}
     for system in args.systems:
         config = preset(base, system)
         try:
             with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-                _ = rag.generator  # load before timing: cold start is measured in the peer section
+                if may_generate(rag):
+                    _ = rag.generator  # load before timing: cold start is measured in the peer section
                 rag.ask(WARMUP_QUESTION)
                 rows_by_system[system] = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")
+                # out-of-domain: OOD-test articles against this corpus; a system without a decision never refuses
+                if ds.name == "squad":
+                    ood[system] = (decision.ood_refused(rag, args.n if not args.full else None, args.seed)
+                                   if config.cgr else {"n": 0, "refused": 0.0})
         except EdgeRAGError as exc:  # e.g. a memory budget the system cannot fit: report, keep going
             print(f"{ds.name}/{system} failed: {exc}")
             errors[system] = {"error": str(exc)}
@@ -182,6 +200,10 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
             out_rows.write(json.dumps({"dataset": ds.name, "system": system, **row}) + "\n")
     result["systems"] = {s: summarise(rows_by_system[s], rows_by_system.get(BASELINE), args.seed)
                          if s in rows_by_system else errors[s] for s in args.systems}
+    for s, o in ood.items():
+        result["systems"][s]["ood"] = o
+    certified = {s: r for s, r in rows_by_system.items() if SYSTEMS[s].get("certified")}
+    result["risk_coverage"] = {s: decision.risk_coverage(r) for s, r in certified.items()}
     return result, db, {"vectors": vectors, "queries": qvecs}
 
 
@@ -227,7 +249,14 @@ def main(argv: list[str] | None = None) -> dict:
                                      args.sizes, bench_config(args.threads), args.out, args.seed)
     results["runtime_s"] = time.perf_counter() - started
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    report.write(results, args.out / "report.md", plots.write(results, args.out))
+    figures = plots.write(results, args.out)
+    for name, ds in results["datasets"].items():
+        rc = ds.get("risk_coverage") or {}
+        alphas = {s: ds["systems"][s]["alpha"] or 0.0 for s in rc}
+        fig = decision.plot(rc, {s: ds["systems"][s]["answered"] for s in rc}, alphas,
+                            args.out / f"risk_coverage_{name}.png")
+        figures += [fig] if fig else []
+    report.write(results, args.out / "report.md", figures)
     print(f"benchmark done in {results['runtime_s'] / 60:.1f} min; results in {args.out.resolve()}/ "
           "(results.json, report.md, questions.jsonl, *.png)")
     return results

@@ -2,18 +2,31 @@
 from __future__ import annotations
 
 from edge_rag import Config
+from edge_rag.read import READER_ASSET
 
 _OFF = dict(router=False, correction=False, rerank=False, compression=False, cgr=False)
 
-SYSTEMS: dict[str, dict[str, bool]] = {
+SYSTEMS: dict[str, dict[str, bool | str]] = {
     "gpt_only": {"retrieval": False, "cgr": False},
     "fixed_k": _OFF,  # thesis baseline: k = baseline_k passages, unconditionally (LangChain-style)
     "routing": {**_OFF, "router": True},
     "routing_compression": {**_OFF, "router": True, "compression": True},
     "full": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True},
-    "full_cgr": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True, "cgr": True},
+    # the seeds' decision: rule extractor, Eq. 1 tau, evidence-gate heuristic, distance ceiling
+    "full_cgr": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True, "cgr": True,
+                 "certified": False, "reader": "rules"},
+    # certified selective answering (edge_rag/certify.py) with the rule extractor, then with the trained reader
+    "certified_rules": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True, "cgr": True,
+                        "certified": True, "reader": "rules"},
+    "certified": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True, "cgr": True,
+                  "certified": True, "reader": "neural"},
 }
 BASELINE = "fixed_k"
+
+
+def available() -> list[str]:
+    """The systems this checkout can run: the neural reader's only once reader.onnx is shipped."""
+    return [s for s, flags in SYSTEMS.items() if flags.get("reader") != "neural" or READER_ASSET.is_file()]
 
 
 def bench_config(threads: int = 0, memory_mb: int | None = None) -> Config:

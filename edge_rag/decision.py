@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .certified import Verdict
 from .config import Tier
 from .extract import Extraction
 from .gate import GateResult
@@ -33,11 +34,13 @@ class Decision:
     corrected: bool
     gate: GateResult | None
     extraction: Extraction | None
+    verdict: Verdict | None = None  # the certified path's candidate, route and certificate (Config.certified)
 
     def answer(self, question: str, stages: Stages, gen: Generation | None = None) -> Answer:
         """The Answer, built once: the extractive answer on RAG, the generated text on GPT."""
-        gate, extraction = self.gate, self.extraction
-        text = extraction.answer if self.route is Route.RAG and extraction else None
+        gate, extraction, verdict = self.gate, self.extraction, self.verdict
+        candidate = verdict.candidate.text if verdict else extraction.answer if extraction else None
+        text = candidate if self.route is Route.RAG else None
         if gen is not None:
             text = gen.text or None
         return Answer(
@@ -45,7 +48,7 @@ class Decision:
             answer=text,
             route=self.route,
             tier=self.tier,
-            confidence=extraction.confidence if extraction else 0.0,
+            confidence=verdict.candidate.span_score if verdict else extraction.confidence if extraction else 0.0,
             lower_bound=gate.lower_bound if gate else math.nan,
             threshold=gate.threshold if gate else math.nan,
             d_min=self.d_min,
@@ -58,6 +61,8 @@ class Decision:
             n_evidence=gate.n if gate else 0,
             tier_fallback=self.tier_fallback,
             context=self.context,
+            candidate=candidate,
+            **(verdict.fields if verdict else {}),
             **stages.finish(),
         )
 

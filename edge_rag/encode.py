@@ -63,36 +63,42 @@ class Encoder:
         if not texts:
             return out
         encodings = self.tokenizer.encode_batch(list(texts))
-        for rows in self._batches([len(e.ids) for e in encodings]):
+        for rows in length_batches([len(e.ids) for e in encodings], self.batch_tokens):
             out[rows] = self._run([encodings[i] for i in rows])
         return out
 
     def encode_one(self, text: str) -> np.ndarray:
         return self.encode([text])[0]
 
-    def _batches(self, lengths: list[int]) -> Iterator[list[int]]:
-        """Row indices grouped by length so that rows × longest ≤ batch_tokens."""
-        order = np.argsort(lengths, kind="stable")
-        batch: list[int] = []
-        for i in order:
-            if batch and (len(batch) + 1) * lengths[i] > self.batch_tokens:
-                yield batch
-                batch = []
-            batch.append(int(i))
-        if batch:
-            yield batch
-
     def _run(self, encodings: list) -> np.ndarray:
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(encodings), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        types = np.zeros_like(ids)
-        for r, e in enumerate(encodings):
-            n = len(e.ids)
-            ids[r, :n], mask[r, :n], types[r, :n] = e.ids, e.attention_mask, e.type_ids
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        feeds = pad_batch(encodings)
         hidden = self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
-        return mean_pool(hidden, mask)
+        return mean_pool(hidden, feeds["attention_mask"])
+
+
+def length_batches(lengths: Sequence[int], batch_tokens: int) -> Iterator[list[int]]:
+    """Row indices grouped by length so that rows × longest ≤ batch_tokens (bounds activation memory)."""
+    order = np.argsort(lengths, kind="stable")
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) + 1) * lengths[i] > batch_tokens:
+            yield batch
+            batch = []
+        batch.append(int(i))
+    if batch:
+        yield batch
+
+
+def pad_batch(encodings: Sequence) -> dict[str, np.ndarray]:
+    """BERT feeds (input_ids, attention_mask, token_type_ids) right-padded to the longest encoding."""
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    types = np.zeros_like(ids)
+    for r, e in enumerate(encodings):
+        n = len(e.ids)
+        ids[r, :n], mask[r, :n], types[r, :n] = e.ids, e.attention_mask, e.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from . import bundle as B
 from .cache import AnswerCache
+from .certified import CertifiedPath
 from .chunk import chunk as chunk_document
 from .chunk import iter_files, make_document, read_documents
 from .compress import compress, dedupe
@@ -65,6 +66,7 @@ class EdgeRAG:
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache else None
         self.cache = AnswerCache(self.config, cache_file)
         self._config_key = hashlib.sha1(repr(self.config).encode()).hexdigest()[:12]
+        self.certified = CertifiedPath(self.bundle, self.config)
 
     # -- indexing ------------------------------------------------------------------------------
     def add_documents(self, documents: Iterable[Document | str], progress: bool = False) -> int:
@@ -162,14 +164,20 @@ class EdgeRAG:
                 context, used = build_context(passages), passages
         d_min = min((p.distance for p in passages), default=math.nan)
 
-        route, reason, gate, extraction = Route.GPT, None, None, None
-        if c.cgr:
+        route, reason, gate, extraction, verdict = Route.GPT, None, None, None, None
+        if c.cgr and c.certified:
+            with stage("read"):
+                candidate = self.certified.read(question, passages, used, self.store)
+            with stage("certify"):
+                verdict = self.certified.decide(question, d_min, candidate, passages)
+            route, reason = verdict.route, verdict.reason
+        elif c.cgr:
             with stage("gate"):
                 gate = sequential_gate(scores[: c.gate_max_n], c)
             with stage("extract"):
                 extraction = extract(question, used)
             route, reason = decide(d_min, gate, extraction, c)
-        return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction)
+        return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction, verdict)
 
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""

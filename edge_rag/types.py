@@ -38,8 +38,9 @@ class Passage:
 
     @property
     def distance(self) -> float:
-        """L2 distance between unit vectors, sqrt(2 - 2 s) in [0, 2] (the seeds' FAISS L2)."""
-        return math.sqrt(max(0.0, 2.0 - 2.0 * self.score))
+        """Squared L2 distance between unit vectors, 2 - 2 s in [0, 4]: what the seeds' FAISS IndexFlatL2
+        returns, so the seeds' distance thresholds (delta_d = 1.5 <=> cosine 0.25) mean the same here."""
+        return max(0.0, 2.0 - 2.0 * self.score)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,18 @@ class Answer:
     n_evidence: int = 0  # passages the evidence gate looked at
     tier_fallback: bool = False  # True when no router was available and the config's tier was used
     context: str = ""  # the compressed context the answer was drawn from
+    # -- certified selective answering (certify.py): the question's score, the (alpha, delta) asked for, the
+    # threshold they certify and the calibration figures behind it (error among answered <= alpha w.p. 1 - delta
+    # over exchangeable calibration questions; not a per-question guarantee). NaN / 0 when not certified.
+    score: float = float("nan")
+    candidate: str | None = None  # the reader's answer before the decision (kept when refused)
+    features: dict[str, float] = field(default_factory=dict)  # what the score was computed from
+    alpha: float = float("nan")
+    delta: float = float("nan")
+    score_threshold: float = float("nan")
+    n_cal: int = 0
+    cal_coverage: float = float("nan")
+    cal_error: float = float("nan")
 
     @property
     def confident(self) -> bool:
@@ -91,7 +104,7 @@ class Answer:
         d["route"] = self.route.value
         d["tier"] = self.tier.value
         d["confident"] = self.confident
-        for key in ("lower_bound", "threshold", "d_min"):
-            if isinstance(d[key], float) and math.isnan(d[key]):
+        for key, value in d.items():
+            if isinstance(value, float) and not math.isfinite(value):
                 d[key] = None
         return d

@@ -1,6 +1,7 @@
 """Shared fixtures: the real model bundle, the real QA data, and loaded models reused across tests."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from edge_rag.encode import Encoder
 from edge_rag.models import default_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data"
+DATA = Path(os.environ.get("EDGE_RAG_DATA", ROOT.parent / "shared" / "data"))
 SQUAD = DATA / "squad2_dev_subset.json"
 HOTPOT = DATA / "hotpotqa_dev_subset.jsonl"
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"

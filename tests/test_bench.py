@@ -13,7 +13,8 @@ import pytest
 
 from benchmarks import data, run
 from benchmarks import metrics as M
-from benchmarks.systems import BASELINE, SYSTEMS, bench_config, preset
+from benchmarks.systems import BASELINE, SYSTEMS, available, bench_config, preset
+from edge_rag.models import ROUTER_ASSET
 from evaluation.datasets import QAItem
 
 
@@ -96,7 +97,7 @@ def test_tiny_run_writes_every_output(tiny_run):
     for name in ("squad", "hotpotqa"):
         ds = on_disk["datasets"][name]
         assert ds["n_questions"] == 2 and ds["part"] == "all" and {"recall@5", "recall@10", "precision@5", "mrr@10"} <= set(ds["retrieval"])
-        assert set(ds["systems"]) == set(SYSTEMS)
+        assert set(ds["systems"]) == set(available())
         for system, s in ds["systems"].items():
             assert "error" not in s, (name, system, s)
             assert {"em", "f1", "prompt_tokens", "completion_tokens", "latency_ms", "stages_ms", "route_mix",
@@ -108,11 +109,12 @@ def test_tiny_run_writes_every_output(tiny_run):
     assert on_disk["peer"] == {"skipped": "--skip-peer"}
     assert [r["n"] for r in on_disk["scale"]["rows"]] == [300]
     rows = (out / "questions.jsonl").read_text().splitlines()
-    assert len(rows) == 2 * 2 * len(SYSTEMS)
+    assert len(rows) == 2 * 2 * len(available())
     report = (out / "report.md").read_text()
     assert "## squad" in report and "## Retrieval" in report and "## Hardware" in report
-    assert {p.name for p in out.glob("*.png")} == {"latency_stages.png", "tokens.png", "route_mix.png",
+    assert {p.name for p in out.glob("*.png")} >= {"latency_stages.png", "tokens.png", "route_mix.png",
                                                    "f1_vs_tokens.png"}
+    assert "### Decision layer" in report
 
 
 def test_tiny_run_measures_what_each_system_does(tiny_run):
@@ -147,8 +149,9 @@ def test_benchmark_part_is_the_routers_held_out_questions(squad_path: Path):
 
     docs, items = load_squad(squad_path)
     held = data.held_out(items)
-    split = json.loads(data.SPLIT.read_text(encoding="utf-8"))
-    assert held and {q.group for q in held} == set(split["benchmark_articles"])
+    router_split = json.loads(ROUTER_ASSET.with_name("split.json").read_text(encoding="utf-8"))
+    assert held and {q.group for q in held} == set(router_split["benchmark_articles"])  # one test split for all
+    assert {q.id for q in held} == set(router_split["benchmark"]) & {q.id for q in items}
     ds = data.load("squad", squad_path, 40, seed=0)
     assert ds.part == "benchmark" and len(ds.items) == 40 and {q.id for q in ds.items} <= {q.id for q in held}
     assert len(ds.documents) == len(docs)  # the corpus stays open: every context of the file

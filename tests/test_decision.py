@@ -15,7 +15,7 @@ from edge_rag.policy import decide
 from edge_rag.types import Passage, Route
 
 OOD = [q.strip() for q in (Path(__file__).parent / "data" / "ood_questions.txt").read_text().splitlines() if q.strip()]
-CFG = Config()
+CFG = Config(certified=False)  # the seeds' decision path (the certified one: test_certified.py)
 PASS = GateResult(True, 0.4, 0.25, 20, "betting", "certified")
 FAIL = GateResult(False, 0.1, 0.25, 20, "betting", "lower bound below tau")
 
@@ -49,8 +49,18 @@ def test_correction_fetches_more_only_when_weak_and_not_hard():
 
 
 @pytest.fixture(scope="module")
-def decisions(squad_default_rag):
+def seed_rag(squad_default_rag):
+    """The seed path (rule extractor, Eq. 1 tau, gate heuristic) on the same store."""
+    from edge_rag.pipeline import EdgeRAG
+
     rag, items = squad_default_rag
+    with EdgeRAG(rag.store.folder, bundle=rag.bundle.root, config=Config(temperature=0.0, certified=False)) as seed:
+        yield seed, items
+
+
+@pytest.fixture(scope="module")
+def decisions(seed_rag):
+    rag, items = seed_rag
     rnd = random.Random(0)
     answerable = rnd.sample([q for q in items if not q.is_impossible], 300)
     return rag, answerable, [rag.decide(q.question) for q in answerable]

@@ -1,0 +1,75 @@
+"""The decision layer's figures: error among answered vs alpha (with a Clopper-Pearson interval), coverage,
+out-of-domain refusal on the OOD-test articles, and the risk-coverage curve.
+
+An answer is an error when its question is unanswerable (or out of domain), or when its F1 against every
+gold answer is < 0.5: the same definition the calibration certifies (edge_rag/certify.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from tqdm import tqdm
+
+from edge_rag import EdgeRAG, Route
+from edge_rag.certify import F1_CORRECT, clopper_pearson_upper
+
+from . import data, splits
+
+CI_DELTA = 0.025  # each side of a 95% two-sided Clopper-Pearson interval
+
+
+def is_error(row: dict) -> bool:
+    return bool(row["answer"]) and (not row["answerable"] or (row["f1"] or 0.0) < F1_CORRECT)
+
+
+def error_among_answered(rows: list[dict]) -> dict:
+    """Realised error among answered questions, with a 95% Clopper-Pearson interval, and coverage."""
+    answered = [r for r in rows if r["answer"]]
+    n, k = len(answered), sum(is_error(r) for r in answered)
+    return {"n_answered": n, "n_errors": k, "coverage": n / len(rows) if rows else None,
+            "error": k / n if n else None,
+            "lo": 1 - clopper_pearson_upper(n - k, n, CI_DELTA) if n else None,
+            "hi": clopper_pearson_upper(k, n, CI_DELTA) if n else None}
+
+
+def ood_refused(rag: EdgeRAG, n: int | None, seed: int) -> dict:
+    """Share of OOD-test questions refused (decide only: a GPT route counts as answered, nothing generated)."""
+    items = splits.ood_questions("test", data.OOD_FILE)
+    if n is not None and n < len(items):
+        items = [items[i] for i in sorted(np.random.default_rng(seed).permutation(len(items))[:n])]
+    refused = [rag.decide(q.question).route is Route.REFUSE for q in tqdm(items, desc="ood-test", unit="q")]
+    return {"n": len(items), "refused": float(np.mean(refused)) if items else None}
+
+
+def risk_coverage(rows: list[dict]) -> list[tuple[float, float]]:
+    """(coverage, error among answered) when only candidates with score >= t are answered, for every t seen."""
+    scored = sorted(((r["score"], is_error({**r, "answer": r["candidate"]})) for r in rows
+                     if r.get("candidate") and r.get("score") is not None), reverse=True)
+    errors = np.cumsum([e for _, e in scored])
+    return [((i + 1) / len(rows), float(errors[i]) / (i + 1)) for i in range(len(scored))]
+
+
+def plot(curves: dict[str, list[tuple[float, float]]], points: dict[str, dict], alpha: dict[str, float],
+         path: Path) -> Path | None:
+    """Risk-coverage on the test questions per certified system, its operating point and its alpha."""
+    if not curves:
+        return None
+    fig = Figure(figsize=(6.5, 4.5))
+    ax = fig.subplots()
+    for name, curve in curves.items():
+        if curve:
+            cov, err = zip(*curve)
+            line = ax.plot(cov, err, label=f"{name} (all thresholds)")[0]
+            p = points[name]
+            if p["n_answered"]:
+                ax.plot([p["coverage"]], [p["error"]], "o", color=line.get_color(), label=f"{name} at alpha")
+            ax.axhline(alpha[name], ls=":", color=line.get_color())
+    ax.set_xlabel("coverage (share of test questions answered)")
+    ax.set_ylabel("error among answered")
+    ax.set_title("Risk-coverage on the test split (dotted: alpha)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,271 @@
+"""Calibrate the certified decision layer and ship it as ``edge_rag/assets/calibration.json``.
+
+``python -m convert calibrate [--readers rules,neural] [--ood-sample 600] [--gpt-sample 40]`` (``make calibrate``)
+
+Splits from edge_rag/assets/splits.json; the corpus is every context of squad2_dev_subset.json (one index).
+1. Every reader-val, calibration and OOD-calibration question runs through the real pipeline
+   (``EdgeRAG.decide`` with ``Config(temperature=0, cache_size=0, reader=...)``) without a calibration, which
+   records the reader's candidate answer, its features and d_min = 2 - 2 s_max (squared L2).
+2. Combiner, fitted on reader-val only: L2-regularised logistic regression of "the candidate is right"
+   (answerable and F1 >= 0.5) on certify.FEATURES; the score grid is its reader-val score quantiles
+   (strict → permissive, from 10% reader-val coverage), fixed before the calibration split is looked at.
+3. Out-of-domain floor, from OOD-calibration and reader-val questions only (so the calibration split stays
+   untouched for step 4): the most permissive squared distance at which the whole decision (floor, then the
+   reader-val threshold for DESIGN_ALPHA) refuses OOD_REFUSE of the OOD-calibration questions. Its in-domain
+   cost is reported on the calibration split.
+4. Calibration split: per threshold, questions answered (within the floor, a candidate, score >= t) and
+   errors among them (F1 < 0.5, or any answer to an unanswerable question).
+5. GPT route: up to --gpt-sample why/how/describe calibration questions within the floor are generated
+   (temperature 0); their counts decide at runtime whether generation is certified at the asked alpha.
+Writes the JSON, a risk-coverage plot and a short report beside it; prints the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from benchmarks import data, splits
+from edge_rag import Config, EdgeRAG
+from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag.certify import CALIBRATION_ASSET, F1_CORRECT, FEATURES, Combiner, RiskTable
+from edge_rag.config import Tier
+from edge_rag.models import default_bundle, home
+from edge_rag.policy import generative
+from edge_rag.read import reader_path
+from evaluation.datasets import QAItem
+from evaluation.metrics import best_f1
+
+OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse
+DESIGN_ALPHA = Config().max_error_rate  # the alpha the floor is chosen for: the default one
+GRID_POINTS = 200  # thresholds in the fixed sequence
+# The sequence starts at the score that answers 10% of reader-val, not at the very top: a threshold that
+# answers a handful of calibration questions cannot certify any useful alpha, and fixed-sequence testing
+# stops at its first failure. The start is fixed on reader-val, before calibration is looked at.
+GRID_START_COVERAGE = 0.1
+L2 = 1.0  # ridge on the standardised combiner weights
+ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7)  # reported in the summary
+SEED = 0
+
+
+def wrong(candidate: str | None, item: QAItem) -> bool:
+    """An answer is an error if the question has none, or if it matches no gold answer at F1 >= 0.5."""
+    return bool(candidate) and (item.is_impossible or best_f1(candidate, item.answers) < F1_CORRECT)
+
+
+def collect(rag: EdgeRAG, items: list[QAItem], label: str) -> list[dict]:
+    rows = []
+    for q in tqdm(items, desc=label, unit="q"):
+        a = rag.decide(q.question)
+        rows.append({"id": q.id, "features": a.features, "candidate": a.candidate, "d_min": a.d_min,
+                     "wrong": wrong(a.candidate, q), "answerable": not q.is_impossible,
+                     "generative": generative(q.question), "context": a.context, "tier": a.tier.value})
+    return rows
+
+
+def collect_all(rag: EdgeRAG, parts: dict[str, list[QAItem]], reader: str) -> dict[str, list[dict]]:
+    return {name: collect(rag, qs, f"{reader}/{name}") for name, qs in parts.items()}
+
+
+def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict]) -> dict:
+    """The per-question rows, kept in ``cache`` so re-fitting is cheap. Keyed by reader model, bundle and
+    splits only: use a fresh cache folder after changing the Config or --ood-sample."""
+    if cache is None:
+        return make()
+    model = hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else ""
+    key = hashlib.sha1(json.dumps([reader, *([model] if model else []), sorted(f["sha256"] for f in bundle.files()),
+                                   Path(CALIBRATION_ASSET).with_name("splits.json").read_text()]).encode())
+    path = cache / f"rows-{reader}-{key.hexdigest()[:12]}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    rows = make()
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows))
+    return rows
+
+
+def fit_combiner(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50) -> Combiner:
+    """Logistic regression by Newton's method on standardised features (numpy; a few hundred rows)."""
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+    w = np.zeros(z.shape[1])
+    ridge = np.diag([l2] * (z.shape[1] - 1) + [0.0])
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-z @ w))
+        grad = z.T @ (p - y) + ridge @ w
+        hess = z.T @ (z * (p * (1 - p))[:, None]) + ridge
+        w -= np.linalg.solve(hess, grad)
+    return Combiner(tuple(map(float, w[:-1])), float(w[-1]), tuple(map(float, mean)), tuple(map(float, scale)))
+
+
+def _matrix(rows: list[dict]) -> np.ndarray:
+    return np.array([[r["features"][f] for f in FEATURES] for r in rows], dtype=float)
+
+
+def scores(rows: list[dict], combiner: Combiner, floor: float) -> np.ndarray:
+    """Each question's score; NaN when it is never answered (no candidate, or beyond the floor)."""
+    return np.array([combiner(r["features"]) if r["candidate"] and r["d_min"] <= floor else math.nan
+                     for r in rows])
+
+
+def grid(val_scores: np.ndarray) -> np.ndarray:
+    """Thresholds strict → permissive: reader-val score quantiles from GRID_START_COVERAGE of the questions
+    answered down to all of them, then 0 (answer every candidate)."""
+    finite = val_scores[np.isfinite(val_scores)]
+    top = 1 - GRID_START_COVERAGE * val_scores.size / max(finite.size, 1)
+    q = np.quantile(finite, np.linspace(max(top, 0.0), 0, GRID_POINTS)) if finite.size else np.array([])
+    return np.append(np.unique(q)[::-1], 0.0)
+
+
+def choose_floor(ood: list[dict], val: list[dict], combiner: Combiner) -> float:
+    """The most permissive OOD-quantile floor at which floor + reader-val threshold refuse OOD_REFUSE of OOD."""
+    for share in np.arange(0.50, 1.0, 0.01):  # floors from permissive to strict
+        floor = float(np.quantile([r["d_min"] for r in ood], 1 - share))
+        val_scores = scores(val, combiner, floor)
+        wrong = np.array([r["wrong"] for r in val])
+        t = next((t for t in grid(scores(val, combiner, math.inf))[::-1]  # permissive → strict
+                  if (val_scores >= t).sum() and (wrong & (val_scores >= t)).sum() / (val_scores >= t).sum()
+                  <= DESIGN_ALPHA), math.inf)
+        if np.mean(~(scores(ood, combiner, floor) >= t)) >= OOD_REFUSE:
+            return floor
+    return float(np.quantile([r["d_min"] for r in ood], 1 - OOD_REFUSE))
+
+
+def measure_gpt(rag: EdgeRAG, rows: list[dict], items: dict[str, QAItem], ood: list[dict], val: list[dict],
+                n: int) -> tuple[int, int]:
+    """Generate for up to n generative calibration questions within a loose floor (the OOD median); (n, errors)."""
+    floor = float(np.median([r["d_min"] for r in ood]))
+    picked = [r for r in rows if r["generative"] and r["d_min"] <= floor]
+    picked = [picked[i] for i in sorted(np.random.default_rng(SEED).permutation(len(picked))[:n])]
+    c, errors = rag.config, 0
+    for r in tqdm(picked, desc="gpt", unit="q"):
+        spec = c.tier(Tier(r["tier"]))
+        gen = rag.generator.generate(items[r["id"]].question, r["context"], spec.max_new_tokens, 0.0, c.top_k,
+                                     c.seed, c.repeat_ngram, c.repeat_window)
+        errors += wrong(gen.text or None, items[r["id"]])
+    return len(picked), errors
+
+
+def run(args: argparse.Namespace) -> int:
+    bundle = Bundle.load(args.bundle or default_bundle(args.profile))
+    docs, items = data.LOADERS["squad"](args.squad)
+    ds = data.Dataset("squad", args.squad, hashlib.sha256(args.squad.read_bytes()).hexdigest(), docs, [], "all")
+    base = Config(temperature=0.0, cache_size=0)
+    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    db, _ = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
+    val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")
+    ood = splits.ood_questions("calibration", data.OOD_FILE)
+    ood = [ood[i] for i in sorted(np.random.default_rng(SEED).permutation(len(ood))[: args.ood_sample])]
+    by_id = {q.id: q for q in cal}
+    out: dict = {"readers": {}, "source": {
+        "command": "python -m convert calibrate", "splits": "edge_rag/assets/splits.json", "corpus": str(args.squad),
+        "n_reader_val": len(val), "n_calibration": len(cal), "n_ood_calibration": len(ood),
+        "ood_refuse_target": OOD_REFUSE, "config": repr(base)}}
+    gpt: tuple[int, int] | None = None
+    for reader in args.readers:
+        with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader=reader)) as rag:
+            rag.calibration = None  # record candidates and features, decide nothing
+            parts = {"reader_val": val, "calibration": cal, "ood": ood}
+            rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader))
+            if gpt is None and args.gpt_sample:
+                gpt = measure_gpt(rag, rows["calibration"], by_id, rows["ood"], rows["reader_val"], args.gpt_sample)
+        fit = [r for r in rows["reader_val"] if r["candidate"]]
+        combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))
+        floor = choose_floor(rows["ood"], rows["reader_val"], combiner)
+        table = RiskTable.count(scores(rows["calibration"], combiner, floor),
+                                np.array([r["wrong"] for r in rows["calibration"]]),
+                                grid(scores(rows["reader_val"], combiner, math.inf)))
+        cal_in = rows["calibration"]
+        out["readers"][reader] = {
+            "combiner": {"features": list(FEATURES), "weights": list(combiner.weights), "bias": combiner.bias,
+                         "mean": list(combiner.mean), "scale": list(combiner.scale)},
+            "table": {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
+                      "n_errors": list(table.n_errors), "n_cal": table.n_cal},
+            "ood_distance": floor,
+            "model_sha256": hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else None,
+            "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0},
+            "floor_refuses": {
+                "ood_calibration": float(np.mean([r["d_min"] > floor for r in rows["ood"]])),
+                "calibration_answerable": float(np.mean([r["d_min"] > floor for r in cal_in if r["answerable"]])),
+                "calibration_unanswerable": float(np.mean([r["d_min"] > floor for r in cal_in if not r["answerable"]])),
+            },
+        }
+    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    summary = report(out, args.out)
+    print(summary)
+    return 0
+
+
+def report(out: dict, path: Path) -> str:
+    """Markdown summary beside the JSON (and the risk-coverage PNG): what each alpha gets on calibration."""
+    from edge_rag.certify import Calibration, clopper_pearson_upper
+
+    cal = Calibration.load(path)
+    lines = ["# Calibration of the certified decision layer", "",
+             f"`{out['source']['command']}`; splits `{out['source']['splits']}`; "
+             f"{out['source']['n_calibration']} calibration questions, {out['source']['n_reader_val']} reader-val, "
+             f"{out['source']['n_ood_calibration']} OOD-calibration.", ""]
+    for name, rc in cal.readers.items():
+        fr = out["readers"][name]["floor_refuses"]
+        lines += [f"## reader = {name}", "",
+                  f"Out-of-domain floor: squared L2 d_min > {rc.ood_distance:.3f} (cosine < "
+                  f"{1 - rc.ood_distance / 2:.3f}) refuses. Floor refuses {fr['ood_calibration']:.1%} of OOD-calibration, {fr['calibration_answerable']:.1%} of "
+                  f"answerable and {fr['calibration_unanswerable']:.1%} of unanswerable calibration questions.", "",
+                  f"GPT route: {rc.gpt_errors} errors in {rc.gpt_n} generated answers "
+                  f"(upper bound {clopper_pearson_upper(rc.gpt_errors, rc.gpt_n, 0.05):.2f} at delta 0.05).", "",
+                  "| alpha | delta | threshold | coverage | error among answered | CP upper |", "|---|---|---|---|---|---|"]
+        for alpha in ALPHAS:
+            for delta in (0.05, 0.1):
+                c = rc.table.choose(alpha, delta)
+                lines.append(f"| {alpha:g} | {delta:g} | {c.threshold:.3f} | {c.coverage:.1%} | {c.error:.1%} "
+                             f"| {c.upper:.3f} |")
+        lines.append("")
+    plot(cal, path.with_name("calibration_risk_coverage.png"))
+    lines.append("![risk-coverage](calibration_risk_coverage.png)")
+    text = "\n".join(lines) + "\n"
+    path.with_name("calibration_report.md").write_text(text, encoding="utf-8")
+    return text
+
+
+def plot(cal, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, rc in cal.readers.items():
+        cov, err = zip(*rc.table.curve())
+        ax.plot(cov, err, label=f"{name}: error among answered")
+    for alpha in (0.1, 0.2):
+        ax.axhline(alpha, ls=":", c="grey")
+    ax.set_xlabel("coverage (share of calibration questions answered)")
+    ax.set_ylabel("error among answered")
+    ax.set_title("Risk-coverage on the calibration split")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("calibrate", help="fit the answer score and certify its threshold (calibration.json)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--readers", default="rules,neural", type=lambda s: [r for r in s.split(",") if r])
+    p.add_argument("--squad", type=Path, default=data.FILES["squad"])
+    p.add_argument("--out", type=Path, default=CALIBRATION_ASSET)
+    p.add_argument("--ood-sample", type=int, default=600, help="OOD-calibration questions used (seeded sample)")
+    p.add_argument("--gpt-sample", type=int, default=40, help="generative calibration questions generated")
+    p.add_argument("--profile", default="gemma")
+    p.add_argument("--bundle", type=Path, default=None)
+    p.add_argument("--index-cache", type=Path, default=home() / "bench")
+    p.add_argument("--rows-cache", type=Path, default=None, help="keep per-question rows here (re-fit without re-running)")
+    p.set_defaults(func=run)

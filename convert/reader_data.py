@@ -1,0 +1,163 @@
+"""Reader training and validation examples: the article split, gold spans, and sampled no-answer pairs.
+
+One example = one (question, "title: paragraph") window with a start/end token label; label 0 ([CLS])
+means "no answer in this window". Sources, all in the reader-train part only:
+- ``answerable``: the window of the gold paragraph that holds the first gold answer;
+- ``window``: the other windows of that paragraph (the answer is not in them);
+- ``impossible``: real SQuAD-2 unanswerable questions on their paragraph (written to look answerable);
+- ``other_article``: an answerable question with a paragraph of another article;
+- ``same_article``: an answerable question with another paragraph of its article that lacks every gold answer.
+The last two are what a retriever hands the reader when the answer is not in the corpus or not in the
+passage; real unanswerables are few in SQuAD-2 train (7%), so they teach the no-answer score.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_rag.reader import CONTEXT_SEQUENCE, Windows, passage_context
+
+# ../shared/data next to the checkout, unless $EDGE_RAG_DATA says otherwise (a git worktree sits elsewhere).
+DATA = Path(os.environ.get("EDGE_RAG_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
+SQUAD_TRAIN = DATA / "squad2_train_subset.json"
+SQUAD_DEV = DATA / "squad2_dev_subset.json"
+HOTPOT = DATA / "hotpotqa_dev_subset.jsonl"
+
+# The article split (fixed for this project; calibration / test / out-of-domain articles are never read here).
+READER_TRAIN_DEV_ARTICLES = ("Normans", "Computational_complexity_theory", "Harvard_University", "Yuan_dynasty")
+READER_VAL_DEV_ARTICLES = ("Imperialism",)
+HOTPOT_BUCKETS = 5  # bucket = int(sha256(question_id), 16) % 5
+READER_TRAIN_HOTPOT = (2, 3)
+READER_VAL_HOTPOT = (4,)
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    article: str
+    title: str
+    context: str  # the gold paragraph (without title)
+    answers: tuple[str, ...]
+    answer_start: int  # char offset of answers[0] in context, -1 if unanswerable
+    source: str  # "squad" | "hotpotqa"
+
+
+def hotpot_bucket(question_id: str) -> int:
+    return int(hashlib.sha256(question_id.encode()).hexdigest(), 16) % HOTPOT_BUCKETS
+
+
+def squad_questions(path: Path, articles: tuple[str, ...] | None) -> list[Question]:
+    """Questions of ``articles`` (all articles if None) with their gold paragraph and first answer offset."""
+    out = []
+    for art in json.loads(path.read_text(encoding="utf-8"))["data"]:
+        if articles is not None and art["title"] not in articles:
+            continue
+        title = art["title"].replace("_", " ")
+        for para in art["paragraphs"]:
+            for qa in para["qas"]:
+                answers = qa.get("answers", [])
+                out.append(Question(qa["id"], qa["question"].strip(), art["title"], title, para["context"],
+                                    tuple(dict.fromkeys(a["text"] for a in answers)),
+                                    answers[0]["answer_start"] if answers else -1, "squad"))
+    return out
+
+
+def hotpot_questions(path: Path, buckets: tuple[int, ...]) -> list[Question]:
+    """HotpotQA questions of ``buckets`` whose answer occurs verbatim in a supporting paragraph (no yes/no)."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line) if line.strip() else None
+        if row is None or hotpot_bucket(row["question_id"]) not in buckets:
+            continue
+        answers = tuple(s for obj in row.get("answers_objects", [])[:1] for s in obj.get("spans", []))
+        for ctx in row["contexts"]:
+            at = ctx["paragraph_text"].find(answers[0]) if answers and ctx.get("is_supporting") else -1
+            if at >= 0 and answers[0].lower() not in ("yes", "no"):
+                out.append(Question(row["question_id"], row["question_text"].strip(), row["question_id"],
+                                    ctx["title"], ctx["paragraph_text"], answers, at, "hotpotqa"))
+                break
+    return out
+
+
+def reader_train() -> list[Question]:
+    return (squad_questions(SQUAD_TRAIN, None) + squad_questions(SQUAD_DEV, READER_TRAIN_DEV_ARTICLES)
+            + hotpot_questions(HOTPOT, READER_TRAIN_HOTPOT))
+
+
+def reader_val() -> list[Question]:
+    return squad_questions(SQUAD_DEV, READER_VAL_DEV_ARTICLES) + hotpot_questions(HOTPOT, READER_VAL_HOTPOT)
+
+
+@dataclass(frozen=True)
+class Example:
+    ids: list[int]
+    types: list[int]
+    start: int  # token index, 0 = no answer
+    end: int
+    source: str
+
+
+def label_windows(windows: Windows, question: str, title: str, context: str,
+                  answer_start: int, answer: str) -> list[tuple[list[int], list[int], int, int]]:
+    """(ids, type_ids, start, end) for every window; start = end = 0 where the answer is not fully inside."""
+    text, prefix = passage_context(title, context)
+    a, b = (prefix + answer_start, prefix + answer_start + len(answer)) if answer_start >= 0 else (-1, -1)
+    out = []
+    for w in windows(question, text):
+        tok = [k for k, s in enumerate(w.sequence_ids) if s == CONTEXT_SEQUENCE]
+        starts = [k for k in tok if w.offsets[k][0] <= a < w.offsets[k][1]] if a >= 0 else []
+        ends = [k for k in tok if w.offsets[k][0] < b <= w.offsets[k][1]] if a >= 0 else []
+        s, e = (starts[0], ends[-1]) if starts and ends and ends[-1] >= starts[0] else (0, 0)
+        out.append((w.ids, w.type_ids, s, e))
+    return out
+
+
+def build_examples(windows: Windows, questions: list[Question], negatives_per_answerable: float,
+                   seed: int) -> list[Example]:
+    """Every window of every question, plus sampled negative pairs (see the module docstring)."""
+    rng = random.Random(seed)
+    paragraphs: dict[str, list[tuple[str, str]]] = {}
+    for q in questions:
+        if q.source == "squad" and (q.title, q.context) not in paragraphs.setdefault(q.article, []):
+            paragraphs[q.article].append((q.title, q.context))
+    articles = sorted(paragraphs)
+    out: list[Example] = []
+    for q in questions:
+        answerable = q.answer_start >= 0
+        for ids, types, s, e in label_windows(windows, q.question, q.title, q.context, q.answer_start,
+                                              q.answers[0] if answerable else ""):
+            source = "impossible" if not answerable else ("answerable" if s else "window")
+            out.append(Example(ids, types, s, e, source))
+        if not answerable or rng.random() >= negatives_per_answerable:
+            continue
+        same = [p for p in paragraphs.get(q.article, []) if not any(x in p[1] for x in q.answers)]
+        others = [a for a in articles if a != q.article]
+        if same and (rng.random() < 0.5 or not others):
+            title, context, source = *rng.choice(same), "same_article"
+        elif others:
+            title, context, source = *rng.choice(paragraphs[rng.choice(others)]), "other_article"
+        else:
+            continue
+        for ids, types, _, _ in label_windows(windows, q.question, title, context, -1, ""):
+            out.append(Example(ids, types, 0, 0, source))
+    return out
+
+
+def negative_pairs(questions: list[Question], seed: int) -> list[tuple[Question, str, str]]:
+    """Validation no-answer pairs: each answerable question with another paragraph of its article lacking the answer."""
+    rng = random.Random(seed)
+    by_article: dict[str, list[tuple[str, str]]] = {}
+    for q in questions:
+        if (q.title, q.context) not in by_article.setdefault(q.article, []):
+            by_article[q.article].append((q.title, q.context))
+    out = []
+    for q in questions:
+        same = [p for p in by_article[q.article] if not any(x in p[1] for x in q.answers)]
+        if q.answer_start >= 0 and same:
+            out.append((q, *rng.choice(same)))
+    return out

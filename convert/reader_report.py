@@ -1,0 +1,197 @@
+"""After training: pick the checkpoint, export reader.onnx (int8 shipped), check parity, write the report.
+
+Selection is on reader-val HasAns F1 (the checkpoints' in-process scores); every figure in the report
+is then re-measured on the shipped int8 ONNX through ``edge_rag.reader.Reader``, the device path.
+The Haswell (AVX2-only) parity run uses ``qemu-x86_64 -cpu Haswell`` when it is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from convert import reader as X
+from convert import reader_data as D
+from convert import train_reader as T
+from convert.quantize import DEFAULT_SCHEME, quantize_int8
+from convert.report import write_report
+from edge_rag.encode import load_session, pad_batch
+from edge_rag.reader import READER_ASSET, Reader, passage_context
+from edge_rag.types import Passage
+from evaluation.metrics import best_em, best_f1
+
+ASSETS = READER_ASSET.parent
+PARITY_QUESTIONS = 120  # reader-val questions (+ their no-answer pairs, up to 60) compared with torch
+QEMU_SAMPLE = 40
+LATENCY_REPEATS = 30
+
+
+def finish(args: argparse.Namespace) -> None:
+    history = json.loads((args.work / "history.json").read_text())
+    chosen = max(history["checkpoints"], key=lambda c: c["hasans_f1"])
+    model = T.load_model(args.work / chosen["checkpoint"])
+    tok_path = T.model_dir() / "tokenizer.json"
+    fp32 = X.export_fp32(model, args.work / "reader.fp32.onnx")
+    int8 = quantize_int8(fp32, args.work / "reader.int8.onnx")
+    parity = check_parity(model, fp32, int8, tok_path, args)
+    shutil.copyfile(int8, READER_ASSET)
+    write_report(READER_ASSET, {**parity, "checkpoint": chosen["checkpoint"], "file_bytes": READER_ASSET.stat().st_size})
+    val = evaluate_onnx(READER_ASSET, tok_path, args.seed)
+    (args.work / "val_onnx.json").write_text(json.dumps(val, indent=1))
+    latency = measure_latency(READER_ASSET, tok_path)
+    write_markdown(history, chosen, parity, val, latency, args)
+
+
+def check_parity(model, fp32: Path, int8: Path, tok_path: Path, args: argparse.Namespace) -> dict:
+    """fp32: logit max-abs diff vs torch; fp32 and int8: span / F1 / decision agreement with torch reads."""
+    import torch
+
+    val = D.reader_val()[:PARITY_QUESTIONS]
+    inputs = X.sample_inputs(val, D.negative_pairs(val, args.seed)[: PARITY_QUESTIONS // 2])
+    tok = T.windowing()
+    session = load_session(fp32, threads=2)
+    diff = 0.0
+    for row in inputs[:40]:
+        ws = tok(row["question"], passage_context(row["title"], row["text"])[0])
+        feeds = pad_batch(ws)
+        with torch.no_grad():
+            ref = model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+        got = session.run(list(X.OUTPUTS), feeds)
+        diff = max(diff, *(float(np.abs(r.numpy() - g).max()) for r, g in zip(ref, got)))
+    reference = [T.read_one(model, tok, r["question"], r["title"], r["text"]) for r in inputs]
+    ref_file = args.work / "parity_reference.json"
+    ref_file.write_text(json.dumps({"inputs": inputs, "torch": [
+        {k: r[k] for k in ("text", "start", "end", "margin")} for r in reference]}))
+    out = {"artifact": "reader", "precision": "int8", "scheme": DEFAULT_SCHEME, "opset": X.OPSET,
+           "fp32_max_abs_diff": diff, "fp32_max_abs_diff_limit": X.MAX_ABS_DIFF_FP32,
+           "fp32": X.agreement(reference, X.onnx_reads(fp32, tok_path, inputs)),
+           "int8": X.agreement(reference, X.onnx_reads(int8, tok_path, inputs)),
+           "int8_min_agreement": X.MIN_AGREEMENT_INT8, "haswell": qemu_parity(ref_file, int8, tok_path)}
+    out["passed"] = bool(diff <= X.MAX_ABS_DIFF_FP32 and X.passes(out["int8"])
+                         and out["haswell"].get("pass", True))
+    return out
+
+
+def qemu_parity(ref_file: Path, onnx: Path, tok_path: Path) -> dict:
+    """The int8 check re-run on an emulated AVX2-only CPU (the portability issue's robustness bar)."""
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        return {"skipped": "qemu-x86_64 not installed (apt-get install qemu-user)"}
+    cmd = [qemu, "-cpu", "Haswell", sys.executable, "-m", "convert.reader", "--reference", str(ref_file),
+           "--onnx", str(onnx), "--tokenizer", str(tok_path), "--limit", str(QEMU_SAMPLE), "--threads", "1"]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    lines = run.stdout.strip().splitlines()
+    if not lines:
+        return {"error": run.stderr[-500:], "pass": False}
+    return {"cpu": "qemu-x86_64 -cpu Haswell", **json.loads(lines[-1])}
+
+
+def evaluate_onnx(onnx: Path, tok_path: Path, seed: int) -> dict:
+    """reader-val through the device path: gold paragraph for every question, plus no-answer pairs."""
+    reader = Reader(onnx, tok_path)
+    val = D.reader_val()
+    rows = []
+    for q in val:
+        span = reader.read(q.question, [Passage(0, "", q.title, q.context)])
+        answers = list(q.answers)
+        rows.append({"kind": "answerable" if q.answer_start >= 0 else "impossible", "source": q.source,
+                     "margin": span.margin, "text": span.text,
+                     "f1": best_f1(span.text, answers) if answers else 0.0,
+                     "em": best_em(span.text, answers) if answers else 0.0})
+    for q, title, context in D.negative_pairs(val, seed):
+        span = reader.read(q.question, [Passage(0, "", title, context)])
+        rows.append({"kind": "other_paragraph", "source": q.source, "margin": span.margin, "text": span.text,
+                     "f1": 0.0, "em": 0.0})
+    return {"rows": rows, **T.summarise(rows)}
+
+
+def measure_latency(onnx: Path, tok_path: Path) -> dict:
+    """p50 ms of Reader.read over 1, 3 and 5 reader-val paragraphs (2 threads, int8)."""
+    reader = Reader(onnx, tok_path, threads=2)
+    val = D.reader_val()
+    paragraphs = list(dict.fromkeys((q.title, q.context) for q in val))
+    out = {}
+    for n in (1, 3, 5):
+        times = []
+        for r in range(LATENCY_REPEATS):
+            q = val[(r * 7) % len(val)]
+            passages = [Passage(i, "", *paragraphs[(r + i) % len(paragraphs)]) for i in range(n)]
+            t = time.perf_counter()
+            reader.read(q.question, passages)
+            times.append((time.perf_counter() - t) * 1000)
+        out[str(n)] = {"p50_ms": statistics.median(times), "max_ms": max(times)}
+    return out
+
+
+def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency: dict,
+                   args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([p["step"] for p in history["loss"]], [p["loss"] for p in history["loss"]])
+    ax.set(xlabel="step (batch of 16 windows)", ylabel="train loss (mean start/end CE)", title="reader training")
+    fig.tight_layout()
+    fig.savefig(ASSETS / "reader_training.png", dpi=90)
+    fig, ax = plt.subplots(figsize=(5, 3))
+    bins = np.linspace(-15, 15, 41)
+    for kind in ("answerable", "impossible", "other_paragraph"):
+        ax.hist([np.clip(r["margin"], -15, 15) for r in val["rows"] if r["kind"] == kind], bins=bins, alpha=0.5,
+                label=kind, density=True)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set(xlabel="margin = best span score - null score", ylabel="density", title="reader-val margins (int8 ONNX)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(ASSETS / "reader_margins.png", dpi=90)
+    plt.close("all")
+    seconds = history["checkpoints"][-1]["seconds"]
+    lines = [
+        "# Reader training report", "",
+        f"Produced by `make reader` (`python -m convert train-reader --epochs {args.epochs} --lr {args.lr} "
+        f"--examples {args.examples} --seed {args.seed}`).", "",
+        "## Data (reader-train part only)", "",
+        "| source | windows |", "|---|---|",
+        *[f"| {k} | {v} |" for k, v in history["counts"].items()], "",
+        "Sources are described in `convert/reader_data.py`; the subset is a seeded sample of all windows.", "",
+        "## Training", "",
+        f"MiniLM-L6 (all-MiniLM-L6-v2 weights) + Linear(384→2); max {T.MAX_SEQ_LEN} tokens, stride {T.STRIDE}, "
+        f"batch {T.BATCH}, AdamW lr {args.lr}, warm-up {T.WARMUP:.0%} then linear decay, weight decay "
+        f"{T.WEIGHT_DECAY}, {history['steps']} steps, {T.THREADS} torch threads, {seconds / 60:.1f} min on the "
+        "shared 2-core box.", "", "![loss](reader_training.png)", "",
+        "| checkpoint | HasAns F1 | HasAns EM | NoAns acc (impossible) | NoAns acc (other paragraph) |",
+        "|---|---|---|---|---|",
+        *[f"| {c['checkpoint']} | {c['hasans_f1']:.3f} | {c['hasans_em']:.3f} | {c['noans_acc_impossible']:.3f} | "
+          f"{c['noans_acc_other_paragraph']:.3f} |" for c in history["checkpoints"]], "",
+        f"Shipped: {chosen['checkpoint']} (best HasAns F1 on reader-val, torch).", "",
+        "## reader-val, shipped int8 ONNX (`edge_rag.reader.Reader`)", "",
+        f"Questions: {val['n']}. HasAns = the best non-null span on the gold paragraph (the answer/abstain "
+        "decision is left to the calibrated policy); NoAns accuracy = share with margin ≤ 0.", "",
+        f"- HasAns F1 **{val['hasans_f1']:.3f}**, EM {val['hasans_em']:.3f}; answerable with margin > 0: "
+        f"{val['hasans_answered_at_0']:.3f}",
+        f"- NoAns accuracy: real unanswerables {val['noans_acc_impossible']:.3f}, question + another paragraph "
+        f"of its article {val['noans_acc_other_paragraph']:.3f}", "",
+        "![margins](reader_margins.png)", "",
+        "## Export parity (`reader.onnx.parity.json`)", "",
+        f"- fp32 logits max |Δ| vs torch {parity['fp32_max_abs_diff']:.2e} (limit {X.MAX_ABS_DIFF_FP32})",
+        *[f"- {k}: span {parity[k]['span']:.3f}, F1 {parity[k]['f1']:.3f}, decision {parity[k]['decision']:.3f} "
+          f"(n = {parity[k]['n']}) vs torch" for k in ("fp32", "int8")],
+        f"- int8 on `qemu-x86_64 -cpu Haswell` (AVX2 only): {json.dumps(parity['haswell'])}",
+        f"- thresholds (int8): {X.MIN_AGREEMENT_INT8}; size {READER_ASSET.stat().st_size / 1e6:.1f} MB", "",
+        "## Latency (int8, 2 threads, `Reader.read`, reader-val paragraphs)", "",
+        "| paragraphs | p50 ms | max ms |", "|---|---|---|",
+        *[f"| {n} | {v['p50_ms']:.1f} | {v['max_ms']:.1f} |" for n, v in latency.items()], "",
+    ]
+    (ASSETS / "reader_report.md").write_text("\n".join(lines), encoding="utf-8")
+    summary = {"history": history, "chosen": chosen["checkpoint"], "val": {k: v for k, v in val.items() if k != "rows"},
+               "latency": latency}
+    (ASSETS / "reader_report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print((ASSETS / "reader_report.md").read_text())

@@ -1,0 +1,64 @@
+"""The certified decision path: read a candidate answer, score it, route it against the threshold that
+keeps the error among answered questions <= Config.max_error_rate with probability >= 1 - Config.delta
+(certify.py says exactly what that covers: exchangeable calibration questions, not each question)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from . import bundle as B
+from .certify import CALIBRATION_ASSET, Calibration, Certificate
+from .config import Config
+from .policy import decide_certified
+from .read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
+from .types import Passage, Route
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The read stage's candidate and what the certified policy made of it (Answer fields in ``fields``)."""
+
+    candidate: Candidate
+    route: Route
+    reason: str | None
+    fields: dict = field(default_factory=dict)
+
+
+class CertifiedPath:
+    """The shipped calibration, the reader (loaded on first use) and this config's certificate."""
+
+    def __init__(self, bundle: B.Bundle, config: Config) -> None:
+        self.bundle, self.config = bundle, config
+        # A missing calibration file refuses every question (with that reason), never answers uncertified.
+        self.calibration = Calibration.load(CALIBRATION_ASSET) if CALIBRATION_ASSET.is_file() else None
+        self.certificate: Certificate | None = None
+        if self.calibration is not None:
+            table = self.calibration.reader(config.reader).table
+            self.certificate = table.choose(config.max_error_rate, config.delta)
+        self._neural: NeuralReader | None = None
+
+    def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store) -> Candidate:
+        """The neural reader over the top passages' paragraphs, or the rule extractor over the compressed context."""
+        c = self.config
+        if c.reader == "rules":
+            return read_rules(question, context_passages)
+        if self._neural is None:
+            self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
+                                        threads=c.threads, batch_tokens=c.encode_batch_tokens)
+        return self._neural(question, paragraphs(passages, store, c.reader_passages))
+
+    def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:
+        """Score the candidate with the calibrated combiner and route it against the certified threshold."""
+        c, cert = self.config, self.certificate
+        features = candidate.features(passages)
+        if cert is None or self.calibration is None:
+            return Verdict(candidate, Route.REFUSE, "not calibrated: run `python -m convert calibrate`",
+                           {"features": features})
+        rc = self.calibration.reader(c.reader)
+        score = rc.combiner(features) if candidate.text else math.nan
+        route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score,
+                                         cert, rc.gpt_allowed(c.max_error_rate, c.delta))
+        return Verdict(candidate, route, reason, {
+            "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
+            "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,
+            "cal_error": cert.error})

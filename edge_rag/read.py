@@ -1,0 +1,97 @@
+"""The read stage: one candidate answer per question from the retrieved passages, with the numbers the
+certified score is made of.
+
+``Config(reader="neural")`` runs the trained extractive reader (edge_rag/reader.py, ONNX) over the top
+passages' paragraph text with title; ``reader="rules"`` runs the EverydayGPT rule extractor (the seed path)
+over the compressed context. Both return a Candidate; the policy turns it into one score (certify.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from .bundle import Bundle
+from .errors import BundleError
+from .extract import extract
+from .memory.estimate import Estimate, encoder_estimate
+from .reader import READER_ASSET, Reader
+from .types import Passage
+
+ROLE_READER = "reader"
+PARAGRAPH_WINDOW = 3  # sentences either side of a sentence hit that make up its paragraph for the reader
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A reader's best answer (text None = it found none) and its scores."""
+
+    text: str | None
+    passage_id: int | None
+    span_score: float  # the reader's score for its span (rules: Eq. 1 confidence)
+    null_score: float  # the reader's no-answer score (rules: none, 0)
+    margin: float  # span_score - null_score: how much the span beats "no answer"
+
+    def features(self, passages: Sequence[Passage]) -> dict[str, float]:
+        """The combiner's inputs (certify.FEATURES). d_min = 2 - 2 s_max is the top cosine in another unit,
+        so only the cosine is used."""
+        top = max((p.score for p in passages), default=0.0)
+        return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top}
+
+
+class _Store(Protocol):
+    def passages(self, ids: Sequence[int]) -> list[Passage]: ...
+
+
+def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int = PARAGRAPH_WINDOW) -> list[Passage]:
+    """The first ``limit`` distinct hits widened to their neighbourhood: for a sentence passage, the passages
+    of the same document at positions within ``window`` of it (ids of one document are consecutive), joined
+    in document order. Keeps the hit's id and score."""
+    out: list[Passage] = []
+    covered: set[int] = set()  # passage ids already inside an earlier hit's window
+    for hit in hits:
+        if len(out) >= limit:
+            break
+        if hit.id in covered:
+            continue
+        ids = [hit.id + k for k in range(-window, window + 1) if hit.position + k >= 0]
+        around = [p for p in store.passages(ids) if p.doc_id == hit.doc_id]
+        covered.update(p.id for p in around)
+        out.append(replace(hit, text=" ".join(p.text for p in around) or hit.text))
+    return out
+
+
+def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:
+    """The rule extractor's answer; its Eq. 1 confidence is the span score."""
+    e = extract(question, passages)
+    return Candidate(e.answer or None, e.passage_id, e.confidence, 0.0, e.confidence)
+
+
+def reader_estimate(onnx_bytes: int, dim: int = 384, batch_tokens: int = 2048, max_seq_len: int = 256) -> Estimate:
+    """Memory of the neural reader for the budget planner: the same MiniLM shape as the encoder, so the
+    encoder's measured model applies (weights x ONNX_FILE_FACTOR + session, and the activations of one
+    length-bounded batch of ``batch_tokens`` padded tokens, the Reader's default)."""
+    return Estimate("reader", encoder_estimate(onnx_bytes, dim, batch_tokens, max_seq_len).parts)
+
+
+def reader_path(bundle: Bundle) -> Path:
+    """The bundle's reader ONNX, else the one shipped with the package."""
+    path = bundle.path(ROLE_READER) or READER_ASSET
+    if not path.is_file():
+        raise BundleError(f"no reader model: {path} is missing; use Config(reader='rules') or run `make reader`")
+    return path
+
+
+class NeuralReader:
+    """edge_rag.reader.Reader behind the Candidate interface."""
+
+    def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, threads: int = 0,
+                 batch_tokens: int = 2048) -> None:
+        self.reader = Reader(onnx_path, tokenizer_path, threads=threads, batch_tokens=batch_tokens)
+
+    def __call__(self, question: str, passages: Sequence[Passage]) -> Candidate:
+        span = self.reader.read(question, list(passages))
+        if not span.text:  # the reader's NO_SPAN has infinite scores: no candidate, nothing to score
+            return Candidate(None, None, 0.0, 0.0, 0.0)
+        return Candidate(span.text, span.passage_id, float(span.score), float(span.null_score), float(span.margin))

@@ -1,0 +1,104 @@
+"""The certified decision path end to end on the real bundle, the shipped calibration and the SQuAD corpus."""
+import math
+import random
+
+import pytest
+
+from benchmarks import data, splits
+from edge_rag.certify import CALIBRATION_ASSET, Calibration
+from edge_rag.config import Config
+from edge_rag.pipeline import EdgeRAG
+from edge_rag.types import Route
+
+ALPHAS = (0.1, 0.5, 0.7, 0.8, 0.9)
+FAST = Config(temperature=0.0, reader="rules")  # the property is the reader's; the rule extractor is ~1 ms
+
+
+@pytest.fixture(scope="module")
+def questions(squad_default_rag):
+    """60 calibration-split questions (the test split stays for the benchmark)."""
+    _, items = squad_default_rag
+    return random.Random(0).sample(splits.select(items, "calibration"), 60)
+
+
+@pytest.fixture(scope="module")
+def by_alpha(squad_default_rag, questions):
+    rag, _ = squad_default_rag
+    out = {}
+    for alpha in ALPHAS:
+        with EdgeRAG(rag.store.folder, bundle=rag.bundle.root,
+                     config=FAST.with_(max_error_rate=alpha)) as r:
+            out[alpha] = [r.decide(q.question) for q in questions]
+    return out
+
+
+def test_shipped_calibration_covers_the_default_reader():
+    cal = Calibration.load(CALIBRATION_ASSET)
+    rc = cal.reader(Config().reader)
+    assert rc.table.n_cal > 1000 and 0.0 < rc.ood_distance < 4.0
+    assert list(rc.table.thresholds) == sorted(rc.table.thresholds, reverse=True)  # strict → permissive
+
+
+def test_lower_alpha_answers_a_subset(by_alpha):
+    """The certified threshold only loosens as alpha grows, so the answered questions are nested."""
+    answered = [{i for i, a in enumerate(by_alpha[alpha]) if a.route is Route.RAG} for alpha in ALPHAS]
+    for low, high in zip(answered, answered[1:]):
+        assert low <= high
+    assert answered[-1], "alpha 0.9 should answer some calibration questions"
+
+
+def test_answers_carry_the_certificate(by_alpha):
+    for alpha, answers in by_alpha.items():
+        for a in answers:
+            assert a.alpha == alpha and a.delta == FAST.delta and a.n_cal > 1000
+            assert "read" in a.timings_ms and "certify" in a.timings_ms
+            if a.route is Route.RAG:
+                assert a.answer == a.candidate and a.score >= a.score_threshold
+                assert 0.0 < a.cal_coverage <= 1.0 and 0.0 <= a.cal_error <= alpha
+            else:
+                assert a.answer is None and a.refusal_reason
+            d = a.to_dict()
+            assert {"score", "alpha", "delta", "score_threshold", "n_cal", "cal_coverage", "cal_error"} <= set(d)
+            assert all(not (isinstance(v, float) and math.isnan(v)) for v in d.values())
+
+
+def test_ood_test_questions_are_refused_on_the_dev_corpus(squad_default_rag):
+    """Questions about articles absent from the corpus (OOD-test, never used for the floor) are refused."""
+    rag, _ = squad_default_rag
+    ood = random.Random(1).sample(splits.ood_questions("test", data.OOD_FILE), 40)
+    refused = [rag.decide(q.question).route is Route.REFUSE for q in ood]
+    assert sum(refused) / len(refused) >= 0.9
+
+
+def test_off_topic_questions_are_refused_on_the_sample_corpus(sample_rag):
+    from tests.test_decision import OOD
+
+    answers = [sample_rag.decide(q) for q in OOD]
+    assert sum(a.route is Route.REFUSE for a in answers) / len(answers) >= 0.95
+    assert all(a.refusal_reason for a in answers if a.route is Route.REFUSE)
+
+
+def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
+    """A sentence hit is widened to its document neighbours (same doc only, in order) for the reader."""
+    from edge_rag.read import PARAGRAPH_WINDOW, paragraphs
+
+    hits = sample_rag.store.search(sample_rag.encoder.encode_one("When is the museum open on Sundays?"), 5)
+    wide = paragraphs(hits, sample_rag.store, limit=2)
+    assert 1 <= len(wide) <= 2 and wide[0].id == hits[0].id and wide[0].score == hits[0].score
+    ids = [hits[0].id + k for k in range(-PARAGRAPH_WINDOW, PARAGRAPH_WINDOW + 1)]
+    same_doc = [p for p in sample_rag.store.passages(ids) if p.doc_id == hits[0].doc_id]
+    assert wide[0].text == " ".join(p.text for p in same_doc) and hits[0].text in wide[0].text
+    assert all(h.id not in {p.id for p in same_doc} for h in wide[1:])  # no window read twice
+
+
+def test_calibration_is_for_the_shipped_reader():
+    """A new reader.onnx needs `make calibrate`: the certificate is about the model it was measured with."""
+    import hashlib
+    import json
+
+    from edge_rag.reader import READER_ASSET
+
+    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))["readers"]
+    if "neural" not in raw or not READER_ASSET.is_file():
+        pytest.skip("no neural reader shipped or calibrated yet")
+    assert raw["neural"]["model_sha256"] == hashlib.sha256(READER_ASSET.read_bytes()).hexdigest()

@@ -1,0 +1,106 @@
+"""Certified selective answering: Clopper-Pearson, Learn-then-Test, the calibration artifact."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from edge_rag.certify import (
+    Calibration,
+    Combiner,
+    RiskTable,
+    binom_cdf,
+    clopper_pearson_upper,
+)
+from edge_rag.errors import BundleError
+
+DELTA = 0.05
+
+
+@pytest.mark.parametrize("n", [1, 5, 40, 1000])
+def test_clopper_pearson_zero_errors_closed_form(n):
+    """0 errors of n: P(Bin(n, u) = 0) = (1 - u)^n = delta, so u = 1 - delta^(1/n)."""
+    assert clopper_pearson_upper(0, n, DELTA) == pytest.approx(1 - DELTA ** (1 / n), abs=1e-12)
+
+
+def test_clopper_pearson_edges():
+    assert clopper_pearson_upper(0, 0, DELTA) == 1.0  # no data says nothing
+    assert clopper_pearson_upper(7, 7, DELTA) == 1.0
+    with pytest.raises(ValueError):
+        clopper_pearson_upper(3, 2, DELTA)
+
+
+@pytest.mark.parametrize("k,n,delta", [(1, 10, 0.05), (5, 50, 0.1), (30, 200, 0.05), (120, 1284, 0.01),
+                                       (3, 20, 0.2)])
+def test_clopper_pearson_matches_the_beta_quantile(k, n, delta):
+    stats = pytest.importorskip("scipy.stats", reason="scipy is the reference (installed with the dev extra)")
+    assert clopper_pearson_upper(k, n, delta) == pytest.approx(stats.beta.ppf(1 - delta, k + 1, n - k), abs=1e-9)
+
+
+def test_binom_cdf_small_exact():
+    assert binom_cdf(1, 3, 0.5) == pytest.approx(0.5)  # (1 + 3) / 8
+    assert binom_cdf(0, 2, 0.3) == pytest.approx(0.49)
+
+
+@pytest.mark.parametrize("p", [0.02, 0.1, 0.3])
+def test_clopper_pearson_covers(p):
+    """Monte-Carlo: the true proportion exceeds the upper bound in <= delta of the draws (+ 3 s.e.)."""
+    trials, n = 4000, 60
+    errors = np.random.default_rng(int(p * 1000)).binomial(n, p, trials)
+    bounds = {k: clopper_pearson_upper(int(k), n, DELTA) for k in np.unique(errors)}
+    misses = np.mean([bounds[k] < p for k in errors])
+    assert misses <= DELTA + 3 * math.sqrt(DELTA * (1 - DELTA) / trials)
+
+
+def _table(answered, errors, n_cal=1000):
+    return RiskTable(tuple(np.linspace(0.9, 0.1, len(answered))), tuple(answered), tuple(errors), n_cal)
+
+
+def test_ltt_picks_the_most_permissive_threshold_whose_bound_holds():
+    table = _table([100, 200, 400, 800], [2, 6, 20, 160])  # error 2%, 3%, 5%, 20%
+    cert = table.choose(0.1, DELTA)
+    assert cert.threshold == table.thresholds[2] and cert.n_answered == 400 and cert.n_errors == 20
+    assert cert.upper <= 0.1 and cert.coverage == 0.4 and cert.error == 0.05
+    assert clopper_pearson_upper(160, 800, DELTA) > 0.1  # the next one fails
+
+
+def test_ltt_stops_at_the_first_failure():
+    """Fixed-sequence testing never skips a failed hypothesis, even if a later one would pass."""
+    table = _table([100, 120, 600], [1, 40, 6])  # the middle threshold fails, the last would pass alone
+    cert = table.choose(0.1, DELTA)
+    assert cert.threshold == table.thresholds[0] and cert.n_answered == 100
+
+
+def test_ltt_certifies_nothing_when_the_first_threshold_fails():
+    cert = _table([10, 500], [0, 5]).choose(0.1, DELTA)  # 10 answers cannot certify 10% (upper 0.26)
+    assert cert.threshold == math.inf and cert.n_answered == 0 and cert.coverage == 0.0
+
+
+def test_lower_alpha_never_answers_more():
+    rng = np.random.default_rng(0)
+    scores = rng.random(2000)
+    wrong = rng.random(2000) > scores  # higher score, fewer errors
+    table = RiskTable.count(scores, wrong, np.linspace(0.9, 0, 91))  # start where ~200 are answered
+    covered = [table.choose(a, DELTA).coverage for a in (0.05, 0.1, 0.2, 0.3, 0.5)]
+    assert covered == sorted(covered) and covered[-1] > covered[0]
+
+
+def test_risk_table_counts_nan_as_never_answered():
+    table = RiskTable.count(np.array([0.9, math.nan, 0.5, 0.2]), np.array([False, True, True, False]),
+                            np.array([0.8, 0.4, 0.0]))
+    assert table.n_answered == (1, 2, 3) and table.n_errors == (0, 1, 1) and table.n_cal == 4
+
+
+def test_combiner_is_monotone_in_a_positive_weight():
+    c = Combiner((2.0, 0.0, 1.0), -0.5, (0.5, 0.0, 0.5), (0.1, 1.0, 0.1))
+    low, high = (c({"span_score": s, "margin": 0.0, "top_cosine": 0.5}) for s in (0.4, 0.6))
+    assert 0.0 < low < c({"span_score": 0.5, "margin": 0.0, "top_cosine": 0.5}) < high < 1.0
+
+
+def test_malformed_calibration_names_the_file(tmp_path):
+    bad = tmp_path / "calibration.json"
+    bad.write_text(json.dumps({"readers": {"rules": {"combiner": {}}}}))
+    with pytest.raises(BundleError, match="calibration.json"):
+        Calibration.load(bad)
+    with pytest.raises(BundleError, match="missing"):
+        Calibration.load(tmp_path / "absent.json")

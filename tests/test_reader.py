@@ -1,0 +1,108 @@
+"""The shipped extractive reader (edge_rag/assets/reader.onnx, int8) on the packaged sample corpus.
+
+Assertions compare spans and orders of scores, never exact floats: int8 kernels round differently per CPU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge_rag import bundle as B
+from edge_rag.errors import BundleError, InputError
+from edge_rag.reader import NO_SPAN, READER_ASSET, Reader
+from edge_rag.types import Passage
+
+SAMPLE_DOCS = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
+
+FOUNDER_Q = "Who founded the Harbourlight Science Museum?"
+
+
+def doc_passage(pid: int, name: str) -> Passage:
+    """A sample document as one passage: its heading is the title, the rest the text."""
+    head, _, body = (SAMPLE_DOCS / name).read_text(encoding="utf-8").partition("\n")
+    return Passage(id=pid, doc_id=name, title=head.lstrip("# ").strip(), text=body.strip())
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(bundle: B.Bundle) -> Path:
+    return bundle.require(B.ROLE_TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def reader(tokenizer_path: Path) -> Reader:
+    if not READER_ASSET.is_file():
+        pytest.fail(f"{READER_ASSET} is missing: run `make reader`")
+    return Reader(READER_ASSET, tokenizer_path, threads=2)
+
+
+@pytest.fixture(scope="module")
+def founder() -> Passage:
+    return doc_passage(9, "09-founder-margaret-hollins.md")
+
+
+@pytest.fixture(scope="module")
+def others() -> list[Passage]:
+    return [doc_passage(1, "01-welcome.md"), doc_passage(5, "05-parking.md"), doc_passage(3, "03-tickets-and-prices.md")]
+
+
+def test_answers_sample_questions_with_the_right_span(reader: Reader, founder: Passage, others: list[Passage]):
+    span = reader.read(FOUNDER_Q, [others[1], founder, others[2]])
+    assert span.text is not None and "Margaret Hollins" in span.text
+    assert span.passage_id == founder.id
+    assert founder.text[span.start:span.end] == span.text  # offsets index the passage text, not "title: text"
+    assert span.margin == pytest.approx(span.score - span.null_score)
+    curator = reader.read("Who is the chief curator of the museum?", others)
+    assert curator.text is not None and "Ruth Calloway" in curator.text and curator.passage_id == 1
+
+
+def test_prefers_no_answer_on_an_unrelated_passage(reader: Reader, founder: Passage, others: list[Passage]):
+    right = reader.read(FOUNDER_Q, [founder])
+    parking = reader.read(FOUNDER_Q, [others[1]])
+    assert parking.margin < right.margin
+    assert right.margin > 0  # the founder is named verbatim: the reader answers
+    off_topic = reader.read("How old is Taylor Swift?", [founder])
+    assert off_topic.margin < right.margin
+
+
+def test_windowing_finds_an_answer_past_the_first_window(reader: Reader, founder: Passage, others: list[Passage]):
+    filler = " ".join(p.text for p in others[1:])  # parking + tickets: no founder in them
+    long = Passage(id=42, doc_id="long", title="Harbourlight Science Museum", text=f"{filler} {founder.text}")
+    assert len(reader.windows(FOUNDER_Q, long.text)) > 1
+    span = reader.read(FOUNDER_Q, [long])
+    assert span.text is not None and "Margaret Hollins" in span.text
+    assert span.start > len(filler)
+    assert long.text[span.start:span.end] == span.text
+
+
+def test_batch_and_order_invariance(reader: Reader, tokenizer_path: Path, founder: Passage, others: list[Passage]):
+    forward = reader.read(FOUNDER_Q, [founder, *others])
+    backward = reader.read(FOUNDER_Q, [*reversed(others), founder])
+    one_window_batches = Reader(READER_ASSET, tokenizer_path, threads=1, batch_tokens=1).read(
+        FOUNDER_Q, [founder, *others])
+    for other in (backward, one_window_batches):
+        assert (other.text, other.passage_id, other.start, other.end) == (
+            forward.text, forward.passage_id, forward.start, forward.end)
+        assert other.margin > 0
+
+
+def test_bad_inputs(reader: Reader, tokenizer_path: Path, founder: Passage, tmp_path: Path):
+    with pytest.raises(InputError, match="question is empty"):
+        reader.read("   ", [founder])
+    assert reader.read(FOUNDER_Q, []) == NO_SPAN
+    assert reader.read(FOUNDER_Q, [Passage(id=3, doc_id="e", title="Empty", text="  ")]) == NO_SPAN
+    with pytest.raises(InputError, match="stride"):
+        Reader(READER_ASSET, tokenizer_path, max_seq_len=256, stride=200)
+    with pytest.raises(BundleError, match="not a reader model"):
+        Reader(READER_ASSET.parent / "router.onnx", tokenizer_path)
+    broken = tmp_path / "reader.onnx"
+    broken.write_bytes(b"not onnx")
+    with pytest.raises(BundleError, match="cannot load ONNX model"):
+        Reader(broken, tokenizer_path)
+    with pytest.raises(BundleError, match="cannot load tokenizer"):
+        Reader(READER_ASSET, tmp_path / "missing.json")
+
+
+def test_long_question_is_cut_not_crashing(reader: Reader, founder: Passage):
+    span = reader.read("Who founded the museum? " * 60, [founder])
+    assert span.passage_id == founder.id
