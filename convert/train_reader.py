@@ -123,8 +123,16 @@ def summarise(rows: list[dict]) -> dict:
            "hasans_f1": float(np.mean([r["f1"] for r in has])), "hasans_em": float(np.mean([r["em"] for r in has])),
            "hasans_answered_at_0": float(np.mean([r["margin"] > 0 for r in has]))}
     for k in ("impossible", "other_paragraph"):
-        out[f"noans_acc_{k}"] = float(np.mean([r["margin"] <= 0 for r in rows if r["kind"] == k]))
+        neg = [r["margin"] for r in rows if r["kind"] == k]
+        out[f"noans_acc_{k}"] = float(np.mean([m <= 0 for m in neg]))
+        out[f"auroc_answerable_vs_{k}"] = auroc([r["margin"] for r in has], neg)
     return out
+
+
+def auroc(positive: list[float], negative: list[float]) -> float:
+    """P(margin of a random positive > margin of a random negative), ties counted half."""
+    p, n = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
+    return float(np.mean((p > n) + 0.5 * (p == n)))
 
 
 def train(args: argparse.Namespace) -> None:
