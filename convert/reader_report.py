@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -29,7 +30,7 @@ from evaluation.metrics import best_em, best_f1
 
 ASSETS = READER_ASSET.parent
 PARITY_QUESTIONS = 120  # reader-val questions (+ their no-answer pairs, up to 60) compared with torch
-QEMU_SAMPLE = 40
+QEMU_SAMPLE = 10  # emulated int8 runs ~100x slower; 0 skips the run
 LATENCY_REPEATS = 30
 
 
@@ -74,14 +75,15 @@ def check_parity(model, fp32: Path, int8: Path, tok_path: Path, args: argparse.N
            "fp32": X.agreement(reference, X.onnx_reads(fp32, tok_path, inputs)),
            "int8": X.agreement(reference, X.onnx_reads(int8, tok_path, inputs)),
            "int8_min_agreement": X.MIN_AGREEMENT_INT8, "haswell": qemu_parity(ref_file, int8, tok_path)}
-    out["passed"] = bool(diff <= X.MAX_ABS_DIFF_FP32 and X.passes(out["int8"])
-                         and out["haswell"].get("pass", True))
+    out["passed"] = bool(diff <= X.MAX_ABS_DIFF_FP32 and X.passes(out["int8"]) and out["haswell"].get("pass", True))
     return out
 
 
 def qemu_parity(ref_file: Path, onnx: Path, tok_path: Path) -> dict:
     """The int8 check re-run on an emulated AVX2-only CPU (the portability issue's robustness bar)."""
     qemu = shutil.which("qemu-x86_64")
+    if not QEMU_SAMPLE:
+        return {"skipped": "QEMU_SAMPLE = 0"}
     if qemu is None:
         return {"skipped": "qemu-x86_64 not installed (apt-get install qemu-user)"}
     cmd = [qemu, "-cpu", "Haswell", sys.executable, "-m", "convert.reader", "--reference", str(ref_file),
@@ -126,7 +128,7 @@ def measure_latency(onnx: Path, tok_path: Path) -> dict:
             t = time.perf_counter()
             reader.read(q.question, passages)
             times.append((time.perf_counter() - t) * 1000)
-        out[str(n)] = {"p50_ms": statistics.median(times), "max_ms": max(times)}
+        out[str(n)] = {"p50_ms": statistics.median(times), "max_ms": max(times), "load_avg_1min": os.getloadavg()[0]}
     return out
 
 
@@ -178,17 +180,21 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
         f"- HasAns F1 **{val['hasans_f1']:.3f}**, EM {val['hasans_em']:.3f}; answerable with margin > 0: "
         f"{val['hasans_answered_at_0']:.3f}",
         f"- NoAns accuracy: real unanswerables {val['noans_acc_impossible']:.3f}, question + another paragraph "
-        f"of its article {val['noans_acc_other_paragraph']:.3f}", "",
+        f"of its article {val['noans_acc_other_paragraph']:.3f}",
+        f"- AUROC of the margin, answerable vs real unanswerable {val['auroc_answerable_vs_impossible']:.3f}, "
+        f"vs another paragraph {val['auroc_answerable_vs_other_paragraph']:.3f}", "",
         "![margins](reader_margins.png)", "",
         "## Export parity (`reader.onnx.parity.json`)", "",
         f"- fp32 logits max |Δ| vs torch {parity['fp32_max_abs_diff']:.2e} (limit {X.MAX_ABS_DIFF_FP32})",
         *[f"- {k}: span {parity[k]['span']:.3f}, F1 {parity[k]['f1']:.3f}, decision {parity[k]['decision']:.3f} "
           f"(n = {parity[k]['n']}) vs torch" for k in ("fp32", "int8")],
         f"- int8 on `qemu-x86_64 -cpu Haswell` (AVX2 only): {json.dumps(parity['haswell'])}",
-        f"- thresholds (int8): {X.MIN_AGREEMENT_INT8}; size {READER_ASSET.stat().st_size / 1e6:.1f} MB", "",
+        f"- gates (int8): {X.MIN_AGREEMENT_INT8} (span agreement is reported, not gated: see `convert/reader.py`);"
+        f" size {READER_ASSET.stat().st_size / 1e6:.1f} MB", "",
         "## Latency (int8, 2 threads, `Reader.read`, reader-val paragraphs)", "",
-        "| paragraphs | p50 ms | max ms |", "|---|---|---|",
-        *[f"| {n} | {v['p50_ms']:.1f} | {v['max_ms']:.1f} |" for n, v in latency.items()], "",
+        "The box is shared: the 1-minute load average at each measurement is given; on an idle box expect less.", "",
+        "| paragraphs | p50 ms | max ms | load average |", "|---|---|---|---|",
+        *[f"| {n} | {v['p50_ms']:.1f} | {v['max_ms']:.1f} | {v['load_avg_1min']:.1f} |" for n, v in latency.items()], "",
     ]
     (ASSETS / "reader_report.md").write_text("\n".join(lines), encoding="utf-8")
     summary = {"history": history, "chosen": chosen["checkpoint"], "val": {k: v for k, v in val.items() if k != "rows"},
