@@ -18,7 +18,7 @@ from .types import Document
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 JSON_SUFFIXES = (".json", ".jsonl")
-SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES
+SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + (".pdf", ".html", ".htm")  # PDF and HTML: edge_rag/ingest.py
 
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _MD_MARKUP = re.compile(r"(\*\*|__|`|^\s*[-*+]\s+|^\s*\d+\.\s+|^\s*>\s?)", re.MULTILINE)
@@ -49,6 +49,10 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 def read_documents(path: Path) -> list[Document]:
     """Documents in one file; an undecodable or malformed file raises InputError naming it."""
+    from . import ingest  # imports chunk itself
+
+    if path.suffix.lower() in ingest.SUFFIXES:
+        return ingest.read(path)
     try:
         raw = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

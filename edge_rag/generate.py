@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,11 +87,25 @@ class Generator:
 
     def generate(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
                  top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
+        *_, result = self.stream(question, context, max_new_tokens, temperature, top_k, seed, repeat_ngram,
+                                 repeat_window)
+        return result
+
+    def stream(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
+               top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48
+               ) -> Iterator[str | Generation]:
+        """The decoding loop: text pieces as llama.cpp produces them, then the Generation.
+
+        A piece is only yielded once no stop rule can take it back (the repetition stop deletes the last
+        ``repeat_ngram`` tokens; the answer is the first line, stripped), so the pieces joined are
+        always a prefix of the final text, and equal to it at the end.
+        """
         tokens = self._fit(question, context, max_new_tokens)
         self.llm.set_seed(seed)
         out: list[int] = []
         detector = RepetitionDetector(repeat_ngram, repeat_window)
         reason = "length"
+        shown = ""
         for token in self.llm.generate(tokens, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
                                        repeat_penalty=1.0, reset=True):
             if self.llm.token_eos() == token or self._is_end_of_turn(token):
@@ -106,10 +121,20 @@ class Generator:
                 break
             if len(out) >= max_new_tokens:
                 break
-        text = self.llm.detokenize(out).decode("utf-8", errors="ignore")
-        return Generation(text.split("\n")[0].strip(), len(tokens), len(out), reason)
+            settled = self._text(out[: len(out) - repeat_ngram + 1])
+            if settled.startswith(shown) and len(settled) > len(shown):
+                yield settled[len(shown):]
+                shown = settled
+        text = self._text(out)
+        if text.startswith(shown) and len(text) > len(shown):
+            yield text[len(shown):]
+        yield Generation(text, len(tokens), len(out), reason)
 
     # -- internals -----------------------------------------------------------------------------
+    def _text(self, out: list[int]) -> str:
+        """The answer so far: the first line of the decoded tokens, stripped."""
+        return self.llm.detokenize(out).decode("utf-8", errors="ignore").split("\n")[0].strip()
+
     def _fit(self, question: str, context: str, max_new_tokens: int) -> list[int]:
         """Prompt tokens, shortening the context until prompt + answer fit in n_ctx."""
         while True:

@@ -25,6 +25,7 @@ from .compress import compress, dedupe
 from .config import Config, Tier, TierSpec
 from .encode import Encoder
 from .errors import InputError
+from .events import Event, Final, RouteDecided, Token
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
@@ -112,6 +113,12 @@ class EdgeRAG:
     def ask(self, question: str) -> Answer:
         """Answer one question: cache → encode → route → retrieve (+ correct) → rerank → dedupe →
         compress → evidence gate → extract → CGR: RAG | GPT (generate) | REFUSE."""
+        *_, final = self.ask_stream(question)
+        return final.answer
+
+    def ask_stream(self, question: str) -> Iterator[Event]:
+        """``ask`` as it happens: the route as soon as it is decided, answer text pieces while llama.cpp
+        generates (GPT route only), then the final Answer (``edge_rag.events``)."""
         question = check_question(question)
         timings: dict[str, float] = {}
         rss: dict[str, float] = {}
@@ -120,18 +127,23 @@ class EdgeRAG:
         if cached is not None:
             cached.question, cached.timings_ms, cached.rss_mb = question, timings, rss
             cached.peak_rss_mb = peak_rss_mb()
-            return cached
+            yield RouteDecided(cached.route, cached.tier, cache_hit=True)
+            yield Final(cached)
+            return
         answer = self.decide(question, timings, rss)
+        yield RouteDecided(answer.route, answer.tier)
         if answer.route is Route.GPT:
             c = self.config
             with _stage(timings, rss, "generate"):
-                gen = self.generator.generate(question, answer.context, c.tier(answer.tier).max_new_tokens,
-                                              c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window)
-            answer.answer = gen.text or None
-            answer.prompt_tokens, answer.completion_tokens = gen.prompt_tokens, gen.completion_tokens
+                for piece in self.generator.stream(question, answer.context, c.tier(answer.tier).max_new_tokens,
+                                                   c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window):
+                    if isinstance(piece, str):
+                        yield Token(piece)
+            answer.answer = piece.text or None
+            answer.prompt_tokens, answer.completion_tokens = piece.prompt_tokens, piece.completion_tokens
         answer.peak_rss_mb = peak_rss_mb()
         self.cache.put(question, answer, self._cache_version())
-        return answer
+        yield Final(answer)
 
     def decide(self, question: str, timings: dict[str, float] | None = None,
                rss: dict[str, float] | None = None) -> Answer:
