@@ -36,6 +36,7 @@ chromium:
 # Benchmarks: quick (100 questions per dataset) or FULL=1 (all); extra options via ARGS="--threads 2 ...".
 bench: models
 	$(BIN)/python -m benchmarks $(if $(FULL),--full) --profile $(PROFILE) $(ARGS)
+	$(BIN)/python -m benchmarks.load --profile $(PROFILE)
 
 # Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
 router: models

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import hmac
 import json
-import resource
 import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import psutil
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -28,6 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..budget import peak_rss_mb, rss_mb
 from ..chunk import read_documents
 from ..errors import BudgetError, EdgeRAGError, InputError
 from ..events import Final
@@ -202,8 +201,7 @@ def _health(rag: EdgeRAG, lanes: Lanes) -> dict:
         "corpus": {"passages": rag.store.count, "version": rag.store.version},
         "plan": {"budget_mb": plan.budget_mb, "total_mb": round(plan.total_mb, 1), "n_ctx": plan.n_ctx,
                  "text": str(plan)},
-        "memory": {"rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
-                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "memory": {"rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
                    "budget_mb": rag.config.memory_budget_mb},
         "generation": {"waiting": lanes.waiting},
     }
