@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model", REFUSE: "I don't know" };
+const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model", REFUSE: "Not in the documents" };
 let stream = null;
 let idleTimer = null;
 let idleMs = 90000;
@@ -48,15 +48,22 @@ function showRoute(route) {
 }
 
 function showSources(sources) {
+  // Passages are sentences: those of one document are shown together, under its title, in rank order.
+  const byTitle = new Map();
+  for (const s of sources || []) {
+    const title = s.title || "Untitled passage";
+    if (!byTitle.has(title)) byTitle.set(title, []);
+    byTitle.get(title).push(s.text);
+  }
   const list = $("sources");
   list.replaceChildren();
-  for (const s of sources || []) {
+  for (const [title, texts] of byTitle) {
     const li = document.createElement("li");
     const details = document.createElement("details");
     const summary = document.createElement("summary");
-    text(summary, s.title || "Untitled passage");
+    text(summary, title);
     const p = document.createElement("p");
-    text(p, s.text);
+    text(p, texts.join(" … "));
     details.append(summary, p);
     li.append(details);
     list.append(li);
@@ -77,8 +84,8 @@ function showAnswer(a) {
     showSources(a.sources);
   }
   const ms = Object.values(a.timings_ms || {}).reduce((x, y) => x + y, 0);
-  text($("meta"), `Answered on this device in ${ms < 1000 ? Math.round(ms) + " ms" : (ms / 1000).toFixed(1) + " s"}` +
-       (a.cache_hit ? " (asked before)" : ""));
+  text($("meta"), a.cache_hit ? "Answered on this device (asked before)" :
+       `Answered on this device in ${ms < 1000 ? Math.round(ms) + " ms" : (ms / 1000).toFixed(1) + " s"}`);
 }
 
 function ask(question) {
