@@ -20,6 +20,7 @@ def suggestions(rag: EdgeRAG, n: int) -> list[str]:
     """Up to ``n`` questions the corpus answers (RAG or GPT route), in a stable order."""
     key = (id(rag), rag.store.version, n)
     if key not in _memo:
+        _memo.clear()  # only the current corpus's list is kept
         _memo[key] = _answerable(rag, _candidates(rag), n)
     return _memo[key]
 

@@ -72,6 +72,7 @@ function showSources(sources) {
 }
 
 function showAnswer(a) {
+  $("result").setAttribute("aria-busy", "false");
   showRoute(a.answer == null ? "REFUSE" : a.route);
   text($("status"), "");
   if (a.answer == null) {
@@ -95,6 +96,7 @@ function ask(question) {
   touched();
   $("suggestions").hidden = true;
   $("result").hidden = false;
+  $("result").setAttribute("aria-busy", "true");  // screen readers read the answer once it is complete
   text($("asked"), "You asked: " + question);
   text($("status"), "Looking it up…");
   let finished = false;
@@ -110,13 +112,14 @@ function ask(question) {
   on("token", (d) => { streamed += d.text; text($("answer"), streamed); });
   on("answer", (d) => { finished = true; stream.close(); showAnswer(d); });
   on("failed", (d) => {
-    finished = true; stream.close();
+    finished = true; stream.close(); $("result").setAttribute("aria-busy", "false");
     text($("status"), ""); text($("answer"), "Sorry, that did not work."); text($("reason"), d.error);
     $("reason").hidden = false;
   });
   stream.onerror = () => {
     if (finished) return;
     stream.close();
+    $("result").setAttribute("aria-busy", "false");
     text($("status"), "");
     text($("answer"), "Sorry, something went wrong. Please try again.");
   };
