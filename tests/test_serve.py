@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -69,24 +70,24 @@ def test_refusal_streams_route_then_answer_without_tokens(served):
 
 
 def test_generations_queue_while_extractive_answers_flow(served):
-    """Two GPT questions at once: the second waits in line (queue position 1); an extractive question
-    asked meanwhile is answered before the first generation ends; streamed tokens add up to the answer."""
+    """While a generation streams, a second GPT question queues behind it and an extractive question is
+    answered at once; streamed tokens add up to each answer; queue places only move forward."""
     url, (q1, q2, _, _) = served
     results: dict[str, list] = {}
-    first_token = threading.Event()
+    generating = threading.Event()
 
     def run(q: str) -> None:
         events = []
         with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": q}, timeout=T) as r:
-            for event in iter_sse(r):
-                events.append(event)
-                if event[0] == "queue" and q == q1:
-                    first_token.set()
+            for event, data in iter_sse(r):
+                events.append((event, data, time.monotonic()))
+                if event == "token":
+                    generating.set()
         results[q] = events
 
     threads = [threading.Thread(target=run, args=(q,)) for q in (q1, q2)]
     threads[0].start()
-    assert first_token.wait(600), "the first generation never started"
+    assert generating.wait(600), "the first generation never produced a token"
     threads[1].start()
     rag = httpx.post(f"{url}/api/ask", json={"question": "Who founded the Harbourlight Science Museum?"}, timeout=T)
     finished_first = q1 in results
@@ -95,14 +96,17 @@ def test_generations_queue_while_extractive_answers_flow(served):
     assert rag.status_code == 200 and rag.json()["route"] == "RAG"
     assert not finished_first, "the extractive answer waited for the generation"
     for q in (q1, q2):
-        names = [e for e, _ in results[q]]
+        names = [e for e, _, _ in results[q]]
         assert names[0] == "route" and results[q][0][1]["route"] == "GPT"
         assert names[-1] == "answer" and "failed" not in names
         answer = results[q][-1][1]
-        tokens = "".join(d["text"] for e, d in results[q] if e == "token")
+        tokens = "".join(d["text"] for e, d, _ in results[q] if e == "token")
         assert tokens == (answer["answer"] or "")
         assert 0 < answer["completion_tokens"] <= 12
-    assert {"position": 1} in [d for e, d in results[q2] if e == "queue"]
+        places = [d["position"] for e, d, _ in results[q] if e == "queue"]
+        assert places and places == sorted(places, reverse=True) and places[-1] == 0
+    q1_done, q2_asked = results[q1][-1][2], results[q2][0][2]
+    assert [d["position"] for e, d, _ in results[q2] if e == "queue"][0] == 1 or q1_done < q2_asked
     again = httpx.post(f"{url}/api/ask", json={"question": q1}, timeout=T).json()
     assert again["cache_hit"] and again["answer"] == results[q1][-1][1]["answer"]
 
