@@ -47,10 +47,13 @@ def open_page(browser, url: str, size: str):
 
 
 def ask(page, question: str) -> None:
+    """Ask through the page and wait until it shows an answer, a refusal or an error."""
     page.fill("#question", question)
     page.keyboard.press("Enter")
     page.wait_for_function("document.querySelector('#meta').textContent.length > 0 || "
-                           "document.querySelector('#reason').hidden === false", timeout=WAIT_MS)
+                           "document.querySelector('#reason').hidden === false || "
+                           "document.querySelector('#answer').textContent.startsWith('Sorry')", timeout=WAIT_MS)
+    assert not page.inner_text("#answer").startswith("Sorry"), page.inner_text("#result")
 
 
 def shot(page, name: str) -> Path:

@@ -12,6 +12,7 @@ Every error is JSON ``{"error": message, "status": code}`` with that HTTP status
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import tempfile
@@ -86,7 +87,10 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
         async def events():
             try:
-                async for event in lanes.ask(question):
+                async for event in _with_keepalive(lanes.ask(question), config.keepalive_s):
+                    if event is None:
+                        yield ": keepalive\n\n"  # an SSE comment: keeps idle connections open while waiting
+                        continue
                     data = event.data()
                     if isinstance(event, Final):
                         data = await lanes.fast(_answer_json, rag, event.answer)
@@ -156,6 +160,28 @@ async def _index_progress(lanes: Lanes, rag: EdgeRAG, names: list[str], parsed: 
             yield _sse("progress" if progress["done"] < progress["total"] else "done", progress)
     except EdgeRAGError as exc:
         yield _sse("failed", {"error": str(exc), "status": 507 if isinstance(exc, BudgetError) else 500})
+
+
+async def _with_keepalive(events, every_s: float):
+    """The events, with None whenever ``every_s`` seconds pass without one (the pending step is never
+    cancelled: cancelling it would abandon the question)."""
+    step = None
+    try:
+        while True:
+            step = step or asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({step}, timeout=every_s)
+            if not done:
+                yield None
+                continue
+            try:
+                event = step.result()
+            except StopAsyncIteration:
+                return
+            step = None
+            yield event
+    finally:
+        if step is not None:
+            step.cancel()  # the client left: the question is abandoned (see Lanes.ask)
 
 
 def _question(text: str, config: ServeConfig) -> str:
