@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from . import ingest
 from .errors import InputError
 from .text import split_sentences
 from .types import Document
@@ -49,10 +50,8 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 def read_documents(path: Path) -> list[Document]:
     """Documents in one file; an undecodable or malformed file raises InputError naming it."""
-    from . import ingest  # imports chunk itself
-
     if path.suffix.lower() in ingest.SUFFIXES:
-        return ingest.read(path)
+        return [make_document(text, title) for title, text in ingest.read(path)]
     try:
         raw = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

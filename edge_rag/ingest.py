@@ -1,19 +1,18 @@
 """The documents a venue actually has: PDF (pypdfium2) and HTML (selectolax) into Documents.
 
-A PDF becomes one Document per page with text, titled "<title> — p. N", so every passage says which page
-it came from. An HTML page becomes one Document per heading section, titled "<page title> — <heading>".
+A PDF becomes one document per page with text, titled "<title> — p. N", so every passage says which page
+it came from. An HTML page becomes one document per heading section, titled "<page title> — <heading>".
 Both libraries are small native wheels (also for aarch64) in the ``ingest`` extra; pypdfium2 reads a
 27-page PDF about 10× faster than pure-Python pypdf. A file that cannot be parsed raises InputError naming
-it, so folder indexing can skip it with a warning.
+it, so folder indexing can skip it with a warning. Readers return (title, text) sections; chunk.py makes
+them Documents.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from .chunk import make_document
 from .errors import InputError
-from .types import Document
 
 PDF_SUFFIXES = (".pdf",)
 HTML_SUFFIXES = (".html", ".htm")
@@ -27,13 +26,16 @@ NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 
 
-def read(path: Path) -> list[Document]:
-    """Documents of a PDF or HTML file (dispatch by suffix)."""
+Section = tuple[str, str]  # (title, text)
+
+
+def read(path: Path) -> list[Section]:
+    """Sections of a PDF or HTML file (dispatch by suffix)."""
     return read_pdf(path) if path.suffix.lower() in PDF_SUFFIXES else read_html(path)
 
 
-def read_pdf(path: Path) -> list[Document]:
-    """One Document per page that has text; scanned pages without a text layer are left out."""
+def read_pdf(path: Path) -> list[Section]:
+    """One section per page that has text; scanned pages without a text layer are left out."""
     pdfium = _require("pypdfium2", path)
     try:
         pdf = pdfium.PdfDocument(str(path))
@@ -49,14 +51,14 @@ def read_pdf(path: Path) -> list[Document]:
             textpage.close()
             page.close()
             if text:
-                docs.append(make_document(text, f"{title}{TITLE_SEPARATOR}p. {number}"))
+                docs.append((f"{title}{TITLE_SEPARATOR}p. {number}", text))
     finally:
         pdf.close()
     return docs
 
 
-def read_html(path: Path) -> list[Document]:
-    """One Document per heading section (text before the first heading goes under the page title)."""
+def read_html(path: Path) -> list[Section]:
+    """One section per heading (text before the first heading goes under the page title)."""
     selectolax = _require("selectolax.lexbor", path)
     try:
         raw = path.read_bytes().decode("utf-8")
@@ -82,10 +84,10 @@ def read_html(path: Path) -> list[Document]:
             sections.append((text if text == page_title else f"{page_title}{TITLE_SEPARATOR}{text}", []))
         else:
             sections[-1][1].append(text)
-    docs = [make_document("\n\n".join(paras), title) for title, paras in sections if paras]
+    docs = [(title, "\n\n".join(paras)) for title, paras in sections if paras]
     if not docs:
         text = _clean(root.text(separator=" "))
-        docs = [make_document(text, page_title)] if text else []
+        docs = [(page_title, text)] if text else []
     return docs
 
 

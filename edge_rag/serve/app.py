@@ -27,10 +27,10 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..budget import peak_rss_mb, rss_mb
 from ..chunk import read_documents
 from ..errors import BudgetError, EdgeRAGError, InputError
 from ..events import Final
+from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG, check_question
 from ..types import Answer
 from .config import ServeConfig
