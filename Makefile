@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models demo test lint bench router reader calibrate clean
+.PHONY: install models demo test chromium lint bench router reader calibrate clean
 
 install: $(VENV)/.installed
 
@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml $(WHEELS)/.built
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q --no-deps --force-reinstall $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
-	$(BIN)/pip install -q -e '.[convert,bench,dev]'
+	$(BIN)/pip install -q -e '.[convert,bench,dev,serve,ingest]'
 	touch $@
 
 models: install
@@ -40,12 +40,20 @@ models: install
 demo: models
 	$(BIN)/edge-rag demo --profile $(PROFILE)
 
-test: models
+test: models chromium
 	$(BIN)/python -m pytest $(ARGS)
+
+# The kiosk page test drives Debian's chromium through Playwright (no browser download); where it cannot
+# be installed (not root, no apt) the test skips and says so.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium could not be installed (needs root and apt-get): the browser test will be skipped"
 
 # Benchmarks: quick (100 questions per dataset) or FULL=1 (all); extra options via ARGS="--threads 2 ...".
 bench: models
 	$(BIN)/python -m benchmarks $(if $(FULL),--full) --profile $(PROFILE) $(ARGS)
+	$(BIN)/python -m benchmarks.load --profile $(PROFILE)
 
 # Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
 router: models
@@ -64,4 +72,4 @@ lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info tests/.cache
+	rm -rf $(VENV) build dist *.egg-info tests/.cache tests/.artifacts

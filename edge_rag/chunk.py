@@ -12,13 +12,14 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from . import ingest
 from .errors import InputError
 from .text import split_sentences
 from .types import Document
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 JSON_SUFFIXES = (".json", ".jsonl")
-SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES
+SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + (".pdf", ".html", ".htm")  # PDF and HTML: edge_rag/ingest.py
 
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _MD_MARKUP = re.compile(r"(\*\*|__|`|^\s*[-*+]\s+|^\s*\d+\.\s+|^\s*>\s?)", re.MULTILINE)
@@ -49,6 +50,8 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 def read_documents(path: Path) -> list[Document]:
     """Documents in one file; an undecodable or malformed file raises InputError naming it."""
+    if path.suffix.lower() in ingest.SUFFIXES:
+        return [make_document(text, title) for title, text in ingest.read(path)]
     try:
         raw = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

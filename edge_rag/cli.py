@@ -1,4 +1,4 @@
-"""``edge-rag`` command line: models pull|list, index, ask, demo."""
+"""``edge-rag`` command line: models pull|list, index, ask, demo, serve."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import serve
 from .config import Config
 from .errors import EdgeRAGError
 from .models import PROFILES, default_bundle, home, pull
@@ -78,6 +79,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    return serve.main(args, _open)
+
+
 def _common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
     p.add_argument("--db", required=db_required, help="folder of the passage store")
     p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
@@ -116,6 +121,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=8, help="number of sample questions")
     _common(p, db_required=False)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("serve", help="HTTP API and kiosk page on 127.0.0.1 (needs the serve extra)")
+    serve.add_arguments(p)
+    _common(p)
+    p.set_defaults(func=cmd_serve)
     return ap
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,6 @@ class Generation:
     text: str
     prompt_tokens: int
     completion_tokens: int
-    stop_reason: str  # "eos" | "stop" | "length" | "repetition"
 
 
 class RepetitionDetector:
@@ -86,38 +86,66 @@ class Generator:
 
     def generate(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
                  top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
-        tokens = self._fit(question, context, max_new_tokens)
+        prompt, max_new_tokens = self.fit(question, context, max_new_tokens)
+        out = list(self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window))
+        return Generation(self.text(out), len(prompt), len(out))
+
+    def stream(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
+               top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48
+               ) -> Iterator[str | Generation]:
+        """``generate`` as it happens: answer text pieces, then the Generation. The pieces joined are
+        always a prefix of the final text (the first line, stripped) and equal to it at the end."""
+        prompt, max_new_tokens = self.fit(question, context, max_new_tokens)
+        out: list[int] = []
+        shown = ""
+        for token in self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window):
+            out.append(token)
+            text = self.text(out)
+            if len(text) > len(shown) and text.startswith(shown):
+                yield text[len(shown):]
+                shown = text
+        yield Generation(self.text(out), len(prompt), len(out))
+
+    def tokens(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.4, top_k: int = 50,
+               seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Iterator[int]:
+        """The answer's tokens as they are decoded: the one decoding loop ``generate`` and ``stream`` share.
+
+        A token is yielded only once the repetition rule can no longer take it back (it drops the last
+        ``repeat_ngram`` tokens of a repeat), so a stream never shows what the answer will not contain."""
         self.llm.set_seed(seed)
         out: list[int] = []
+        sent = 0
         detector = RepetitionDetector(repeat_ngram, repeat_window)
-        reason = "length"
-        for token in self.llm.generate(tokens, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
+        for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
                                        repeat_penalty=1.0, reset=True):
             if self.llm.token_eos() == token or self._is_end_of_turn(token):
-                reason = "eos"
                 break
             out.append(token)
             if self._stops(out):
-                reason = "stop"
                 break
             if detector.push(token):
                 del out[-repeat_ngram:]
-                reason = "repetition"
                 break
             if len(out) >= max_new_tokens:
                 break
-        text = self.llm.detokenize(out).decode("utf-8", errors="ignore")
-        return Generation(text.split("\n")[0].strip(), len(tokens), len(out), reason)
+            while sent < len(out) - repeat_ngram:
+                yield out[sent]
+                sent += 1
+        yield from out[sent:]
 
-    # -- internals -----------------------------------------------------------------------------
-    def _fit(self, question: str, context: str, max_new_tokens: int) -> list[int]:
-        """Prompt tokens, shortening the context until prompt + answer fit in n_ctx."""
+    def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
+        """Prompt tokens, shortening the context until prompt + answer fit in n_ctx; and the answer length."""
         while True:
             tokens = self.llm.tokenize(self.prompt(question, context).encode("utf-8"), add_bos=True, special=True)
             if len(tokens) + max_new_tokens <= self.n_ctx or not context:
-                return tokens
+                return tokens, max_new_tokens
             context = context[: int(len(context) * 0.8)]
 
+    def text(self, tokens: list[int]) -> str:
+        """The answer in ``tokens``: the first line, stripped."""
+        return self.llm.detokenize(tokens).decode("utf-8", errors="ignore").split("\n")[0].strip()
+
+    # -- internals -----------------------------------------------------------------------------
     def _stops(self, out: list[int]) -> bool:
         """An answer is one line: stop at the first newline after some text."""
         text = self.llm.detokenize(out[-2:]).decode("utf-8", errors="ignore")

@@ -23,6 +23,7 @@ from .config import Config, Tier
 from .decision import Decision, Stages
 from .encode import Encoder
 from .errors import InputError
+from .events import Event, Final, RouteDecided, Token
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
@@ -112,22 +113,33 @@ class EdgeRAG:
     def ask(self, question: str) -> Answer:
         """Answer one question: cache → encode → route → retrieve (+ correct) → rerank → dedupe →
         compress → evidence gate → extract → CGR: RAG | GPT (generate) | REFUSE."""
+        *_, final = self.ask_stream(question)
+        return final.answer
+
+    def ask_stream(self, question: str) -> Iterator[Event]:
+        """``ask`` as it happens: the route as soon as it is decided, answer text pieces while llama.cpp
+        generates (GPT route only), then the final Answer (``edge_rag.events``)."""
         question = check_question(question)
         stages = Stages(self.config.rss_per_stage)
         with stages("cache"):
             cached = self.cache.get(question, self._cache_version())
         if cached is not None:
-            return replace(cached, question=question, **stages.finish())
+            yield RouteDecided(cached.route, cached.tier, cache_hit=True)
+            yield Final(replace(cached, question=question, **stages.finish()))
+            return
         decision = self._decide(question, stages)
+        yield RouteDecided(decision.route, decision.tier)
         gen = None
         if decision.route is Route.GPT:
             c = self.config
             with stages("generate"):
-                gen = self.generator.generate(question, decision.context, c.tier(decision.tier).max_new_tokens,
-                                              c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window)
+                for gen in self.generator.stream(question, decision.context, c.tier(decision.tier).max_new_tokens,
+                                                 c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window):
+                    if isinstance(gen, str):
+                        yield Token(gen)
         answer = decision.answer(question, stages, gen)
         self.cache.put(question, answer, self._cache_version())
-        return answer
+        yield Final(answer)
 
     def decide(self, question: str) -> Answer:
         """Everything up to the route, without generating: the RAG answer, a refusal, or a GPT route

@@ -86,3 +86,30 @@ def squad_default_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pyte
     rag.add_documents(docs)
     yield rag, items
     rag.close()
+
+
+@pytest.fixture(scope="session")
+def sample_db(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed store of the packaged sample corpus; servers get copies (``shutil.copytree``)."""
+    from edge_rag.pipeline import EdgeRAG
+
+    db = tmp_path_factory.mktemp("sample-served") / "db"
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_files([SAMPLE_DOCS])
+    return db
+
+
+@pytest.fixture(scope="session")
+def served(bundle_dir: Path, sample_db: Path, tmp_path_factory: pytest.TempPathFactory):
+    """(base URL, GPT-route questions) of a real uvicorn server over a copy of the sample store."""
+    import shutil
+
+    serving = pytest.importorskip("serving", reason="the serve extra (starlette, uvicorn, httpx) is not installed")
+    from edge_rag.pipeline import EdgeRAG
+
+    db = tmp_path_factory.mktemp("served") / "db"
+    shutil.copytree(sample_db, db)
+    rag = EdgeRAG(db, bundle=bundle_dir, config=serving.test_config())
+    questions = serving.gpt_questions(rag, 4)
+    with serving.running_server(rag) as url:
+        yield url, questions

@@ -1,0 +1,84 @@
+"""``edge-rag serve``: the HTTP API and kiosk page on Starlette + uvicorn (the ``serve`` extra).
+
+This module only parses options and starts uvicorn; ``app.py`` has the routes, ``lanes.py`` the
+threads that answer, ``config.py`` the limits. Importing it does not import Starlette, so the CLI
+works on a device without the extra and says what to install when ``serve`` is asked for.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+from collections.abc import Callable
+
+from ..errors import EdgeRAGError
+from .config import TOKEN_ENV, ServeConfig
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = ServeConfig()
+    p.add_argument("--host", default=d.host, help="interface to listen on (default loopback only; "
+                   f"anything else needs --token or ${TOKEN_ENV})")
+    p.add_argument("--port", type=int, default=d.port, help="TCP port (0 = any free port, printed at start)")
+    p.add_argument("--token", help=f"API token required for uploads (default ${TOKEN_ENV})")
+    p.add_argument("--timeout", type=float, default=d.question_timeout_s, help="seconds per question")
+    p.add_argument("--max-queue", type=int, default=d.max_queue, help="generations that may wait in line")
+    p.add_argument("--title", default=d.title, help="heading of the kiosk page")
+    p.add_argument("--idle-reset", type=int, default=d.idle_reset_s, help="seconds before the page resets")
+
+
+def main(args: argparse.Namespace, open_rag: Callable) -> int:
+    """Open the store, bind, serve until SIGTERM / Ctrl-C, then close everything."""
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as exc:
+        raise EdgeRAGError(f"edge-rag serve needs Starlette and uvicorn ({exc.name} is missing): "
+                           "pip install 'edge-rag[serve]'") from exc
+    try:
+        config = ServeConfig(host=args.host, port=args.port, token=args.token or os.environ.get(TOKEN_ENV) or None,
+                             question_timeout_s=args.timeout, max_queue=args.max_queue, title=args.title,
+                             idle_reset_s=args.idle_reset)
+    except ValueError as exc:
+        raise EdgeRAGError(str(exc)) from exc
+    sock = _bind(config.host, config.port)  # bound before loading models: a taken port fails fast
+    rag = open_rag(args)
+    app = create_app(rag, config)
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    print(f"edge-rag: serving {args.db} ({rag.store.count} passages) on http://{url_host}:{port}/", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=config.shutdown_grace_s))
+    # uvicorn finishes open requests on SIGTERM / Ctrl-C (the app then closes the store), and re-raises
+    # the signal afterwards; turn that into a normal exit.
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Stopped):
+        pass
+    print("edge-rag: stopped", flush=True)
+    return 0
+
+
+class _Stopped(Exception):
+    """SIGTERM after uvicorn's graceful shutdown."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise EdgeRAGError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock

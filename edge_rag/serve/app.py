@@ -1,0 +1,257 @@
+"""The HTTP API and the kiosk page of ``edge-rag serve`` (Starlette).
+
+    GET  /                    the kiosk page (edge_rag/static/)
+    GET  /api/health          bundle, corpus size, memory plan, memory now, generation line
+    GET  /api/kiosk           suggested questions and page settings
+    POST /api/ask             {"question": "..."} → the Answer JSON (+ "sources": title and passage text)
+    GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or error)
+    POST /api/documents       multipart files (.txt .md .json .jsonl .pdf .html), token required when set;
+                              with "Accept: text/event-stream" it streams progress events
+
+Every error is JSON ``{"error": message, "status": code}`` with that HTTP status.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import tempfile
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..chunk import read_documents
+from ..errors import BudgetError, EdgeRAGError, InputError
+from ..events import Final
+from ..memory import peak_rss_mb, rss_mb
+from ..pipeline import EdgeRAG, check_question
+from ..types import Answer
+from .config import ServeConfig
+from .lanes import Busy, Failed, Lanes
+from .suggest import suggestions
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
+    """The ASGI app serving ``rag``; it closes ``rag`` when the server shuts down."""
+    lanes = Lanes(rag, config.question_timeout_s, config.max_queue)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        yield
+        lanes.close()
+        rag.close()
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse(await lanes.fast(_health, rag, lanes))
+
+    async def kiosk(request: Request) -> Response:
+        questions = await lanes.fast(suggestions, rag, config.suggestions)
+        return JSONResponse({"title": config.title, "questions": questions,
+                             "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars})
+
+    async def ask(request: Request) -> Response:
+        body = await _read_body(request, config.max_body_bytes)
+        try:
+            payload = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise HTTPException(400, f"the body is not JSON: {exc}") from exc
+        if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
+            raise HTTPException(400, 'send {"question": "..."}')
+        question = _question(payload["question"], config)
+        try:
+            async for event in lanes.ask(question):
+                if isinstance(event, Failed):
+                    return _error(event.status, event.message)
+                if isinstance(event, Final):
+                    return JSONResponse(await lanes.fast(_answer_json, rag, event.answer))
+        except Busy as exc:
+            return _error(503, str(exc))
+        return _error(500, "the question ended without an answer")
+
+    async def ask_stream(request: Request) -> Response:
+        question = _question(request.query_params.get("q", ""), config)
+
+        async def events():
+            try:
+                async for event in _with_keepalive(lanes.ask(question), config.keepalive_s):
+                    if event is None:
+                        yield ": keepalive\n\n"  # an SSE comment: keeps idle connections open while waiting
+                        continue
+                    data = event.data()
+                    if isinstance(event, Final):
+                        data = await lanes.fast(_answer_json, rag, event.answer)
+                    yield _sse(event.name, data)
+            except Busy as exc:
+                yield _sse("failed", {"error": str(exc), "status": 503})
+            except EdgeRAGError as exc:
+                yield _sse("failed", {"error": str(exc), "status": 500})
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def upload(request: Request) -> Response:
+        _require_token(request, config.token)
+        length = request.headers.get("content-length")
+        if length is None:
+            raise HTTPException(411, "uploads need a Content-Length header")
+        if int(length) > config.max_upload_bytes:
+            raise HTTPException(413, f"upload of {int(length)} bytes is over the {config.max_upload_bytes} byte limit")
+        form = await request.form(max_files=config.max_upload_files, max_fields=8)
+        files = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
+        if not files:
+            raise HTTPException(400, "send the documents as multipart form field 'file'")
+        with tempfile.TemporaryDirectory(prefix="edge-rag-upload-") as tmp:
+            paths = []
+            for f in files:
+                name = Path(f.filename or "").name
+                if Path(name).suffix.lower() not in UPLOAD_SUFFIXES:
+                    raise HTTPException(415, f"{name or 'a file'}: only {' '.join(UPLOAD_SUFFIXES)} files are indexed")
+                paths.append(Path(tmp) / f"{len(paths):03d}-{name}")
+                paths[-1].write_bytes(await f.read())
+            # Parse every file before adding any: one bad file adds nothing.
+            parsed = await lanes.fast(lambda: [read_documents(p) for p in paths])
+        names = [p.name[4:] for p in paths]
+        if "text/event-stream" in request.headers.get("accept", ""):
+            return StreamingResponse(_index_progress(lanes, rag, names, parsed), media_type="text/event-stream",
+                                     headers=SSE_HEADERS)
+        *_, result = [progress async for progress in _indexing(lanes, rag, names, parsed)]
+        return JSONResponse(result)
+
+    routes = [
+        Route("/", page),
+        Route("/api/health", health),
+        Route("/api/kiosk", kiosk),
+        Route("/api/ask", ask, methods=["POST"]),
+        Route("/api/ask/stream", ask_stream),
+        Route("/api/documents", upload, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    handlers = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
+                EdgeRAGError: _server_error}
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+
+
+async def _indexing(lanes: Lanes, rag: EdgeRAG, names: list[str], parsed: list[list]):
+    """Add parsed files one by one; yields progress dicts, the last one is the result."""
+    added = []
+    for n, (name, docs) in enumerate(zip(names, parsed), start=1):
+        passages = await lanes.fast(rag.add_documents, docs)
+        added.append({"file": name, "documents": len(docs), "passages": passages})
+        corpus = await lanes.fast(lambda: rag.store.count)
+        yield {"done": n, "total": len(names), "files": added, "corpus_passages": corpus}
+
+
+async def _index_progress(lanes: Lanes, rag: EdgeRAG, names: list[str], parsed: list[list]):
+    try:
+        async for progress in _indexing(lanes, rag, names, parsed):
+            yield _sse("progress" if progress["done"] < progress["total"] else "done", progress)
+    except EdgeRAGError as exc:
+        yield _sse("failed", {"error": str(exc), "status": 507 if isinstance(exc, BudgetError) else 500})
+
+
+async def _with_keepalive(events, every_s: float):
+    """The events, with None whenever ``every_s`` seconds pass without one (the pending step is never
+    cancelled: cancelling it would abandon the question)."""
+    step = None
+    try:
+        while True:
+            step = step or asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({step}, timeout=every_s)
+            if not done:
+                yield None
+                continue
+            try:
+                event = step.result()
+            except StopAsyncIteration:
+                return
+            step = None
+            yield event
+    finally:
+        if step is not None:
+            step.cancel()  # the client left: the question is abandoned (see Lanes.ask)
+
+
+def _question(text: str, config: ServeConfig) -> str:
+    if len(text) > config.max_question_chars:
+        raise HTTPException(413, f"the question is {len(text)} characters; the limit is {config.max_question_chars}")
+    return check_question(text)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, or 413 as soon as it passes ``limit`` bytes (declared or actually sent)."""
+    if int(request.headers.get("content-length") or 0) > limit:
+        raise HTTPException(413, f"the request body is over the {limit} byte limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(413, f"the request body is over the {limit} byte limit")
+    return bytes(body)
+
+
+def _require_token(request: Request, token: str | None) -> None:
+    if token is None:
+        return
+    sent = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    if not hmac.compare_digest(sent.encode(), token.encode()):
+        raise HTTPException(401, "this server needs an API token for writes: send 'Authorization: Bearer <token>'")
+
+
+def _answer_json(rag: EdgeRAG, answer: Answer) -> dict:
+    """The Answer's JSON plus the text of the passages it used (for the page's tappable sources)."""
+    data = answer.to_dict()
+    texts = {p.id: p.text for p in rag.store.passages([p.id for p in answer.passages])}
+    data["sources"] = [{"id": p.id, "title": p.title, "text": texts.get(p.id, "")} for p in answer.passages]
+    return data
+
+
+def _health(rag: EdgeRAG, lanes: Lanes) -> dict:
+    plan = rag.plan
+    return {
+        "status": "ok",
+        "bundle": {"path": str(rag.bundle.root), "profile": rag.bundle.manifest.get("profile"),
+                   "encoder": rag.bundle.encoder.get("name"), "generator": rag.bundle.generator.get("name")},
+        "corpus": {"passages": rag.store.count, "version": rag.store.version},
+        "plan": {"budget_mb": plan.budget_mb, "total_mb": round(plan.total_mb, 1), "n_ctx": plan.n_ctx,
+                 "text": str(plan)},
+        "memory": {"rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
+                   "budget_mb": rag.config.memory_budget_mb},
+        "generation": {"waiting": lanes.waiting},
+    }
+
+
+def _sse(event: str, data: dict) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return _error(exc.status_code, exc.detail)
+
+
+async def _input_error(request: Request, exc: InputError) -> Response:
+    return _error(422 if request.url.path == "/api/documents" else 400, str(exc))
+
+
+async def _budget_error(request: Request, exc: BudgetError) -> Response:
+    return _error(507, str(exc))
+
+
+async def _server_error(request: Request, exc: EdgeRAGError) -> Response:
+    return _error(500, str(exc))

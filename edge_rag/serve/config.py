@@ -1,0 +1,50 @@
+"""Every default of ``edge-rag serve`` in one frozen, validated config."""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+TOKEN_ENV = "EDGE_RAG_TOKEN"
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Where to listen, who may write, and the limits that keep one small device answering."""
+
+    host: str = LOOPBACK  # another interface needs a token (writes change what the kiosk answers)
+    port: int = 8080  # 0 = any free port (printed at start)
+    token: str | None = None  # required for POST /api/documents when set; mandatory off loopback
+    max_question_chars: int = 500  # a kiosk question; the pipeline's own hard limit is higher
+    max_body_bytes: int = 16 * 1024  # JSON bodies of /api/ask
+    max_upload_bytes: int = 20 * 2**20  # one upload request, all files together
+    max_upload_files: int = 20
+    question_timeout_s: float = 60.0  # from arrival to answer, waiting for the generator included
+    max_queue: int = 8  # GPT-route questions waiting behind the running generation; more get 503
+    idle_reset_s: int = 90  # the page clears itself after this long without a touch
+    suggestions: int = 6  # suggested questions on the page
+    title: str = "Ask me anything about this place"
+    keepalive_s: float = 15.0  # an SSE comment this often while a stream waits (queue, prompt evaluation)
+    shutdown_grace_s: float = 10.0  # on SIGTERM/Ctrl-C: how long open streams may take to finish
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535, not {self.port}")
+        if not is_loopback(self.host) and not self.token:
+            raise ValueError(f"listening on {self.host} (not loopback) needs an API token: pass --token or "
+                             f"set {TOKEN_ENV}")
+        for name in ("max_question_chars", "max_body_bytes", "max_upload_bytes", "max_upload_files",
+                     "question_timeout_s", "idle_reset_s", "keepalive_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.max_queue < 0 or self.suggestions < 0:
+            raise ValueError("max_queue and suggestions must be >= 0")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

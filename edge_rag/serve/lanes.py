@@ -1,0 +1,154 @@
+"""Two lanes between the HTTP server and one EdgeRAG: fast work and one generation at a time.
+
+- The **fast lane** (one thread) runs everything that touches the passage store and the encoder:
+  the cache, encode → route → retrieve → gate → extract (milliseconds), document uploads, health.
+  One thread, so the store always has one user, in order.
+- The **generation lane** (one thread) runs llama.cpp, first come first served. A question whose route
+  is GPT is queued there and learns its place in line (``Queued`` events); RAG and REFUSE answers never
+  wait for it, so extractive answers keep being served while a generation runs.
+
+A queued or running generation is a ``Job`` that no client owns: a client that disconnects leaves the
+running generation to finish and its Answer lands in the answer cache (asking again returns it at
+once); a job that has not started when its client leaves is dropped. Each question has a deadline
+(``ServeConfig.question_timeout_s``) counted from its arrival, waiting included.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..events import Event, Final, RouteDecided
+from ..pipeline import EdgeRAG
+from ..types import Route
+
+
+@dataclass(frozen=True)
+class Queued:
+    """Place in the generation line: 0 = generating now, n = n generations ahead."""
+
+    position: int
+    name = "queue"
+
+    def data(self) -> dict:
+        return {"position": self.position}
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The question could not be answered: an HTTP status and a message a person can read."""
+
+    status: int
+    message: str
+    name = "failed"
+
+    def data(self) -> dict:
+        return {"error": self.message, "status": self.status}
+
+
+ServerEvent = Event | Queued | Failed
+
+
+class Busy(Exception):
+    """The generation line is full."""
+
+
+@dataclass
+class Job:
+    """One GPT-route question waiting for or running on the generation lane."""
+
+    stream: Iterator[Event]
+    deadline: float
+    push: Callable[[ServerEvent | None], None]
+    abandoned: bool = False
+    started: bool = field(default=False)
+
+
+class Lanes:
+    """The fast lane and the generation lane of one EdgeRAG (see the module docstring)."""
+
+    def __init__(self, rag: EdgeRAG, question_timeout_s: float, max_queue: int) -> None:
+        self.rag = rag
+        self.timeout_s = question_timeout_s
+        self.max_queue = max_queue
+        self._fast = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-fast")
+        self._generate = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-generate")
+        self._line: list[Job] = []  # submitted generation jobs in order; [0] is running or next
+
+    async def fast(self, fn: Callable, *args):
+        """Run ``fn(*args)`` on the fast lane."""
+        return await asyncio.get_running_loop().run_in_executor(self._fast, fn, *args)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._line)
+
+    async def ask(self, question: str) -> AsyncIterator[ServerEvent]:
+        """Events of one question: route, then (GPT) queue places and tokens, then the answer or an error."""
+        deadline = time.monotonic() + self.timeout_s
+        stream = self.rag.ask_stream(question)
+        first = await self.fast(next, stream)
+        yield first
+        if not (isinstance(first, RouteDecided) and first.route is Route.GPT and not first.cache_hit):
+            yield await self.fast(next, stream)
+            return
+        if len(self._line) > self.max_queue:
+            stream.close()
+            raise Busy(f"{len(self._line)} generations are waiting; try again shortly")
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[ServerEvent | None] = asyncio.Queue()
+        job = Job(stream, deadline, lambda ev: loop.call_soon_threadsafe(inbox.put_nowait, ev))
+        self._line.append(job)
+        future = loop.run_in_executor(self._generate, self._run, job)
+        future.add_done_callback(lambda f: self._leave(job, f.cancelled()))
+        if len(self._line) > 1:
+            yield Queued(len(self._line) - 1)
+        try:
+            while True:
+                event = await inbox.get()
+                if event is None:
+                    return
+                yield event
+        finally:
+            job.abandoned = True  # a job not started yet is dropped; a running one finishes and is cached
+
+    def _run(self, job: Job) -> None:
+        """Generation-lane thread: drive the rest of the question's stream, then mark the end (None)."""
+        try:
+            if job.abandoned:
+                return
+            if time.monotonic() > job.deadline:
+                job.push(Failed(504, f"timed out after {self.timeout_s:.0f} s waiting for the generator"))
+                return
+            job.started = True
+            job.push(Queued(0))
+            for event in job.stream:
+                job.push(event)
+                if time.monotonic() > job.deadline and not isinstance(event, Final):
+                    job.push(Failed(504, f"no answer within {self.timeout_s:.0f} s"))
+                    return
+        except Exception as exc:  # noqa: BLE001 - reported to the client as a 500, the lane goes on
+            job.push(Failed(500, f"generation failed: {type(exc).__name__}: {exc}"))
+        finally:
+            job.stream.close()
+            job.push(None)
+
+    def _leave(self, job: Job, cancelled: bool) -> None:
+        """A job ended (or was cancelled at shutdown): everyone behind it moves up one place and is told;
+        the next one hears "0" from the generation thread when it starts."""
+        self._line.remove(job)
+        if cancelled:
+            job.push(Failed(503, "the server is shutting down"))
+            job.push(None)
+        for position, waiting in enumerate(self._line):
+            if position and not waiting.started:
+                waiting.push(Queued(position))
+
+    def close(self) -> None:
+        """Let a running generation finish (its answer is cached), drop the queued ones, stop the threads."""
+        for job in self._line:
+            job.abandoned = True
+        self._generate.shutdown(wait=True, cancel_futures=True)
+        self._fast.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,155 @@
+// Kiosk page: ask over Server-Sent Events (/api/ask/stream), show the route, streamed text, the answer,
+// its sources, or "I don't know" with the reason. Clears itself after a while without a touch.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model", REFUSE: "Not in the documents" };
+let stream = null;
+let idleTimer = null;
+let idleMs = 90000;
+
+function text(el, value) { el.textContent = value == null ? "" : String(value); }
+
+function plainReason(reason) {
+  // The pipeline's reasons are precise but technical; lead with a sentence a visitor understands.
+  if (!reason) return "I could not find an answer in the documents here.";
+  if (reason.startsWith("out of domain")) return "That does not seem to be covered by the documents here.";
+  if (reason.startsWith("insufficient evidence")) return "The documents here do not say enough about that to answer.";
+  if (reason.startsWith("no confident")) return "I found related text, but not a clear answer.";
+  return reason;
+}
+
+function clearResult() {
+  if (stream) { stream.close(); stream = null; }
+  $("result").hidden = true;
+  for (const id of ["asked", "status", "answer", "reason", "meta"]) text($(id), "");
+  $("badge").hidden = true;
+  $("reason").hidden = true;
+  $("sources-block").hidden = true;
+  $("sources").replaceChildren();
+}
+
+function resetPage() {
+  clearResult();
+  $("question").value = "";
+  $("suggestions").hidden = false;
+}
+
+function touched() {
+  clearTimeout(idleTimer);
+  idleTimer = setTimeout(resetPage, idleMs);
+}
+
+function showRoute(route) {
+  const badge = $("badge");
+  badge.className = "badge " + route;
+  text(badge, BADGE[route] || route);
+  badge.hidden = false;
+}
+
+function showSources(sources) {
+  // Passages are sentences: those of one document are shown together, under its title, in rank order.
+  const byTitle = new Map();
+  for (const s of sources || []) {
+    const title = s.title || "Untitled passage";
+    if (!byTitle.has(title)) byTitle.set(title, []);
+    byTitle.get(title).push(s.text);
+  }
+  const list = $("sources");
+  list.replaceChildren();
+  for (const [title, texts] of byTitle) {
+    const li = document.createElement("li");
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    text(summary, title);
+    const p = document.createElement("p");
+    text(p, texts.join(" … "));
+    details.append(summary, p);
+    li.append(details);
+    list.append(li);
+  }
+  $("sources-block").hidden = list.children.length === 0;
+}
+
+function showAnswer(a) {
+  $("result").setAttribute("aria-busy", "false");
+  showRoute(a.answer == null ? "REFUSE" : a.route);
+  text($("status"), "");
+  if (a.answer == null) {
+    text($("answer"), "I don't know.");
+    text($("reason"), plainReason(a.refusal_reason));
+    $("reason").title = a.refusal_reason || "";
+    $("reason").hidden = false;
+  } else {
+    text($("answer"), a.answer);
+    showSources(a.sources);
+  }
+  const ms = Object.values(a.timings_ms || {}).reduce((x, y) => x + y, 0);
+  text($("meta"), a.cache_hit ? "Answered on this device (asked before)" :
+       `Answered on this device in ${ms < 1000 ? Math.round(ms) + " ms" : (ms / 1000).toFixed(1) + " s"}`);
+}
+
+function ask(question) {
+  question = question.trim();
+  if (!question) return;
+  clearResult();
+  touched();
+  $("suggestions").hidden = true;
+  $("result").hidden = false;
+  $("result").setAttribute("aria-busy", "true");  // screen readers read the answer once it is complete
+  text($("asked"), "You asked: " + question);
+  text($("status"), "Looking it up…");
+  let finished = false;
+  let streamed = "";
+  stream = new EventSource("/api/ask/stream?q=" + encodeURIComponent(question));
+  const on = (name, fn) => stream.addEventListener(name, (e) => { touched(); fn(JSON.parse(e.data)); });
+  on("route", (d) => {
+    if (d.route === "GPT" && !d.cache_hit) { showRoute("GPT"); text($("status"), "Thinking…"); }
+  });
+  on("queue", (d) => {
+    text($("status"), d.position > 0 ? `Thinking… (${d.position} ${d.position === 1 ? "question" : "questions"} ahead of yours)` : "Thinking…");
+  });
+  on("token", (d) => { streamed += d.text; text($("answer"), streamed); });
+  on("answer", (d) => { finished = true; stream.close(); showAnswer(d); });
+  on("failed", (d) => {
+    finished = true; stream.close(); $("result").setAttribute("aria-busy", "false");
+    text($("status"), ""); text($("answer"), "Sorry, that did not work."); text($("reason"), d.error);
+    $("reason").hidden = false;
+  });
+  stream.onerror = () => {
+    if (finished) return;
+    stream.close();
+    $("result").setAttribute("aria-busy", "false");
+    text($("status"), "");
+    text($("answer"), "Sorry, something went wrong. Please try again.");
+  };
+}
+
+async function init() {
+  $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
+  $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
+  for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
+  try {
+    const k = await (await fetch("/api/kiosk")).json();
+    text($("title"), k.title);
+    document.title = k.title;
+    idleMs = k.idle_reset_s * 1000;
+    $("question").maxLength = k.max_question_chars;
+    const list = $("suggestion-list");
+    for (const q of k.questions) {
+      const li = document.createElement("li");
+      const b = document.createElement("button");
+      b.type = "button";
+      text(b, q);
+      b.addEventListener("click", () => { $("question").value = q; ask(q); });
+      li.append(b);
+      list.append(li);
+    }
+    $("suggestions").hidden = k.questions.length === 0;
+  } catch (err) {
+    $("suggestions").hidden = true;
+  }
+  touched();
+}
+
+init();

@@ -1,0 +1,122 @@
+"""The kiosk page in a real headless Chromium (Debian's ``chromium``, driven by Playwright), against a real
+server: a generated answer streams in, an off-topic question gets "I don't know" with the reason, at
+800×480 and 1920×1080. Screenshots go to tests/.artifacts/ (git-ignored) for a person to look at.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra: "
+                               "pip install 'edge-rag[dev]' (make test installs it)")
+httpx = pytest.importorskip("httpx")
+
+from serving import OFF_TOPIC  # noqa: E402
+
+ARTIFACTS = Path(__file__).resolve().parent / ".artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Offline and quiet: no sandbox (root in CI), no GPU, no background fetches, never a downloaded browser.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SIZES = {"800x480": (800, 480), "1920x1080": (1920, 1080)}
+WAIT_MS = 900_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("Chromium is not installed (make test runs `apt-get install -y chromium`; it needs root and apt)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def open_page(browser, url: str, size: str):
+    width, height = SIZES[size]
+    context = browser.new_context(viewport={"width": width, "height": height}, has_touch=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    page.wait_for_selector("#suggestion-list button")
+    return context, page, errors
+
+
+def ask(page, question: str) -> None:
+    """Ask through the page and wait until it shows an answer, a refusal or an error."""
+    page.fill("#question", question)
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.querySelector('#meta').textContent.length > 0 || "
+                           "document.querySelector('#reason').hidden === false || "
+                           "document.querySelector('#answer').textContent.startsWith('Sorry')", timeout=WAIT_MS)
+    assert not page.inner_text("#answer").startswith("Sorry"), page.inner_text("#result")
+
+
+def shot(page, name: str) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def test_kiosk_page_streams_answers_and_refuses(browser, served):
+    url, questions = served
+    gpt_question = questions[3]  # not asked by any other test: it streams, it is not a cache hit
+
+    context, page, errors = open_page(browser, url, "1920x1080")
+    # Keyboard-only: the question box comes first in tab order after "Start over", with a visible label.
+    assert page.get_attribute("#question", "id") == "question"
+    assert page.inner_text("label[for=question]").strip()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "question"
+    shot(page, "1920x1080-start")
+    # Record every text the answer shows while streaming.
+    page.evaluate("""() => { window.seen = [];
+        new MutationObserver(() => window.seen.push(document.querySelector('#answer').textContent))
+          .observe(document.querySelector('#answer'), {childList: true, characterData: true, subtree: true}); }""")
+    ask(page, gpt_question)
+    final = page.inner_text("#answer")
+    api = httpx.post(f"{url}/api/ask", json={"question": gpt_question}, timeout=60).json()
+    assert api["route"] == "GPT" and api["cache_hit"]
+    assert final == (api["answer"] or "I don't know.")
+    assert page.inner_text("#badge") == "Written by the on-device model"
+    partial = [s for s in page.evaluate("window.seen") if s and s != final]
+    if api["completion_tokens"] > 3:
+        assert partial and all(final.startswith(s) for s in partial), "the answer did not stream in"
+    if api["answer"]:
+        first_source = page.locator("#sources details").first
+        first_source.locator("summary").click()  # tappable: opens the passage
+        assert first_source.evaluate("d => d.open") and first_source.locator("p").inner_text().strip()
+    shot(page, "1920x1080-answer")
+    ask(page, OFF_TOPIC)
+    assert page.inner_text("#answer") == "I don't know."
+    assert page.is_visible("#reason") and page.inner_text("#reason").strip()
+    assert page.inner_text("#badge") == "Not in the documents"
+    shot(page, "1920x1080-refusal")
+    assert not errors, errors
+    context.close()
+
+    context, page, errors = open_page(browser, url, "800x480")
+    shot(page, "800x480-start")
+    # A suggestion is one tap: it asks and answers.
+    page.locator("#suggestion-list button").first.tap()
+    page.wait_for_function("document.querySelector('#meta').textContent.length > 0", timeout=WAIT_MS)
+    assert page.inner_text("#answer").strip()
+    ask(page, gpt_question)  # cached now: same answer, no generation
+    assert page.inner_text("#answer") == final
+    # The question box and the answer are on screen without scrolling on the small panel.
+    for selector in ("#question", "#answer"):
+        box = page.locator(selector).bounding_box()
+        assert box and box["y"] >= 0 and box["y"] + box["height"] <= 480, selector
+    shot(page, "800x480-answer")
+    ask(page, OFF_TOPIC)
+    assert page.is_visible("#reason")
+    shot(page, "800x480-refusal")
+    page.click("#reset")
+    assert page.input_value("#question") == "" and page.is_hidden("#result")
+    assert not errors, errors
+    context.close()

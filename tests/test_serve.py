@@ -1,0 +1,219 @@
+"""``edge-rag serve`` over real HTTP: a real uvicorn server on 127.0.0.1, the real models and store.
+
+Bounded: one server for the module (plus one CLI process for shutdown/token/timeout), a handful of short
+generations (12 new tokens at most), every request with a timeout.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="httpx is in the dev extra: pip install 'edge-rag[dev,serve]'")
+pytest.importorskip("starlette", reason="the serve extra is not installed: pip install 'edge-rag[serve]'")
+pytest.importorskip("pypdfium2", reason="the ingest extra is not installed: pip install 'edge-rag[ingest]'")
+
+from docmaker import HTML_PAGE, pdf_bytes  # noqa: E402
+from serving import OFF_TOPIC, iter_sse, sse_events  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+T = httpx.Timeout(900.0, connect=10.0)
+RAG_QUESTION = "How much does an adult ticket cost?"
+
+
+def stream(url: str, question: str) -> list[tuple[str, dict]]:
+    with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": question}, timeout=T) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        return sse_events(r)
+
+
+def test_health_and_page(served):
+    url, _ = served
+    h = httpx.get(f"{url}/api/health", timeout=T).json()
+    assert h["status"] == "ok" and h["corpus"]["passages"] > 400
+    assert h["bundle"]["profile"] == "gemma"
+    assert 0 < h["plan"]["total_mb"] <= h["plan"]["budget_mb"] == h["memory"]["budget_mb"]
+    assert 0 < h["memory"]["rss_mb"] <= h["memory"]["peak_rss_mb"]
+    page = httpx.get(url, timeout=T)
+    assert page.status_code == 200 and '<label for="question"' in page.text
+    for asset in ("kiosk.css", "kiosk.js"):
+        assert httpx.get(f"{url}/static/{asset}", timeout=T).status_code == 200
+    kiosk = httpx.get(f"{url}/api/kiosk", timeout=T).json()
+    assert kiosk["questions"] and OFF_TOPIC not in kiosk["questions"]
+
+
+def test_ask_extractive_answer_with_sources(served):
+    url, _ = served
+    r = httpx.post(f"{url}/api/ask", json={"question": RAG_QUESTION}, timeout=T)
+    assert r.status_code == 200
+    a = r.json()
+    assert a["route"] == "RAG" and a["answer"]
+    assert [s["id"] for s in a["sources"]] == [p["id"] for p in a["passages"]]
+    assert any(a["answer"] in s["text"] for s in a["sources"])  # extractive: the answer is in a passage
+
+
+def test_refusal_streams_route_then_answer_without_tokens(served):
+    url, _ = served
+    events = stream(url, OFF_TOPIC)
+    assert [e for e, _ in events] == ["route", "answer"]
+    assert events[0][1]["route"] == "REFUSE"
+    answer = events[1][1]
+    assert answer["answer"] is None and answer["refusal_reason"] and answer["confident"] is False
+
+
+def test_generations_queue_while_extractive_answers_flow(served):
+    """While a generation streams, a second GPT question queues behind it and an extractive question is
+    answered at once; streamed tokens add up to each answer; queue places only move forward."""
+    url, (q1, q2, _, _) = served
+    results: dict[str, list] = {}
+    generating = threading.Event()
+
+    def run(q: str) -> None:
+        events = []
+        with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": q}, timeout=T) as r:
+            for event, data in iter_sse(r):
+                events.append((event, data, time.monotonic()))
+                if event == "token":
+                    generating.set()
+        results[q] = events
+
+    threads = [threading.Thread(target=run, args=(q,)) for q in (q1, q2)]
+    threads[0].start()
+    assert generating.wait(600), "the first generation never produced a token"
+    threads[1].start()
+    rag = httpx.post(f"{url}/api/ask", json={"question": "Who founded the Harbourlight Science Museum?"}, timeout=T)
+    finished_first = q1 in results
+    for t in threads:
+        t.join(1800)
+    assert rag.status_code == 200 and rag.json()["route"] == "RAG"
+    assert not finished_first, "the extractive answer waited for the generation"
+    for q in (q1, q2):
+        names = [e for e, _, _ in results[q]]
+        assert names[0] == "route" and results[q][0][1]["route"] == "GPT"
+        assert names[-1] == "answer" and "failed" not in names
+        answer = results[q][-1][1]
+        tokens = "".join(d["text"] for e, d, _ in results[q] if e == "token")
+        assert tokens == (answer["answer"] or "")
+        assert 0 < answer["completion_tokens"] <= 12
+        places = [d["position"] for e, d, _ in results[q] if e == "queue"]
+        assert places and places == sorted(places, reverse=True) and places[-1] == 0
+    q1_done, q2_asked = results[q1][-1][2], results[q2][0][2]
+    assert [d["position"] for e, d, _ in results[q2] if e == "queue"][0] == 1 or q1_done < q2_asked
+    again = httpx.post(f"{url}/api/ask", json={"question": q1}, timeout=T).json()
+    assert again["cache_hit"] and again["answer"] == results[q1][-1][1]["answer"]
+
+
+def test_client_disconnect_mid_stream_loses_nothing(served):
+    """A client that leaves once its generation has started: the generation finishes, its answer is
+    cached, the lane is free again."""
+    url, (_, _, q3, _) = served
+    with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": q3}, timeout=T) as r:
+        events = []
+        for event, data in iter_sse(r):
+            events.append((event, data))
+            if event == "queue" and data["position"] == 0:
+                break  # generating now: leave before the answer
+    assert events[0][1]["route"] == "GPT" and "answer" not in [e for e, _ in events]
+    for _ in range(600):
+        if httpx.get(f"{url}/api/health", timeout=T).json()["generation"]["waiting"] == 0:
+            break
+        threading.Event().wait(0.5)
+    a = httpx.post(f"{url}/api/ask", json={"question": q3}, timeout=T).json()
+    assert a["route"] == "GPT" and a["cache_hit"], "the abandoned generation was lost"
+
+
+@pytest.mark.parametrize("call, status", [
+    (lambda u: httpx.get(f"{u}/api/ask/stream", params={"q": "  "}, timeout=T), 400),
+    (lambda u: httpx.get(f"{u}/api/ask/stream", params={"q": "why " * 200}, timeout=T), 413),
+    (lambda u: httpx.post(f"{u}/api/ask", content=b"{not json", timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/ask", json={"q": "wrong field"}, timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/ask", json={"question": "x" * 20000}, timeout=T), 413),
+    (lambda u: httpx.post(f"{u}/api/documents", files={"file": ("tool.exe", b"MZ")}, timeout=T), 415),
+    (lambda u: httpx.post(f"{u}/api/documents", data={"x": "1"}, timeout=T), 400),
+    (lambda u: httpx.get(f"{u}/api/nothing", timeout=T), 404),
+    (lambda u: httpx.get(f"{u}/api/ask", timeout=T), 405),
+])
+def test_bad_requests_get_json_errors(served, call, status):
+    url, _ = served
+    r = call(url)
+    assert r.status_code == status
+    body = r.json()
+    assert body["status"] == status and body["error"]
+
+
+def test_upload_pdf_and_html_then_ask(served, tmp_path):
+    url, _ = served
+    before = httpx.get(f"{url}/api/health", timeout=T).json()["corpus"]["passages"]
+    pdf = pdf_bytes([["Harbour ferry timetable."], ["The night ferry to Skerry Island leaves at 21:40 from pier four."]],
+                    title="Ferry Guide")
+    # One unreadable file in the batch: nothing from the batch is added.
+    bad = httpx.post(f"{url}/api/documents", timeout=T,
+                     files=[("file", ("ferry.pdf", pdf)), ("file", ("broken.pdf", b"%PDF-1.4 truncated"))])
+    assert bad.status_code == 422 and "broken.pdf" in bad.json()["error"]
+    assert httpx.get(f"{url}/api/health", timeout=T).json()["corpus"]["passages"] == before
+    # With progress as Server-Sent Events.
+    with httpx.stream("POST", f"{url}/api/documents", timeout=T, headers={"accept": "text/event-stream"},
+                      files=[("file", ("ferry.pdf", pdf)), ("file", ("aquarium.html", HTML_PAGE.encode()))]) as r:
+        events = sse_events(r)
+    assert [e for e, _ in events] == ["progress", "done"]
+    done = events[-1][1]
+    assert done["done"] == done["total"] == 2
+    assert [f["file"] for f in done["files"]] == ["ferry.pdf", "aquarium.html"]
+    assert done["corpus_passages"] == before + sum(f["passages"] for f in done["files"]) > before
+    a = httpx.post(f"{url}/api/ask", json={"question": "When does the night ferry to Skerry Island leave?"},
+                   timeout=T).json()
+    assert a["route"] != "REFUSE"
+    assert a["sources"][0]["title"] == "Ferry Guide — p. 2"
+    h = httpx.post(f"{url}/api/ask", json={"question": "How long is the shark tunnel?"}, timeout=T).json()
+    assert any(s["title"] == "Harbour Aquarium — Shark tunnel" for s in h["sources"])
+
+
+def test_cli_serve_token_timeout_and_sigterm(bundle_dir, sample_db, tmp_path):
+    """The real command: refuses a public interface without a token; with --token, uploads need it;
+    --timeout bounds GPT questions (504) but not extractive ones; SIGTERM stops it cleanly."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("EDGE_RAG_TOKEN", None)
+    base = [sys.executable, "-m", "edge_rag", "serve", "--bundle", str(bundle_dir)]
+    public = subprocess.run(base + ["--db", str(tmp_path / "unused"), "--host", "0.0.0.0"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert public.returncode == 2 and "token" in public.stderr
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    proc = subprocess.Popen(base + ["--db", str(db), "--port", "0", "--token", "s3cret", "--timeout", "0.001"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "serving" in line, line
+        url = line.split(" on ")[1].strip().rstrip("/")
+        doc = {"file": ("note.md", b"# Lockers\n\nCoin lockers are next to the cloakroom.")}
+        assert httpx.post(f"{url}/api/documents", files=doc, timeout=T).status_code == 401
+        wrong = httpx.post(f"{url}/api/documents", files=doc, headers={"authorization": "Bearer nope"}, timeout=T)
+        assert wrong.status_code == 401
+        ok = httpx.post(f"{url}/api/documents", files=doc, headers={"authorization": "Bearer s3cret"}, timeout=T)
+        assert ok.status_code == 200 and ok.json()["files"][0]["passages"] == 1
+        assert httpx.post(f"{url}/api/ask", json={"question": RAG_QUESTION}, timeout=T).json()["route"] == "RAG"
+        from serving import GPT_CANDIDATES
+
+        for q in GPT_CANDIDATES:
+            events = stream(url, q)
+            if events[0][1]["route"] == "GPT":
+                assert events[-1] == ("failed", {"error": events[-1][1]["error"], "status": 504})
+                break
+        else:
+            pytest.fail("no GPT-route question among GPT_CANDIDATES")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        assert "edge-rag: stopped" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

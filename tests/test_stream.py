@@ -1,0 +1,31 @@
+"""``rag.ask_stream`` and ``Generator.stream``: the streamed events are the ones ``ask`` is built from."""
+from __future__ import annotations
+
+from edge_rag.events import Final, RouteDecided
+from edge_rag.generate import Generation
+from edge_rag.types import Route
+
+
+def test_extractive_and_refused_questions_stream_route_then_answer(sample_rag):
+    for question, route in (("How much does an adult ticket cost?", Route.RAG),
+                            ("How do I bake sourdough bread?", Route.REFUSE)):
+        events = list(sample_rag.ask_stream(question))
+        assert [type(e) for e in events] == [RouteDecided, Final]  # no Token: nothing is generated
+        assert events[0].route is route is events[1].answer.route
+        again = list(sample_rag.ask_stream(question))  # now from the answer cache
+        assert again[0].cache_hit and again[1].answer.answer == events[1].answer.answer
+        assert sample_rag.ask(question).answer == events[1].answer.answer
+
+
+def test_stream_pieces_add_up_to_the_generation(sample_rag):
+    """``stream`` and ``generate`` share one decoding loop: same result; the pieces add up to the text."""
+    decision = sample_rag.decide("What can children do at the museum?")
+    gen = sample_rag.generator
+    out = list(gen.stream(decision.question, decision.context, max_new_tokens=10, temperature=0.0))
+    *pieces, result = out
+    assert isinstance(result, Generation) and all(isinstance(p, str) and p for p in pieces)
+    assert "".join(pieces) == result.text
+    assert 0 < result.completion_tokens <= 10
+    again = gen.generate(decision.question, decision.context, max_new_tokens=10, temperature=0.0)
+    assert again == result
+
