@@ -102,7 +102,7 @@ def may_generate(rag: EdgeRAG) -> bool:
     c = rag.config
     if not (c.cgr and c.certified):
         return True
-    return bool(rag.calibration) and rag.calibration.reader(c.reader).gpt_allowed(c.max_error_rate, c.delta)
+    return bool(rag.certified.calibration) and rag.certified.calibration.reader(c.reader).gpt_allowed(c.max_error_rate, c.delta)
 
 
 def summarise(rows: list[dict], base: list[dict] | None, seed: int) -> dict:

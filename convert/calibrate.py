@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = Bundle.load(args.bundle or default_bundle(args.profile))
     docs, items = data.LOADERS["squad"](args.squad)
     ds = data.Dataset("squad", args.squad, hashlib.sha256(args.squad.read_bytes()).hexdigest(), docs, [], "all")
-    base = Config(temperature=0.0, cache_size=0)
+    base = Config(temperature=0.0, cache_size=0, certified=True)
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
     db, _ = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
     val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     gpt: tuple[int, int] | None = None
     for reader in args.readers:
         with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader=reader)) as rag:
-            rag.calibration = None  # record candidates and features, decide nothing
+            rag.certified.calibration = rag.certified.certificate = None  # record candidates and features only
             parts = {"reader_val": val, "calibration": cal, "ood": ood}
             rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader))
             if gpt is None and args.gpt_sample:
