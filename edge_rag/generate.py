@@ -5,15 +5,22 @@ reading-comprehension prompt (they continue patterns, they do not follow instruc
 models get their own chat template from the GGUF metadata. Decoding is our own short loop over
 ``Llama.generate`` so we can count tokens exactly and stop degenerate output with a sliding-window
 n-gram repetition detector (EverydayGPT §4.3).
+
+One llama.cpp context serves every thread: decoding holds a lock (two threads decoding on one context
+crash llama.cpp), and each question starts from an empty KV cache and a fresh sampler, so the same
+question at temperature 0 gives the same answer whatever was generated before it.
 """
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BundleError
+from .errors import BundleError, InputError
 
 SYSTEM = "Answer the question using only the context. Reply with a short answer, a few words at most."
 ONE_SHOT = (
@@ -33,7 +40,41 @@ class Generation:
     text: str
     prompt_tokens: int
     completion_tokens: int
-    stop_reason: str  # "eos" | "stop" | "length" | "repetition"
+
+
+_PARAMS_LOCK = threading.Lock()
+
+
+def _advertises_amx() -> bool:
+    """True on x86 CPUs that advertise AMX tiles. llama.cpp then repacks weights for its AMX kernels,
+    whose first ``ldtilecfg`` raises a general-protection fault (a crash, not an error) in VMs that
+    advertise AMX without enabling it; plain AVX-512/AVX2 kernels are used there instead."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
+
+
+@contextmanager
+def _model_params(**fields: object) -> Iterator[None]:
+    """Set llama.cpp model parameters that ``Llama()`` does not take as arguments, while it loads."""
+    from llama_cpp import llama_cpp as C
+
+    with _PARAMS_LOCK:
+        default = C.llama_model_default_params
+
+        def params():
+            p = default()
+            for name, value in fields.items():
+                setattr(p, name, value)
+            return p
+
+        C.llama_model_default_params = params
+        try:
+            yield
+        finally:
+            C.llama_model_default_params = default
 
 
 class RepetitionDetector:
@@ -63,8 +104,9 @@ class Generator:
         if not path.is_file():
             raise BundleError(f"generator model missing: {path}")
         try:
-            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or (os.cpu_count() or 1),
-                             n_batch=min(512, n_ctx), seed=seed, verbose=False)
+            with _model_params(use_extra_bufts=not _advertises_amx()):
+                self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or (os.cpu_count() or 1),
+                                 n_batch=min(512, n_ctx), seed=seed, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc
         if prompt_style not in ("one-shot", "chat"):
@@ -72,9 +114,7 @@ class Generator:
         self.prompt_style = prompt_style
         self.n_ctx = n_ctx
         self._chat = self._chat_formatter() if prompt_style == "chat" else None
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        self._lock = threading.Lock()  # one decode at a time on the one context
 
     def prompt(self, question: str, context: str) -> str:
         context = context.strip() or NO_CONTEXT
@@ -86,37 +126,67 @@ class Generator:
 
     def generate(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
                  top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
-        tokens = self._fit(question, context, max_new_tokens)
-        self.llm.set_seed(seed)
-        out: list[int] = []
-        detector = RepetitionDetector(repeat_ngram, repeat_window)
-        reason = "length"
-        for token in self.llm.generate(tokens, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
-                                       repeat_penalty=1.0, reset=True):
-            if self.llm.token_eos() == token or self._is_end_of_turn(token):
-                reason = "eos"
-                break
-            out.append(token)
-            if self._stops(out):
-                reason = "stop"
-                break
-            if detector.push(token):
-                del out[-repeat_ngram:]
-                reason = "repetition"
-                break
-            if len(out) >= max_new_tokens:
-                break
+        prompt, max_new_tokens = self.fit(question, context, max_new_tokens)
+        out = list(self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window))
         text = self.llm.detokenize(out).decode("utf-8", errors="ignore")
-        return Generation(text.split("\n")[0].strip(), len(tokens), len(out), reason)
+        return Generation(text.split("\n")[0].strip(), len(prompt), len(out))
+
+    def tokens(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.4, top_k: int = 50,
+               seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Iterator[int]:
+        """The answer's tokens as they are decoded (for streaming), holding the context while iterating.
+
+        A token is yielded only once the repetition rule can no longer take it back (it drops the last
+        ``repeat_ngram`` tokens of a repeat), so a stream never shows what the answer will not contain."""
+        with self._lock:
+            self._reset(seed)
+            out: list[int] = []
+            sent = 0
+            detector = RepetitionDetector(repeat_ngram, repeat_window)
+            for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
+                                           repeat_penalty=1.0, reset=True):
+                if self.llm.token_eos() == token or self._is_end_of_turn(token):
+                    break
+                out.append(token)
+                if self._stops(out):
+                    break
+                if detector.push(token):
+                    del out[-repeat_ngram:]
+                    break
+                if len(out) >= max_new_tokens:
+                    break
+                while sent < len(out) - repeat_ngram:
+                    yield out[sent]
+                    sent += 1
+            yield from out[sent:]
+
+    def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
+        """Prompt tokens and the answer length that fit in n_ctx: the context is shortened first, then the
+        question (a question of characters the encoder ignores can still cost the GPT 4 tokens each);
+        InputError only if even an empty prompt leaves no room for an answer."""
+        q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
+        fixed = len(self._tokenize(self.prompt("", "")))
+        room = self.n_ctx - max(1, min(max_new_tokens, self.n_ctx // 4)) - fixed
+        if room <= 0:
+            raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({fixed} tokens) and an answer")
+        if len(q_tokens) > room // 2:  # keep at least half of the room for evidence
+            question = self.llm.detokenize(q_tokens[: room // 2]).decode("utf-8", errors="ignore")
+        while True:
+            tokens = self._tokenize(self.prompt(question, context))
+            if len(tokens) + max_new_tokens <= self.n_ctx:
+                return tokens, max_new_tokens
+            if not context:
+                return tokens, max(1, self.n_ctx - len(tokens))
+            context = context[: int(len(context) * 0.8)]
 
     # -- internals -----------------------------------------------------------------------------
-    def _fit(self, question: str, context: str, max_new_tokens: int) -> list[int]:
-        """Prompt tokens, shortening the context until prompt + answer fit in n_ctx."""
-        while True:
-            tokens = self.llm.tokenize(self.prompt(question, context).encode("utf-8"), add_bos=True, special=True)
-            if len(tokens) + max_new_tokens <= self.n_ctx or not context:
-                return tokens
-            context = context[: int(len(context) * 0.8)]
+    def _tokenize(self, prompt: str) -> list[int]:
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+
+    def _reset(self, seed: int) -> None:
+        """Forget the previous question: empty KV cache (no prefix reuse), new seed."""
+        self.llm.reset()
+        self.llm._ctx.kv_cache_clear()  # llama-cpp-python exposes no public call for this
+        self.llm.set_seed(seed)
 
     def _stops(self, out: list[int]) -> bool:
         """An answer is one line: stop at the first newline after some text."""
