@@ -40,10 +40,14 @@ class Todo:
     units: int  # passages still to add
 
 
-def plan_changes(store: Store, docs: Iterable[Document], config: Config,
-                 source: str = "") -> tuple[list[Todo], list[str]]:
-    """What to add and which stored documents to remove, for ``docs`` (all of ``source``'s, if given)."""
+def plan_changes(store: Store, docs: Iterable[Document], config: Config, source: str = "",
+                 room: int | None = None) -> tuple[list[Todo], list[str]]:
+    """What to add and which stored documents to remove, for ``docs`` (all of ``source``'s, if given).
+
+    Passages are counted without being kept; counting stops once more than ``room`` (what the memory
+    budget can still index) are found, so a 500 MB file is refused in seconds, not after a full pass."""
     todo: list[Todo] = []
+    counted = 0
     remove: list[str] = []
     seen: dict[str, str] = {}
     for doc in docs:
@@ -64,8 +68,13 @@ def plan_changes(store: Store, docs: Iterable[Document], config: Config,
             continue
         elif state is not None:
             start = state.passages  # committed in part before: add the rest
-        n = sum(1 for _ in iter_units(doc, config.passage_mode, config.min_sentence_chars)) - start
-        todo.append(Todo(doc, start, sha, max(n, 0)))
+        limit = None if room is None else room - counted + start + 1
+        units = iter_units(doc, config.passage_mode, config.min_sentence_chars)
+        n = max(sum(1 for _ in islice(units, limit)) - start, 0)
+        todo.append(Todo(doc, start, sha, n))
+        counted += n
+        if room is not None and counted > room:
+            break  # over budget already: the caller refuses with the numbers
     if source:
         stale = [d for d in store.documents_from(source) if d not in seen]
         if stale:

@@ -25,7 +25,7 @@ from .chunk import iter_files, make_document, read_documents
 from .compress import compress, dedupe
 from .config import Config, Tier, TierSpec
 from .encode import Encoder
-from .errors import InputError
+from .errors import BudgetError, InputError
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
@@ -86,7 +86,7 @@ class EdgeRAG:
         Returns passages added."""
         docs = [_as_document(d) for d in documents]
         with self.store.writing():
-            return self._index(*plan_changes(self.store, docs, self.config), progress)
+            return self._index(*plan_changes(self.store, docs, self.config, room=self._room()), progress)
 
     def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False) -> int:
         """Index text, Markdown and JSON/JSONL files (folders are searched recursively). A file indexed
@@ -94,10 +94,14 @@ class EdgeRAG:
         with self.store.writing():
             todo: list[Todo] = []
             remove: list[str] = []
+            room = self._room()
             for path in iter_files(paths):
-                t, r = plan_changes(self.store, read_documents(path), self.config, source=str(path.resolve()))
+                t, r = plan_changes(self.store, read_documents(path), self.config, str(path.resolve()), room)
                 todo += t
                 remove += r
+                room -= sum(x.units for x in t)
+                if room < 0:
+                    break  # _index refuses with the plan's numbers
             return self._index(todo, remove, progress)
 
     def remove(self, doc_ids: str | Iterable[str]) -> int:
@@ -108,6 +112,18 @@ class EdgeRAG:
             if unknown:
                 raise InputError(f"no document with id {unknown[0]!r} in the store at {self.store.folder}")
             return self.store.remove(ids)
+
+    def _room(self) -> int:
+        """How many more passages the memory plan can index (the largest n ``with_passages`` accepts)."""
+        lo, hi, have = 0, 1 << 31, self.store.count
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                self.plan.with_passages(have + mid, self.config, self.encoder.dim)
+                lo = mid
+            except BudgetError:
+                hi = mid - 1
+        return lo
 
     def _index(self, todo: list[Todo], remove: list[str], progress: bool | Progress) -> int:
         total = sum(t.units for t in todo)
