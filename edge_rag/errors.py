@@ -19,3 +19,15 @@ class InputError(EdgeRAGError, ValueError):
 
 class BudgetError(EdgeRAGError):
     """The memory budget cannot hold a component; the message names it and the numbers."""
+
+
+def check_str(value: object, what: str) -> str:
+    """``value`` if it is a str that UTF-8 can encode, else InputError naming ``what`` and the reason
+    (lone surrogates come from undecodable bytes, e.g. on the command line, and crash tokenizers)."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{what} is not valid Unicode text (lone surrogate at character {exc.start})") from None
+    return value

@@ -19,7 +19,7 @@ from itertools import islice
 from .chunk import doc_id_for, iter_units
 from .config import Config
 from .encode import Encoder
-from .errors import InputError
+from .errors import InputError, check_str
 from .store import Part, Store
 from .types import Document
 
@@ -103,13 +103,7 @@ def index(store: Store, encoder: Encoder, config: Config, todo: Sequence[Todo], 
 def check_document(doc: Document) -> None:
     """A document SQLite and the tokenizers can hold: text and title are str without lone surrogates."""
     for field, value in (("text", doc.text), ("title", doc.title), ("id", doc.doc_id)):
-        if not isinstance(value, str):
-            raise InputError(f"document {doc.doc_id!r}: {field} must be a str, not {type(value).__name__}")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InputError(f"document {doc.doc_id!r} ({doc.source or 'no file'}): {field} is not valid "
-                             f"Unicode (lone surrogate at character {exc.start})") from None
+        check_str(value, f"the {field} of document {doc.doc_id!r} ({doc.source or 'no file'})")
 
 
 def _batches(todo: Sequence[Todo], config: Config, size: int) -> Iterator[list[Part]]:

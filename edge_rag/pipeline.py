@@ -25,7 +25,7 @@ from .chunk import iter_files, make_document, read_documents
 from .compress import compress, dedupe
 from .config import Config, Tier, TierSpec
 from .encode import Encoder
-from .errors import BudgetError, InputError
+from .errors import BudgetError, InputError, check_str
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
@@ -272,14 +272,7 @@ class EdgeRAG:
 
 def check_question(question: object) -> str:
     """A usable question, or InputError saying why not (wrong type, not valid Unicode, empty, too long)."""
-    if not isinstance(question, str):
-        raise InputError(f"the question must be a str, not {type(question).__name__}")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InputError(f"the question is not valid Unicode text (lone surrogate at character {exc.start}; "
-                         "undecodable bytes on the command line end up as these)") from None
-    question = " ".join(_CONTROL.sub(" ", question).split())
+    question = " ".join(_CONTROL.sub(" ", check_str(question, "the question")).split())
     if not question:
         raise InputError("the question is empty")
     if len(question) > MAX_QUESTION_CHARS:

@@ -19,25 +19,29 @@ FILE_MB = 20
 BATCHES = 3
 
 RUN = """
-import json, sys
+import json, sys, time
 from edge_rag.budget import peak_rss_mb, rss_mb
+from edge_rag.errors import BudgetError
 from edge_rag.config import Config
 from edge_rag.pipeline import EdgeRAG
 db, bundle, path, budget, batches = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=budget))
-before = rss_mb()
-calls = []
+before, start = rss_mb(), time.perf_counter()
+calls, refused = [], None
 class Cancel(Exception):
     pass
 def progress(done, planned):
-    calls.append((done, planned))
+    calls.append((done, planned, round(time.perf_counter() - start, 1)))
     if len(calls) == batches:
         raise Cancel
 try:
     rag.add_files([path], progress=progress)
 except Cancel:
     pass
-print(json.dumps({"calls": calls, "count": rag.store.count, "before": before, "peak": peak_rss_mb()}))
+except BudgetError as exc:
+    refused = str(exc)
+print(json.dumps({"calls": calls, "count": rag.store.count, "before": before, "peak": peak_rss_mb(),
+                  "seconds": round(time.perf_counter() - start, 1), "refused": refused}))
 """
 
 
@@ -63,8 +67,8 @@ def test_big_file_indexing_is_bounded_and_moves(tmp_path, bundle_dir):
                           str(BUDGET_MB), str(BATCHES)], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    done = [d for d, _ in out["calls"]]
-    planned = {p for _, p in out["calls"]}
+    done = [d for d, _, _ in out["calls"]]
+    planned = {p for _, p, _ in out["calls"]}
     assert done == [1024 * (i + 1) for i in range(BATCHES)]  # progress moves, batch by batch
     assert len(planned) == 1 and planned.pop() > 100_000  # the whole file was planned, not held
     assert out["count"] == 1024 * BATCHES  # each batch committed on its own (a cancel loses only the rest)
@@ -86,3 +90,23 @@ def test_a_file_too_big_for_the_budget_is_refused_before_encoding(tmp_path, bund
         else:
             raise AssertionError("an 8 MB file indexed inside 700 MB: pick a smaller budget for this test")
         assert rag.store.count == 0
+
+
+if __name__ == "__main__":  # the README's 50 MB / 500 MB measurements: python tests/test_bigfile.py --mb 500
+    import argparse
+    import tempfile
+    from pathlib import Path
+
+    from edge_rag.models import default_bundle
+
+    ap = argparse.ArgumentParser(description="index one big generated text file; print progress and peak RSS")
+    ap.add_argument("--mb", type=int, default=50)
+    ap.add_argument("--budget", type=int, default=2048)
+    ap.add_argument("--batches", type=int, default=10, help="stop after this many committed batches")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.txt"
+        write_text(path, args.mb)
+        run = subprocess.run([sys.executable, "-c", RUN, str(Path(tmp) / "db"), str(default_bundle()), str(path),
+                              str(args.budget), str(args.batches)], capture_output=True, text=True, cwd=ROOT)
+        print(run.stdout or run.stderr)
