@@ -98,6 +98,10 @@ class Generator:
 
     def __init__(self, gguf_path: str | Path, prompt_style: str = "one-shot", n_ctx: int = 1024,
                  threads: int = 0, seed: int = 0) -> None:
+        # llama.cpp's OpenMP workers spin while they wait for work; beside the encoder's threads (answers
+        # run in parallel) or any other busy process they starve each other: one 16-token answer took
+        # 26 s instead of 0.9 s on a busy 2-core box. Passive waiting must be set before libgomp loads.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from llama_cpp import Llama  # imported here: the RAG route never needs llama.cpp
 
         path = Path(gguf_path)

@@ -120,7 +120,7 @@ class Store:
             )
         self.encoder_id = encoder_id or meta.get("encoder", "")
         self.index, self.index_file, self._version = self._load_committed()
-        with contextlib.suppress(StoreError), self._exclusive(timeout=0.0):
+        with contextlib.suppress(StoreError, OSError), self._exclusive(timeout=0.0):
             self._remove_orphans()  # only when no other process is writing: its new file is not an orphan
 
     # -- reading -------------------------------------------------------------------------------
