@@ -86,7 +86,8 @@ class EdgeRAG:
         Returns passages added."""
         docs = [_as_document(d) for d in documents]
         with self.store.writing():
-            return self._index(*plan_changes(self.store, docs, self.config, room=self._room()), progress)
+            room = self._room()
+            return self._index(*plan_changes(self.store, docs, self.config, room=room), room, progress)
 
     def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False) -> int:
         """Index text, Markdown and JSON/JSONL files (folders are searched recursively). A file indexed
@@ -102,7 +103,7 @@ class EdgeRAG:
                 room -= sum(x.units for x in t)
                 if room < 0:
                     break  # _index refuses with the plan's numbers
-            return self._index(todo, remove, progress)
+            return self._index(todo, remove, self._room(), progress)
 
     def remove(self, doc_ids: str | Iterable[str]) -> int:
         """Remove documents by id (an unknown id is an InputError); returns the passages removed."""
@@ -125,9 +126,15 @@ class EdgeRAG:
                 hi = mid - 1
         return lo
 
-    def _index(self, todo: list[Todo], remove: list[str], progress: bool | Progress) -> int:
+    def _index(self, todo: list[Todo], remove: list[str], room: int, progress: bool | Progress) -> int:
         total = sum(t.units for t in todo)
-        self.plan = self.plan.with_passages(self.store.count + total, self.config, self.encoder.dim)
+        try:
+            self.plan = self.plan.with_passages(self.store.count + total, self.config, self.encoder.dim)
+        except BudgetError as exc:
+            if total > room:
+                raise BudgetError(f"{exc} — at least: counting stopped after {total} new passages, more than the "
+                                  f"{room} that fit") from None
+            raise
         with tqdm(total=total, unit="passage", disable=progress is not True, desc="indexing") as bar:
             def report(done: int, planned: int) -> None:
                 bar.update(done - bar.n)
