@@ -164,9 +164,9 @@ class Generator:
             yield from out[sent:]
 
     def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
-        """Prompt tokens and the answer length that fit in n_ctx: the context is shortened first, then the
-        question (a question of characters the encoder ignores can still cost the GPT 4 tokens each);
-        InputError only if even an empty prompt leaves no room for an answer."""
+        """Prompt tokens and the answer length that fit in n_ctx: a question longer than half the room is
+        cut (characters the encoder ignores can still cost the GPT 4 tokens each), then the context is
+        shortened; InputError only if even an empty prompt leaves no room for an answer."""
         q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
         fixed = len(self._tokenize(self.prompt("", "")))
         room = self.n_ctx - max(1, min(max_new_tokens, self.n_ctx // 4)) - fixed
