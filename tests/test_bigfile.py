@@ -1,4 +1,4 @@
-"""A 20 MB single-document text file: indexing memory stays bounded (passages are cut, encoded and
+"""A 10 MB single-document text file: indexing memory stays bounded (passages are cut, encoded and
 committed 1,024 at a time inside the document) and progress moves from the first batch.
 
 Bounded in time by cancelling from the progress callback after a few batches; the process is a fresh
@@ -15,7 +15,7 @@ from edge_rag.errors import BudgetError
 from edge_rag.pipeline import EdgeRAG
 
 BUDGET_MB = 1536
-FILE_MB = 20
+FILE_MB = 10
 BATCHES = 3
 
 RUN = """
@@ -67,10 +67,11 @@ def test_big_file_indexing_is_bounded_and_moves(tmp_path, bundle_dir):
                           str(BUDGET_MB), str(BATCHES)], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
+    assert out["refused"] is None, out
     done = [d for d, _, _ in out["calls"]]
     planned = {p for _, p, _ in out["calls"]}
     assert done == [1024 * (i + 1) for i in range(BATCHES)]  # progress moves, batch by batch
-    assert len(planned) == 1 and planned.pop() > 100_000  # the whole file was planned, not held
+    assert len(planned) == 1 and planned.pop() > 50_000  # the whole file was planned, not held
     assert out["count"] == 1024 * BATCHES  # each batch committed on its own (a cancel loses only the rest)
     assert out["peak"] <= BUDGET_MB
     # Growth while indexing: the file's text (held once) plus one batch, not the file's passages at once.
