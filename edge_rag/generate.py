@@ -16,7 +16,6 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,41 +39,6 @@ class Generation:
     text: str
     prompt_tokens: int
     completion_tokens: int
-
-
-_PARAMS_LOCK = threading.Lock()
-
-
-def _advertises_amx() -> bool:
-    """True on x86 CPUs that advertise AMX tiles. llama.cpp then repacks weights for its AMX kernels,
-    whose first ``ldtilecfg`` raises a general-protection fault (a crash, not an error) in VMs that
-    advertise AMX without enabling it; plain AVX-512/AVX2 kernels are used there instead."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as f:
-            return any(line.startswith("flags") and " amx_tile" in line for line in f)
-    except OSError:
-        return False
-
-
-@contextmanager
-def _model_params(**fields: object) -> Iterator[None]:
-    """Set llama.cpp model parameters that ``Llama()`` does not take as arguments, while it loads."""
-    from llama_cpp import llama_cpp as C
-
-    with _PARAMS_LOCK:
-        default = C.llama_model_default_params
-
-        def params():
-            p = default()
-            for name, value in fields.items():
-                setattr(p, name, value)
-            return p
-
-        C.llama_model_default_params = params
-        try:
-            yield
-        finally:
-            C.llama_model_default_params = default
 
 
 class RepetitionDetector:
@@ -108,9 +72,8 @@ class Generator:
         if not path.is_file():
             raise BundleError(f"generator model missing: {path}")
         try:
-            with _model_params(use_extra_bufts=not _advertises_amx()):
-                self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or (os.cpu_count() or 1),
-                                 n_batch=min(512, n_ctx), seed=seed, verbose=False)
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or (os.cpu_count() or 1),
+                             n_batch=min(512, n_ctx), seed=seed, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc
         if prompt_style not in ("one-shot", "chat"):
