@@ -86,8 +86,8 @@ class EdgeRAG:
         Returns passages added."""
         docs = [_as_document(d) for d in documents]
         with self.store.writing():
-            room = self._room()
-            return self._index(*plan_changes(self.store, docs, self.config, room=room), room, progress)
+            # Counted in full (they are in memory already); files are counted only up to what fits.
+            return self._index(*plan_changes(self.store, docs, self.config), self._room(), progress)
 
     def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False) -> int:
         """Index text, Markdown and JSON/JSONL files (folders are searched recursively). A file indexed
