@@ -21,6 +21,10 @@ class BudgetError(EdgeRAGError):
     """The memory budget cannot hold a component; the message names it and the numbers."""
 
 
+class ConfigError(EdgeRAGError, ValueError):
+    """A Config field holds a value outside what it allows; the message names the field and the allowed values."""
+
+
 def check_str(value: object, what: str) -> str:
     """``value`` if it is a str that UTF-8 can encode, else InputError naming ``what`` and the reason
     (lone surrogates come from undecodable bytes, e.g. on the command line, and crash tokenizers)."""
