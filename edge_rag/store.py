@@ -13,81 +13,32 @@ time (``flock`` on ``writer.lock`` in the store folder); it reloads the index un
 extending it, so a second writer never overwrites the first one's passages. Readers never take the
 lock: they see the last committed index and reload it when another process commits a newer one.
 
-Opening checks what can rot: ``PRAGMA quick_check`` on the database, the index file's size and
-sha256 against the committed record, the index's ids against the passages; every passage read is
-checked against its CRC32. Any mismatch is a StoreError naming the file.
+Opening checks the index file's size and sha256 against the committed record and its ids against
+the passages (the database itself: ``store_db``); every passage read is checked against its CRC32.
 """
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
-import sqlite3
 import threading
-import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import hnswlib
 import numpy as np
 
+from . import hnsw, writer_lock
 from .errors import StoreError
 from .fileio import fsync_dir, sha256_file
-from .types import Document, Passage
+from .store_db import DB_FILE, INDEX_GLOB, DocumentState, Part, check_files, connect, passage_crc
+from .types import Passage
 
-DB_FILE = "passages.sqlite"
-LOCK_FILE = "writer.lock"
+__all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
+
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
-INDEX_GLOB = "vectors*.hnsw"
 # Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
 COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, source TEXT, sha TEXT, complete INTEGER NOT NULL DEFAULT 1);
-CREATE TABLE IF NOT EXISTS passages (
-    id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
-    title TEXT NOT NULL, text TEXT NOT NULL, position INTEGER NOT NULL, crc INTEGER);
-CREATE INDEX IF NOT EXISTS passages_doc ON passages(doc_id);
-CREATE TABLE IF NOT EXISTS deleted (id INTEGER PRIMARY KEY);
-"""
-# Columns added since the first store format; older stores get them on open (NULL = not recorded).
-_ADDED_COLUMNS = {"documents": {"sha": "TEXT", "complete": "INTEGER NOT NULL DEFAULT 1"}, "passages": {"crc": "INTEGER"}}
-
-
-@dataclass(frozen=True)
-class Part:
-    """Consecutive passages of one document: ``texts`` at positions ``start``…; ``last`` if they end it."""
-
-    doc: Document
-    start: int
-    texts: list[str]
-    last: bool
-    sha: str = ""  # content hash of the whole document (recorded with its first part)
-
-
-@dataclass(frozen=True)
-class DocumentState:
-    """What the store holds of a document."""
-
-    sha: str | None
-    source: str
-    complete: bool
-    passages: int
-
-
-def _unlock(fd: int) -> None:
-    os.ftruncate(fd, 0)
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
-
-
-def passage_crc(doc_id: str, title: str, text: str) -> int:
-    return zlib.crc32(f"{doc_id}\0{title}\0{text}".encode())
 
 
 class Store:
@@ -107,9 +58,9 @@ class Store:
         self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
         self._lock_fd: int | None = None
         self._write_depth = 0
-        self._check_files(create)
+        check_files(self.folder, create)
         self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.db = self._connect()
+        self.db = connect(self.folder)
         meta = self._meta()
         if "dim" in meta and int(meta["dim"]) != dim:
             raise StoreError(f"store {self.folder} holds {meta['dim']}-d vectors, the encoder makes {dim}-d")
@@ -120,7 +71,7 @@ class Store:
             )
         self.encoder_id = encoder_id or meta.get("encoder", "")
         self.index, self.index_file, self._version = self._load_committed()
-        with contextlib.suppress(StoreError, OSError), self._exclusive(timeout=0.0):
+        with contextlib.suppress(StoreError, OSError), writer_lock.exclusive(self.folder, timeout=0.0):
             self._remove_orphans()  # only when no other process is writing: its new file is not an orphan
 
     # -- reading -------------------------------------------------------------------------------
@@ -158,7 +109,7 @@ class Store:
             k = min(k, self.count)
             if k <= 0:
                 return []
-            labels, dists = self._knn(vector.reshape(1, -1).astype(np.float32), k)
+            labels, dists = hnsw.knn(self.index, vector.reshape(1, -1).astype(np.float32), k, self.ef_search)
             scores = {int(i): 1.0 - float(d) for i, d in zip(labels, dists)}
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
@@ -185,7 +136,7 @@ class Store:
         seconds, then fail with a StoreError. The index is reloaded first if another process committed."""
         with self._write_lock:
             if self._write_depth == 0:
-                self._lock_fd = self._acquire(self.lock_timeout)
+                self._lock_fd = writer_lock.acquire(self.folder, self.lock_timeout)
                 with self._lock:
                     self._follow()
             self._write_depth += 1
@@ -221,6 +172,11 @@ class Store:
             self.db.close()
         self._release()
 
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            writer_lock.release(self._lock_fd)
+            self._lock_fd = None
+
     # -- the commit sequence -------------------------------------------------------------------
     def _commit(self, parts: Sequence[Part], vectors: np.ndarray, remove: list[str]) -> None:
         self._step("begin")
@@ -248,7 +204,7 @@ class Store:
                 self.index.add_items(vectors, np.arange(first, pid), replace_deleted=True)
             version = self._version + 1
             new_file = f"vectors.{version}.{uuid.uuid4().hex[:8]}.hnsw"
-            size, digest = self._save_index(self.folder / new_file)
+            size, digest = hnsw.save(self.index, self.folder / new_file)
             self._step("index_saved")
             with self.db:  # one transaction: the passages and the name of the index that holds them
                 self.db.execute(f"DELETE FROM passages WHERE doc_id IN ({marks})", remove)
@@ -278,48 +234,6 @@ class Store:
         if self.fault_hook is not None:
             self.fault_hook(name)
 
-    def _save_index(self, path: Path) -> tuple[int, str]:
-        self.index.save_index(str(path))
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(path, path.stat().st_mode & 0o755)  # never group/world-writable, whatever the umask
-        fsync_dir(self.folder)
-        return path.stat().st_size, sha256_file(path)
-
-    # -- opening and checking ------------------------------------------------------------------
-    def _check_files(self, create: bool) -> None:
-        """A lost or emptied database beside an existing index is an error, never a silent new store."""
-        db = self.folder / DB_FILE
-        db_empty = not db.is_file() or db.stat().st_size == 0
-        if db_empty and self.folder.is_dir() and any(self.folder.glob(INDEX_GLOB)):
-            state = "is empty" if db.is_file() else "is missing"
-            raise StoreError(f"{db} {state} but {self.folder} holds a vector index: the passages are lost; "
-                             "restore the file from a backup or delete the folder and re-index")
-        if not create and db_empty:
-            raise StoreError(f"no passage store at {self.folder} ({DB_FILE} missing or empty); "
-                             "index documents into it first (edge-rag index --db ...)")
-
-    def _connect(self) -> sqlite3.Connection:
-        path = self.folder / DB_FILE
-        try:
-            db = sqlite3.connect(path, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
-            db.execute("PRAGMA foreign_keys=ON")
-            check = db.execute("PRAGMA quick_check").fetchall()
-            if check != [("ok",)]:
-                raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); re-index")
-            db.executescript(_SCHEMA)
-            for table, columns in _ADDED_COLUMNS.items():
-                have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-                for name, decl in columns.items():
-                    if name not in have:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
-            db.commit()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
-        return db
-
     def _load_committed(self) -> tuple[hnswlib.Index, str | None, int]:
         """The committed index, its file name and the store version; retried when a writer in another
         process replaces the file between reading its name and opening it."""
@@ -335,7 +249,7 @@ class Store:
         if name is None:
             if count:
                 raise StoreError(f"store {self.folder} has {count} passages but no index record; re-index")
-            return self._new_index()
+            return hnsw.new(self.dim, self.m, self.ef_construction)
         path = self.folder / name
         if not path.is_file():
             raise StoreError(f"vector index {path} is missing; re-index the documents")
@@ -368,52 +282,7 @@ class Store:
         for path in self.folder.glob(f".{INDEX_GLOB}.*.tmp"):  # the atomic-rename temp files of old stores
             path.unlink()
 
-    # -- the writer lock -----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _exclusive(self, timeout: float) -> Iterator[None]:
-        fd = self._acquire(timeout)
-        try:
-            yield
-        finally:
-            _unlock(fd)
-
-    def _acquire(self, timeout: float) -> int:
-        path = self.folder / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    os.close(fd)
-                    raise StoreError(
-                        f"store {self.folder} is being written by another process (pid {holder}); "
-                        f"waited {timeout:g} s — retry when it is done, or wait longer (--wait SECONDS)"
-                    ) from None
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return fd
-
-    def _release(self) -> None:
-        if self._lock_fd is not None:
-            _unlock(self._lock_fd)
-            self._lock_fd = None
-
     # -- internals -----------------------------------------------------------------------------
-    def _knn(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """hnswlib search; with many deleted vectors the graph may yield fewer than k: widen ef, then k."""
-        for ef in (max(self.ef_search, k), 4 * max(self.ef_search, k)):
-            self.index.set_ef(ef)
-            with contextlib.suppress(RuntimeError):
-                labels, dists = self.index.knn_query(query, k=k)
-                return labels[0], dists[0]
-        labels, dists = self.index.knn_query(query, k=max(1, k // 2))
-        return labels[0], dists[0]
-
     def _meta(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
 
@@ -423,9 +292,3 @@ class Store:
 
     def _set_meta(self, **values: object) -> None:
         self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
-
-    def _new_index(self, capacity: int = 1024) -> hnswlib.Index:
-        index = hnswlib.Index(space="cosine", dim=self.dim)
-        index.init_index(max_elements=capacity, M=self.m, ef_construction=self.ef_construction, random_seed=0,
-                         allow_replace_deleted=True)
-        return index
