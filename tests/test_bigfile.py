@@ -20,7 +20,7 @@ BATCHES = 3
 
 RUN = """
 import json, sys, time
-from edge_rag.budget import peak_rss_mb, rss_mb
+from edge_rag.memory import peak_rss_mb, rss_mb
 from edge_rag.errors import BudgetError
 from edge_rag.config import Config
 from edge_rag.pipeline import EdgeRAG
@@ -104,10 +104,12 @@ if __name__ == "__main__":  # the README's 50 MB / 500 MB measurements: python t
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--budget", type=int, default=2048)
     ap.add_argument("--batches", type=int, default=10, help="stop after this many committed batches")
+    ap.add_argument("--file", help="index this file instead of generating one of --mb MB")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "big.txt"
-        write_text(path, args.mb)
+        path = Path(args.file) if args.file else Path(tmp) / "big.txt"
+        if not args.file:
+            write_text(path, args.mb)
         run = subprocess.run([sys.executable, "-c", RUN, str(Path(tmp) / "db"), str(default_bundle()), str(path),
                               str(args.budget), str(args.batches)], capture_output=True, text=True, cwd=ROOT)
         print(run.stdout or run.stderr)
