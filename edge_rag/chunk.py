@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -25,15 +26,32 @@ _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _MD_MARKUP = re.compile(r"(\*\*|__|`|^\s*[-*+]\s+|^\s*\d+\.\s+|^\s*>\s?)", re.MULTILINE)
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _BLANK_LINES = re.compile(r"\n\s*\n")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but tab/newline/CR, and DEL
+_READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not white space or a control
+# A paragraph longer than this is cut (at a sentence end if there is one) before it is split, so a
+# huge file without blank lines is processed in bounded pieces instead of as one giant string list.
+PARAGRAPH_WINDOW_CHARS = 1 << 16
+_HASH_SLICE_CHARS = 1 << 20
+
+log = logging.getLogger("edge_rag")
 
 
 def doc_id_for(title: str, text: str) -> str:
-    """Content-derived id, so re-indexing the same document is a no-op."""
-    return hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:16]
+    """Content-derived id (sha1 of title, newline, text), so re-indexing the same document is a no-op.
+    Hashed in slices: a 500 MB document is never copied whole into bytes."""
+    digest = hashlib.sha1(f"{title}\n".encode())
+    for i in range(0, len(text), _HASH_SLICE_CHARS):
+        digest.update(text[i : i + _HASH_SLICE_CHARS].encode())
+    return digest.hexdigest()[:16]
 
 
-def make_document(text: str, title: str = "", doc_id: str | None = None) -> Document:
-    return Document(doc_id or doc_id_for(title, text), title, text)
+def make_document(text: str, title: str = "", doc_id: str | None = None, source: str = "") -> Document:
+    return Document(doc_id or doc_id_for(title, text), title, text, source)
+
+
+def readable(text: str) -> bool:
+    """False for text with nothing to read: only white space, NULs and other control characters."""
+    return _READABLE.search(text) is not None
 
 
 def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
@@ -49,22 +67,32 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 
 def read_documents(path: Path) -> list[Document]:
-    """Documents in one file; an undecodable or malformed file raises InputError naming it."""
-    if path.suffix.lower() in ingest.SUFFIXES:
-        return [make_document(text, title) for title, text in ingest.read(path)]
+    """Documents in one file, each recording the file as its source; an undecodable or malformed file
+    raises InputError naming it, and a document with nothing readable (NULs, controls) is skipped with a
+    warning."""
+    suffix = path.suffix.lower()
+    source = str(path.resolve())
+    if suffix in ingest.SUFFIXES:
+        return [make_document(text, title, source=source) for title, text in ingest.read(path)
+                if readable(text)]
     try:
         raw = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it first") from exc
-    suffix = path.suffix.lower()
     if suffix in JSON_SUFFIXES:
-        return _json_documents(path, raw)
-    if suffix in (".md", ".markdown"):
-        return [_markdown_document(path, raw)]
-    return [make_document(raw.strip(), path.stem.replace("_", " ").replace("-", " "))]
+        docs = _json_documents(path, raw, source)
+    elif suffix in (".md", ".markdown"):
+        docs = [_markdown_document(path, raw, source)]
+    else:
+        docs = [make_document(raw.strip(), path.stem.replace("_", " ").replace("-", " "), source=source)]
+    kept = [d for d in docs if readable(d.text)]
+    if len(kept) < len(docs):
+        log.warning("%s: skipped %d document(s) with no readable text (empty, NULs or control characters)",
+                    path, len(docs) - len(kept))
+    return kept
 
 
-def _markdown_document(path: Path, raw: str) -> Document:
+def _markdown_document(path: Path, raw: str, source: str) -> Document:
     """Title from the first heading (else the file name); headings, emphasis and links stripped."""
     title, lines = "", []
     for line in raw.splitlines():
@@ -75,43 +103,105 @@ def _markdown_document(path: Path, raw: str) -> Document:
         else:
             lines.append(line)
     body = _MD_MARKUP.sub("", _MD_LINK.sub(r"\1", "\n".join(lines))).strip()
-    return make_document(body, title or path.stem.replace("-", " "))
+    return make_document(body, title or path.stem.replace("-", " "), source=source)
 
 
-def _json_documents(path: Path, raw: str) -> list[Document]:
+def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
     """JSON: a list of objects or {"documents": [...]}; JSONL: one object per line.
 
-    Each object needs ``text`` (or ``content``); ``title`` and ``id`` are optional.
+    Each object needs ``text`` (or ``content``); ``title`` and ``id`` are optional. A file of another
+    shape, or two records with one id and different texts, is an InputError naming the file.
     """
+    shape = 'a list of objects or {"documents": [...]}'
     try:
         if path.suffix.lower() == ".jsonl":
-            rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
+            rows = []
+            for n, line in enumerate(raw.splitlines(), 1):
+                try:
+                    rows.append(json.loads(line)) if line.strip() else None
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path}: line {n} is not valid JSON: {exc}") from exc
         else:
             data = json.loads(raw)
-            rows = data.get("documents", []) if isinstance(data, dict) else data
+            rows = data.get("documents") if isinstance(data, dict) else data
+            if not isinstance(rows, list):
+                found = f"an object with keys {sorted(data)[:5]}" if isinstance(data, dict) else _json_type(data)
+                raise InputError(f"{path}: expected {shape}, found {found}")
     except json.JSONDecodeError as exc:
         raise InputError(f"{path} is not valid JSON: {exc}") from exc
-    docs = []
+    docs: dict[str, Document] = {}
     for n, row in enumerate(rows):
         text = row.get("text", row.get("content")) if isinstance(row, dict) else None
         if not isinstance(text, str):
-            raise InputError(f"{path}: record {n} has no 'text' string")
-        docs.append(make_document(text.strip(), str(row.get("title", "")), row.get("id") and str(row["id"])))
-    return docs
+            what = "has no 'text' string" if isinstance(row, dict) else f"is {_json_type(row)}, not an object"
+            raise InputError(f"{path}: record {n} {what}")
+        doc_id = str(row["id"]) if row.get("id") not in (None, "") else None
+        doc = make_document(text.strip(), str(row.get("title") or ""), doc_id, source)
+        other = docs.get(doc.doc_id)
+        if other is not None and (other.title, other.text) != (doc.title, doc.text):
+            raise InputError(f"{path}: record {n} reuses id {doc.doc_id!r} with a different text")
+        docs.setdefault(doc.doc_id, doc)
+    return list(docs.values())
+
+
+def _json_type(value: object) -> str:
+    return "null" if value is None else f"a JSON {type(value).__name__.replace('dict', 'object').replace('str', 'string')}"
 
 
 def chunk(doc: Document, mode: str = "sentence", min_chars: int = 20) -> list[str]:
     """Passage texts of a document in order: sentences (short fragments merged) or paragraphs."""
-    paragraphs = [" ".join(p.split()) for p in _BLANK_LINES.split(doc.text) if p.strip()]
-    if mode == "paragraph":
-        return paragraphs
-    if mode != "sentence":
+    return list(iter_units(doc, mode, min_chars))
+
+
+def iter_units(doc: Document, mode: str = "sentence", min_chars: int = 20) -> Iterator[str]:
+    """``chunk`` one unit at a time: memory stays bounded by a paragraph window however long the document."""
+    if mode not in ("sentence", "paragraph"):
         raise ValueError(f"passage mode must be 'sentence' or 'paragraph', not {mode!r}")
-    units: list[str] = []
-    for para in paragraphs:
+    pending: str | None = None  # the last sentence, held back: a short next fragment merges into it
+    for para in _paragraphs(doc.text):
+        if mode == "paragraph":
+            yield para
+            continue
         for sentence in split_sentences(para):
-            if units and len(units[-1]) < min_chars:
-                units[-1] = f"{units[-1]} {sentence}"
-            else:
-                units.append(sentence)
-    return units
+            if pending is not None and len(pending) < min_chars:
+                pending = f"{pending} {sentence}"
+                continue
+            if pending is not None:
+                yield pending
+            pending = sentence
+    if pending is not None:
+        yield pending
+
+
+def _paragraphs(text: str) -> Iterator[str]:
+    """Non-empty paragraphs, white space collapsed, controls removed; long ones cut into windows."""
+    start = 0
+    for end, nxt in _blank_spans(text):
+        while end - start > PARAGRAPH_WINDOW_CHARS:
+            cut = _cut(text, start, start + PARAGRAPH_WINDOW_CHARS)
+            if para := _clean(text[start:cut]):
+                yield para
+            start = cut
+        if para := _clean(text[start:end]):
+            yield para
+        start = nxt
+
+
+def _blank_spans(text: str) -> Iterator[tuple[int, int]]:
+    """(end of paragraph, start of the next) for each blank-line gap, then (len, len) for the last."""
+    for m in _BLANK_LINES.finditer(text):
+        yield m.start(), m.end()
+    yield len(text), len(text)
+
+
+def _cut(text: str, lo: int, hi: int) -> int:
+    """Where to cut text[lo:hi]: after the last sentence end, else the last space, else at hi."""
+    for sep in (". ", " "):
+        i = text.rfind(sep, lo + 1, hi)
+        if i > lo:
+            return i + 1
+    return hi
+
+
+def _clean(piece: str) -> str:
+    return " ".join(_CONTROL.sub("", piece).split())

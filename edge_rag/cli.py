@@ -1,8 +1,9 @@
-"""``edge-rag`` command line: models pull|list, index, ask, demo, serve."""
+"""``edge-rag`` command line: models pull|list, index, remove, ask, demo, serve."""
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -15,17 +16,18 @@ SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"
 
 
-def _open(args: argparse.Namespace):
+def _open(args: argparse.Namespace, create: bool = True):
     from .pipeline import EdgeRAG
 
     changes = {}
-    if getattr(args, "memory_mb", None):
+    if getattr(args, "memory_mb", None) is not None:
         changes["memory_budget_mb"] = args.memory_mb
     if getattr(args, "temperature", None) is not None:
         changes["temperature"] = args.temperature
     if getattr(args, "threads", None):
         changes["threads"] = args.threads
-    return EdgeRAG(args.db, bundle=args.bundle, config=Config().with_(**changes), profile=args.profile)
+    return EdgeRAG(args.db, bundle=args.bundle, config=Config().with_(**changes), profile=args.profile,
+                   create=create, lock_timeout=getattr(args, "wait", 0.0))
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -48,6 +50,18 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remove(args: argparse.Namespace) -> int:
+    """Remove documents by id, or every document indexed from a file."""
+    with _open(args, create=False) as rag:
+        ids: list[str] = []
+        for item in args.items:
+            from_file = rag.store.documents_from(str(Path(item).expanduser().resolve()))  # the file may be gone
+            ids += from_file or [item]
+        removed = rag.remove(ids)
+        print(f"removed {len(ids)} document(s), {removed} passages; the store at {args.db} now holds {rag.store.count}")
+    return 0
+
+
 def _print_answer(answer, as_json: bool) -> None:
     if as_json:
         print(json.dumps(answer.to_dict(), indent=2))
@@ -60,7 +74,7 @@ def _print_answer(answer, as_json: bool) -> None:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    with _open(args) as rag:
+    with _open(args, create=False) as rag:
         for question in args.questions:
             _print_answer(rag.ask(question), args.json)
     return 0
@@ -83,11 +97,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve.main(args, _open)
 
 
+def _positive_mb(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MB: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"the memory budget must be positive, not {value} MB")
+    return value
+
+
+def _wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="if another process is writing to the store, wait this long for it (default: fail at once)")
+
+
 def _common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
     p.add_argument("--db", required=db_required, help="folder of the passage store")
     p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
-    p.add_argument("--memory-mb", type=int, help="memory budget for the whole process, MB")
+    p.add_argument("--memory-mb", type=_positive_mb, help="memory budget for the whole process, MB")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
 
 
@@ -107,8 +136,15 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="add files or folders (.txt .md .json .jsonl) to a store")
     p.add_argument("paths", nargs="+")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _wait(p)
     _common(p)
     p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("remove", help="remove documents (by id, or all those indexed from a file) from a store")
+    p.add_argument("items", nargs="+", metavar="DOC_ID_OR_FILE")
+    _wait(p)
+    _common(p)
+    p.set_defaults(func=cmd_remove)
 
     p = sub.add_parser("ask", help="answer questions from a store")
     p.add_argument("questions", nargs="+")
@@ -131,6 +167,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    log = logging.getLogger("edge_rag")  # skipped documents, replaced documents: one line each on stderr
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("edge-rag: warning: %(message)s"))
+        log.addHandler(handler)
     try:
         return args.func(args)
     except EdgeRAGError as exc:

@@ -23,3 +23,15 @@ class BudgetError(EdgeRAGError):
 
 class ConfigError(EdgeRAGError, ValueError):
     """A Config field holds a value outside what it allows; the message names the field and the allowed values."""
+
+
+def check_str(value: object, what: str) -> str:
+    """``value`` if it is a str that UTF-8 can encode, else InputError naming ``what`` and the reason
+    (lone surrogates come from undecodable bytes, e.g. on the command line, and crash tokenizers)."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{what} is not valid Unicode text (lone surrogate at character {exc.start})") from None
+    return value

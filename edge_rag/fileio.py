@@ -22,7 +22,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -41,7 +41,7 @@ def sha256_file(path: str | Path, block: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Make the rename itself durable (POSIX); a no-op where directories cannot be opened."""
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)

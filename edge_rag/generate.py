@@ -5,16 +5,21 @@ reading-comprehension prompt (they continue patterns, they do not follow instruc
 models get their own chat template from the GGUF metadata. Decoding is our own short loop over
 ``Llama.generate`` so we can count tokens exactly and stop degenerate output with a sliding-window
 n-gram repetition detector (EverydayGPT §4.3).
+
+One llama.cpp context serves every thread: decoding holds a lock (two threads decoding on one context
+crash llama.cpp), and each question starts from an empty KV cache and a fresh sampler, so the same
+question at temperature 0 gives the same answer whatever was generated before it.
 """
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BundleError
+from .errors import BundleError, InputError
 
 SYSTEM = "Answer the question using only the context. Reply with a short answer, a few words at most."
 ONE_SHOT = (
@@ -57,6 +62,10 @@ class Generator:
 
     def __init__(self, gguf_path: str | Path, prompt_style: str = "one-shot", n_ctx: int = 1024,
                  threads: int = 0, seed: int = 0) -> None:
+        # llama.cpp's OpenMP workers spin while they wait for work; beside the encoder's threads (answers
+        # run in parallel) or any other busy process they starve each other: one 16-token answer took
+        # 26 s instead of 0.9 s on a busy 2-core box. Passive waiting must be set before libgomp loads.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from llama_cpp import Llama  # imported here: the RAG route never needs llama.cpp
 
         path = Path(gguf_path)
@@ -72,9 +81,7 @@ class Generator:
         self.prompt_style = prompt_style
         self.n_ctx = n_ctx
         self._chat = self._chat_formatter() if prompt_style == "chat" else None
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        self._lock = threading.Lock()  # one decode at a time on the one context
 
     def prompt(self, question: str, context: str) -> str:
         context = context.strip() or NO_CONTEXT
@@ -108,44 +115,65 @@ class Generator:
 
     def tokens(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.4, top_k: int = 50,
                seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Iterator[int]:
-        """The answer's tokens as they are decoded: the one decoding loop ``generate`` and ``stream`` share.
+        """The answer's tokens as they are decoded (for streaming), holding the context while iterating.
 
         A token is yielded only once the repetition rule can no longer take it back (it drops the last
         ``repeat_ngram`` tokens of a repeat), so a stream never shows what the answer will not contain."""
-        self.llm.set_seed(seed)
-        out: list[int] = []
-        sent = 0
-        detector = RepetitionDetector(repeat_ngram, repeat_window)
-        for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
-                                       repeat_penalty=1.0, reset=True):
-            if self.llm.token_eos() == token or self._is_end_of_turn(token):
-                break
-            out.append(token)
-            if self._stops(out):
-                break
-            if detector.push(token):
-                del out[-repeat_ngram:]
-                break
-            if len(out) >= max_new_tokens:
-                break
-            while sent < len(out) - repeat_ngram:
-                yield out[sent]
-                sent += 1
-        yield from out[sent:]
+        with self._lock:
+            self._reset(seed)
+            out: list[int] = []
+            sent = 0
+            detector = RepetitionDetector(repeat_ngram, repeat_window)
+            for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
+                                           repeat_penalty=1.0, reset=True):
+                if self.llm.token_eos() == token or self._is_end_of_turn(token):
+                    break
+                out.append(token)
+                if self._stops(out):
+                    break
+                if detector.push(token):
+                    del out[-repeat_ngram:]
+                    break
+                if len(out) >= max_new_tokens:
+                    break
+                while sent < len(out) - repeat_ngram:
+                    yield out[sent]
+                    sent += 1
+            yield from out[sent:]
 
     def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
-        """Prompt tokens, shortening the context until prompt + answer fit in n_ctx; and the answer length."""
+        """Prompt tokens and the answer length that fit in n_ctx: a question longer than half the room is
+        cut (characters the encoder ignores can still cost the GPT 4 tokens each), then the context is
+        shortened; InputError only if even an empty prompt leaves no room for an answer."""
+        q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
+        fixed = len(self._tokenize(self.prompt("", "")))
+        room = self.n_ctx - max(1, min(max_new_tokens, self.n_ctx // 4)) - fixed
+        if room <= 0:
+            raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({fixed} tokens) and an answer")
+        if len(q_tokens) > room // 2:  # keep at least half of the room for evidence
+            question = self.llm.detokenize(q_tokens[: room // 2]).decode("utf-8", errors="ignore")
         while True:
-            tokens = self.llm.tokenize(self.prompt(question, context).encode("utf-8"), add_bos=True, special=True)
-            if len(tokens) + max_new_tokens <= self.n_ctx or not context:
+            tokens = self._tokenize(self.prompt(question, context))
+            if len(tokens) + max_new_tokens <= self.n_ctx:
                 return tokens, max_new_tokens
+            if not context:
+                return tokens, max(1, self.n_ctx - len(tokens))
             context = context[: int(len(context) * 0.8)]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _tokenize(self, prompt: str) -> list[int]:
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+
+    def _reset(self, seed: int) -> None:
+        """Forget the previous question: empty KV cache (no prefix reuse), new seed."""
+        self.llm.reset()
+        self.llm._ctx.kv_cache_clear()  # llama-cpp-python exposes no public call for this
+        self.llm.set_seed(seed)
 
     def text(self, tokens: list[int]) -> str:
         """The answer in ``tokens``: the first line, stripped."""
         return self.llm.detokenize(tokens).decode("utf-8", errors="ignore").split("\n")[0].strip()
 
-    # -- internals -----------------------------------------------------------------------------
     def _stops(self, out: list[int]) -> bool:
         """An answer is one line: stop at the first newline after some text."""
         text = self.llm.detokenize(out[-2:]).decode("utf-8", errors="ignore")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,17 +18,17 @@ from tqdm import tqdm
 from . import bundle as B
 from .cache import AnswerCache
 from .certified import CertifiedPath
-from .chunk import chunk as chunk_document
 from .chunk import iter_files, make_document, read_documents
 from .compress import compress, dedupe
 from .config import Config, Tier
 from .decision import Decision, Stages
 from .encode import Encoder
-from .errors import InputError
+from .errors import BudgetError, InputError, check_str
 from .events import Event, Final, RouteDecided, Token
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
+from .indexing import Progress, Todo, check_document, index, plan_changes
 from .memory import plan, stored_passages
 from .models import default_bundle
 from .policy import decide
@@ -36,14 +38,19 @@ from .store import Store
 from .types import Answer, Document, Passage, Route
 
 MAX_QUESTION_CHARS = 2000
-INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as white space in a question
 
 
 class EdgeRAG:
-    """Question answering over the documents in ``db`` with the models in ``bundle``."""
+    """Question answering over the documents in ``db`` with the models in ``bundle``.
+
+    Thread-safe: ``ask``/``decide`` may run in many threads at once (encoding, retrieval and extraction
+    in parallel; generation one at a time on the single llama.cpp context). ``create=False`` refuses a
+    ``db`` that holds no store; ``lock_timeout`` is how long indexing waits for another process's.
+    """
 
     def __init__(self, db: str | Path, bundle: str | Path | None = None, config: Config | None = None,
-                 profile: str = "gemma") -> None:
+                 profile: str = "gemma", create: bool = True, lock_timeout: float = 0.0) -> None:
         self.bundle = B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
@@ -60,8 +67,10 @@ class EdgeRAG:
         )
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if f["role"] == B.ROLE_ENCODER)
         c = self.config
-        self.store = Store(db, self.encoder.dim, encoder_sha, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search)
+        self.store = Store(db, self.encoder.dim, encoder_sha, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search,
+                           create=create, lock_timeout=lock_timeout)
         self._generator: Generator | None = None
+        self._generator_lock = threading.Lock()
         router_path = self.bundle.path(B.ROLE_ROUTER)
         self.router = Router(router_path, threads=1) if router_path else None
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache else None
@@ -70,45 +79,85 @@ class EdgeRAG:
         self.certified = CertifiedPath(self.bundle, self.config)
 
     # -- indexing ------------------------------------------------------------------------------
-    def add_documents(self, documents: Iterable[Document | str], progress: bool = False) -> int:
+    def add_documents(self, documents: Iterable[Document | str], progress: bool | Progress = False) -> int:
         """Chunk, embed and store documents (plain strings become untitled documents).
 
-        Documents already in the store (same title and text) are skipped. Returns passages added.
-        """
-        docs = [d if isinstance(d, Document) else make_document(d) for d in documents]
-        fresh: dict[str, Document] = {}
-        for d in docs:
-            if d.text.strip() and d.doc_id not in fresh and not self.store.has_document(d.doc_id):
-                fresh[d.doc_id] = d
-        units = [chunk_document(d, self.config.passage_mode, self.config.min_sentence_chars) for d in fresh.values()]
-        total = sum(len(u) for u in units)
-        self.plan = self.plan.with_passages(self.store.count + total, self.config, self.encoder.dim)
-        added = 0
-        with tqdm(total=total, unit="passage", disable=not progress, desc="indexing") as bar:
-            for batch_docs, batch_units in _batches(list(fresh.values()), units, INDEX_BATCH_PASSAGES):
-                texts = [t for u in batch_units for t in u]
-                added += self.store.add(batch_docs, batch_units, self.encoder.encode(texts))
-                bar.update(len(texts))
-        return added
+        Documents already in the store (same id and text) are skipped; one stored under the same id with
+        another text is replaced. ``progress``: a progress bar, or a callback (passages done, planned).
+        Returns passages added."""
+        docs = [_as_document(d) for d in documents]
+        with self.store.writing():
+            # Counted in full (they are in memory already); files are counted only up to what fits.
+            return self._index(*plan_changes(self.store, docs, self.config), self._room(), progress)
 
-    def add_files(self, paths: Iterable[str | Path], progress: bool = False) -> int:
-        """Index text, Markdown and JSON/JSONL files (folders are searched recursively)."""
-        docs = [d for path in iter_files(paths) for d in read_documents(path)]
-        return self.add_documents(docs, progress=progress)
+    def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False) -> int:
+        """Index text, Markdown and JSON/JSONL files (folders are searched recursively). A file indexed
+        before is synchronised: its changed documents replace the old ones, vanished ones are removed."""
+        with self.store.writing():
+            todo: list[Todo] = []
+            remove: list[str] = []
+            room = self._room()
+            for path in iter_files(paths):
+                t, r = plan_changes(self.store, read_documents(path), self.config, str(path.resolve()), room)
+                todo += t
+                remove += r
+                room -= sum(x.units for x in t)
+                if room < 0:
+                    break  # _index refuses with the plan's numbers
+            return self._index(todo, remove, self._room(), progress)
+
+    def remove(self, doc_ids: str | Iterable[str]) -> int:
+        """Remove documents by id (an unknown id is an InputError); returns the passages removed."""
+        ids = [doc_ids] if isinstance(doc_ids, str) else list(doc_ids)
+        with self.store.writing():
+            unknown = [i for i in ids if self.store.document(i) is None]
+            if unknown:
+                raise InputError(f"no document with id {unknown[0]!r} in the store at {self.store.folder}")
+            return self.store.remove(ids)
+
+    def _room(self) -> int:
+        """How many more passages the memory plan can index (the largest n ``with_passages`` accepts)."""
+        lo, hi, have = 0, 1 << 31, self.store.count
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                self.plan.with_passages(have + mid, self.config, self.encoder.dim)
+                lo = mid
+            except BudgetError:
+                hi = mid - 1
+        return lo
+
+    def _index(self, todo: list[Todo], remove: list[str], room: int, progress: bool | Progress) -> int:
+        total = sum(t.units for t in todo)
+        try:
+            self.plan = self.plan.with_passages(self.store.count + total, self.config, self.encoder.dim)
+        except BudgetError as exc:
+            if total > room:
+                raise BudgetError(f"{exc} — at least: counting stopped after {total} new passages, more than the "
+                                  f"{room} that fit") from None
+            raise
+        with tqdm(total=total, unit="passage", disable=progress is not True, desc="indexing") as bar:
+            def report(done: int, planned: int) -> None:
+                bar.update(done - bar.n)
+                if callable(progress):
+                    progress(done, planned)
+
+            return index(self.store, self.encoder, self.config, todo, remove, report)
 
     # -- answering -----------------------------------------------------------------------------
     @property
     def generator(self) -> Generator:
         """llama.cpp model, loaded on first use (the extractive route never needs it)."""
-        if self._generator is None:
-            self._generator = Generator(
-                self.bundle.require(B.ROLE_GENERATOR),
-                prompt_style=self.bundle.generator.get("prompt_style", "one-shot"),
-                n_ctx=self.config.n_ctx,
-                threads=self.config.threads,
-                seed=self.config.seed,
-            )
-        return self._generator
+        with self._generator_lock:  # many threads may ask at once: load it exactly once
+            if self._generator is None:
+                self._generator = Generator(
+                    self.bundle.require(B.ROLE_GENERATOR),
+                    prompt_style=self.bundle.generator.get("prompt_style", "one-shot"),
+                    n_ctx=self.config.n_ctx,
+                    threads=self.config.threads,
+                    seed=self.config.seed,
+                )
+            return self._generator
 
     def ask(self, question: str) -> Answer:
         """Answer one question: cache → encode → route → retrieve (+ correct) → rerank → dedupe →
@@ -210,33 +259,28 @@ class EdgeRAG:
         self.close()
 
 
-def check_question(question: str) -> str:
-    """A usable question, or InputError saying why not."""
-    if not isinstance(question, str) or not question.strip():
+def check_question(question: object) -> str:
+    """A usable question, or InputError saying why not (wrong type, not valid Unicode, empty, too long)."""
+    question = " ".join(_CONTROL.sub(" ", check_str(question, "the question")).split())
+    if not question:
         raise InputError("the question is empty")
-    question = " ".join(question.split())
     if len(question) > MAX_QUESTION_CHARS:
         raise InputError(f"the question is {len(question)} characters; the limit is {MAX_QUESTION_CHARS}")
     return question
 
 
+def _as_document(item: object) -> Document:
+    if isinstance(item, Document):
+        return item
+    if isinstance(item, str):
+        check_document(Document("", "", item))
+        return make_document(item)
+    raise InputError(f"a document must be a str or a Document, not {type(item).__name__}")
+
+
 def build_context(passages: list[Passage]) -> str:
     """One line per passage, prefixed by its title, in rank order."""
     return "\n".join(f"{p.title}: {p.text}" if p.title else p.text for p in passages)
-
-
-def _batches(docs: list[Document], units: list[list[str]], size: int) -> Iterator[tuple[list, list]]:
-    """Whole documents grouped until about ``size`` passages."""
-    bd: list[Document] = []
-    bu: list[list[str]] = []
-    for d, u in zip(docs, units):
-        bd.append(d)
-        bu.append(u)
-        if sum(len(x) for x in bu) >= size:
-            yield bd, bu
-            bd, bu = [], []
-    if bd:
-        yield bd, bu
 
 
 def correct(hits: list[Passage], k: int, tier: Tier, config: Config) -> tuple[list[Passage], bool]:

@@ -1,59 +1,66 @@
 """Passage store: text and metadata in SQLite, vectors in an hnswlib index saved beside it.
 
-``passages.sqlite`` holds documents, passages and a meta table (dimension, count, corpus version,
-the encoder's hash, and the size and sha256 of the saved index). ``vectors.hnsw`` is written
-atomically (temp, fsync, rename) before the SQLite transaction that records it commits, and on
-open both must agree — the index file's size and hash, its count and its ids — or a StoreError says
-what is wrong, instead of hnswlib reading a corrupt file or answers pointing at missing passages.
+A kiosk loses power and runs for months on an SD card, so every write follows one commit order:
+
+1. the changed index is saved under a **new** name (``vectors.<version>.<tag>.hnsw``) and fsynced;
+2. the passages, the new file's name, size and sha256 are committed in **one** SQLite transaction
+   (``synchronous=FULL``: the commit is on disk when it returns);
+3. only then is the previous index file removed.
+
+A crash at any point leaves the last committed state intact: before step 2 the new file is an
+orphan, after it the old one is; ``Store`` removes orphans when it opens. One process writes at a
+time (``flock`` on ``writer.lock`` in the store folder); it reloads the index under the lock before
+extending it, so a second writer never overwrites the first one's passages. Readers never take the
+lock: they see the last committed index and reload it when another process commits a newer one.
+
+Opening checks the index file's size and sha256 against the committed record and its ids against
+the passages (the database itself: ``store_db``); every passage read is checked against its CRC32.
 """
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Sequence
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import hnswlib
 import numpy as np
 
+from . import hnsw, writer_lock
 from .errors import StoreError
-from .fileio import atomic_path, sha256_file
-from .types import Document, Passage
+from .fileio import fsync_dir, sha256_file
+from .store_db import DB_FILE, INDEX_GLOB, DocumentState, Part, check_files, connect, passage_crc
+from .types import Passage
 
-DB_FILE = "passages.sqlite"
-INDEX_FILE = "vectors.hnsw"
+__all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, source TEXT);
-CREATE TABLE IF NOT EXISTS passages (
-    id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
-    title TEXT NOT NULL, text TEXT NOT NULL, position INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS passages_doc ON passages(doc_id);
-"""
+LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
+# Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
+COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
 
 
 class Store:
-    """Open (or create) the store in ``folder`` for vectors of ``dim`` floats from encoder ``encoder_id``."""
+    """The store in ``folder`` for vectors of ``dim`` floats from encoder ``encoder_id``.
 
-    def __init__(
-        self,
-        folder: str | Path,
-        dim: int,
-        encoder_id: str = "",
-        m: int = 16,
-        ef_construction: int = 200,
-        ef_search: int = 64,
-    ) -> None:
+    ``create=False`` opens an existing store only (a mistyped path is an error, not a new empty store).
+    ``lock_timeout`` is how long a writer waits for another process's write to finish (0: fail at once).
+    """
+
+    def __init__(self, folder: str | Path, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
+                 ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0) -> None:
         self.folder = Path(folder).expanduser()
-        self.folder.mkdir(parents=True, exist_ok=True)
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
-        try:
-            self.db = sqlite3.connect(self.folder / DB_FILE, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.folder / DB_FILE} is not a readable SQLite database: {exc}") from exc
+        self.lock_timeout = lock_timeout
+        self.fault_hook: Callable[[str], None] | None = None
+        self._lock = threading.RLock()  # index + connection: held briefly by readers and by a commit
+        self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
+        self._lock_fd: int | None = None
+        self._write_depth = 0
+        check_files(self.folder, create)
+        self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self.db = connect(self.folder)
         meta = self._meta()
         if "dim" in meta and int(meta["dim"]) != dim:
             raise StoreError(f"store {self.folder} holds {meta['dim']}-d vectors, the encoder makes {dim}-d")
@@ -63,116 +70,225 @@ class Store:
                 "re-index into a new folder"
             )
         self.encoder_id = encoder_id or meta.get("encoder", "")
-        self.index = self._load_index(meta)
+        self.index, self.index_file, self._version = self._load_committed()
+        with contextlib.suppress(StoreError, OSError), writer_lock.exclusive(self.folder, timeout=0.0):
+            self._remove_orphans()  # only when no other process is writing: its new file is not an orphan
 
     # -- reading -------------------------------------------------------------------------------
     @property
     def count(self) -> int:
-        return self.db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
+        with self._lock:
+            return self.db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
 
     @property
     def version(self) -> int:
-        """Bumped by every add; caches keyed on it go stale when documents change."""
-        return int(self._meta().get("version", 0))
+        """Bumped by every commit; caches keyed on it go stale when documents change."""
+        with self._lock:
+            return int(self._meta().get("version", 0))
 
     def has_document(self, doc_id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM documents WHERE doc_id=?", (doc_id,)).fetchone() is not None
+        state = self.document(doc_id)
+        return state is not None and state.complete
+
+    def document(self, doc_id: str) -> DocumentState | None:
+        with self._lock:
+            row = self.db.execute(
+                "SELECT sha, COALESCE(source, ''), complete, (SELECT COUNT(*) FROM passages p WHERE p.doc_id = d.doc_id)"
+                " FROM documents d WHERE doc_id = ?", (doc_id,)).fetchone()
+        return None if row is None else DocumentState(row[0], row[1], bool(row[2]), row[3])
+
+    def documents_from(self, source: str) -> list[str]:
+        """Ids of the documents indexed from ``source`` (a file path)."""
+        with self._lock:
+            return [r[0] for r in self.db.execute("SELECT doc_id FROM documents WHERE source = ?", (source,))]
 
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity, best first, with ``score`` set."""
-        k = min(k, self.count)
-        if k <= 0:
-            return []
-        self.index.set_ef(max(self.ef_search, k))
-        labels, dists = self.index.knn_query(vector.reshape(1, -1), k=k)
-        scores = {int(i): 1.0 - float(d) for i, d in zip(labels[0], dists[0])}
-        return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
+        with self._lock:
+            self._follow()
+            k = min(k, self.count)
+            if k <= 0:
+                return []
+            labels, dists = hnsw.knn(self.index, vector.reshape(1, -1).astype(np.float32), k, self.ef_search)
+            scores = {int(i): 1.0 - float(d) for i, d in zip(labels, dists)}
+            return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:
-        """Passages by id, in the order given."""
+        """Passages by id, in the order given; a passage that fails its checksum raises StoreError."""
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
-        rows = self.db.execute(
-            f"SELECT id, doc_id, title, text, position FROM passages WHERE id IN ({marks})", list(ids)
-        ).fetchall()
-        by_id = {r[0]: Passage(*r) for r in rows}
+        with self._lock:
+            rows = self.db.execute(
+                f"SELECT id, doc_id, title, text, position, crc FROM passages WHERE id IN ({marks})", list(ids)
+            ).fetchall()
+        by_id = {}
+        for pid, doc_id, title, text, position, crc in rows:
+            if crc is not None and passage_crc(doc_id, title, text) != crc:
+                raise StoreError(f"passage {pid} in {self.folder / DB_FILE} fails its checksum (corrupt); re-index")
+            by_id[pid] = Passage(pid, doc_id, title, text, position)
         return [by_id[i] for i in ids if i in by_id]
 
     # -- writing -------------------------------------------------------------------------------
-    def add(self, documents: Sequence[Document], units: Sequence[Sequence[str]], vectors: np.ndarray,
-            source: str = "") -> int:
-        """Add documents, their passage texts (``units[i]`` for ``documents[i]``) and one vector per
-        passage (in the same order). Returns the number of passages added."""
-        n = sum(len(u) for u in units)
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold this store's writer lock (reentrant): other processes' writers wait ``lock_timeout``
+        seconds, then fail with a StoreError. The index is reloaded first if another process committed."""
+        with self._write_lock:
+            if self._write_depth == 0:
+                self._lock_fd = writer_lock.acquire(self.folder, self.lock_timeout)
+                with self._lock:
+                    self._follow()
+            self._write_depth += 1
+            try:
+                yield
+            finally:
+                self._write_depth -= 1
+                if self._write_depth == 0:
+                    self._release()
+
+    def add(self, parts: Sequence[Part], vectors: np.ndarray, remove: Sequence[str] = ()) -> int:
+        """Commit ``parts`` (one vector per passage text, in order) and remove the documents ``remove``
+        in one transaction. Returns the number of passages added."""
+        n = sum(len(p.texts) for p in parts)
         if n != len(vectors):
             raise ValueError(f"{n} passages but {len(vectors)} vectors")
-        if n == 0:
+        if not parts and not remove:
             return 0
-        first = (self.db.execute("SELECT MAX(id) FROM passages").fetchone()[0] or -1) + 1
-        ids = np.arange(first, first + n)
-        rows, pid = [], first
-        for doc, texts in zip(documents, units):
-            for pos, text in enumerate(texts):
-                rows.append((pid, doc.doc_id, doc.title, text, pos))
-                pid += 1
-        try:
-            with self.db:  # one transaction: rolled back if saving the index fails
-                self.db.executemany(
-                    "INSERT INTO documents(doc_id, title, source) VALUES (?,?,?)",
-                    [(d.doc_id, d.title, source) for d, u in zip(documents, units) if u],
-                )
-                self.db.executemany("INSERT INTO passages VALUES (?,?,?,?,?)", rows)
-                if self.index.get_current_count() + n > self.index.get_max_elements():
-                    self.index.resize_index(max(2 * self.index.get_max_elements(), self.index.get_current_count() + n))
-                self.index.add_items(np.asarray(vectors, dtype=np.float32), ids)
-                size, digest = self._save_index()
-                self._set_meta(dim=self.dim, encoder=self.encoder_id, count=self.count,
-                               version=self.version + 1, index_size=size, index_sha256=digest)
-        except BaseException:
-            self.index = self._load_index(self._meta())  # drop the in-memory additions
-            raise
+        with self.writing(), self._lock:
+            self._commit(parts, np.asarray(vectors, dtype=np.float32), list(remove))
+        return n
+
+    def remove(self, doc_ids: Sequence[str]) -> int:
+        """Remove documents and their passages; returns the number of passages removed."""
+        with self.writing(), self._lock:
+            marks = ",".join("?" * len(doc_ids))
+            n = self.db.execute(f"SELECT COUNT(*) FROM passages WHERE doc_id IN ({marks})", list(doc_ids)).fetchone()[0]
+            self._commit([], np.zeros((0, self.dim), np.float32), list(doc_ids))
         return n
 
     def close(self) -> None:
-        self.db.close()
+        with self._lock:
+            self.db.close()
+        self._release()
 
-    # -- internals -----------------------------------------------------------------------------
-    def _meta(self) -> dict[str, str]:
-        return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            writer_lock.release(self._lock_fd)
+            self._lock_fd = None
 
-    def _set_meta(self, **values: object) -> None:
-        self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
+    # -- the commit sequence -------------------------------------------------------------------
+    def _commit(self, parts: Sequence[Part], vectors: np.ndarray, remove: list[str]) -> None:
+        self._step("begin")
+        old_file, new_file = self.index_file, None
+        try:
+            first = int(self._meta().get("next_id", self._max_id() + 1))
+            rows, docs, done, pid = [], [], [], first
+            for part in parts:
+                if part.start == 0:
+                    docs.append((part.doc.doc_id, part.doc.title, part.doc.source, part.sha, int(part.last)))
+                elif part.last:
+                    done.append((part.doc.doc_id,))
+                for pos, text in enumerate(part.texts, part.start):
+                    rows.append((pid, part.doc.doc_id, part.doc.title, text, pos,
+                                 passage_crc(part.doc.doc_id, part.doc.title, text)))
+                    pid += 1
+            marks = ",".join("?" * len(remove))
+            gone = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id IN ({marks})", remove)]
+            for label in gone:
+                self.index.mark_deleted(label)
+            if len(vectors):
+                needed = self.index.get_current_count() + len(vectors)
+                if needed > self.index.get_max_elements():
+                    self.index.resize_index(max(2 * self.index.get_max_elements(), needed))
+                self.index.add_items(vectors, np.arange(first, pid), replace_deleted=True)
+            version = self._version + 1
+            new_file = f"vectors.{version}.{uuid.uuid4().hex[:8]}.hnsw"
+            size, digest = hnsw.save(self.index, self.folder / new_file)
+            self._step("index_saved")
+            with self.db:  # one transaction: the passages and the name of the index that holds them
+                self.db.execute(f"DELETE FROM passages WHERE doc_id IN ({marks})", remove)
+                self.db.execute(f"DELETE FROM documents WHERE doc_id IN ({marks})", remove)
+                self.db.executemany("INSERT INTO deleted VALUES (?)", [(g,) for g in gone])
+                self.db.executemany("INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?)", docs)
+                self.db.executemany("UPDATE documents SET complete = 1 WHERE doc_id = ?", done)
+                self.db.executemany("INSERT INTO passages VALUES (?,?,?,?,?,?)", rows)
+                self._set_meta(dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid,
+                               index_file=new_file, index_size=size, index_sha256=digest)
+                self._step("rows_written")
+            self._step("committed")
+        except BaseException:
+            if new_file is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.folder / new_file).unlink()
+            self.index, self.index_file, self._version = self._load_committed()  # drop in-memory changes
+            raise
+        self.index_file, self._version = new_file, version
+        if old_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / old_file).unlink()
+            fsync_dir(self.folder)
+        self._step("old_index_removed")
 
-    def _new_index(self, capacity: int = 1024) -> hnswlib.Index:
-        index = hnswlib.Index(space="cosine", dim=self.dim)
-        index.init_index(max_elements=capacity, M=self.m, ef_construction=self.ef_construction, random_seed=0)
-        return index
+    def _step(self, name: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(name)
 
-    def _save_index(self) -> tuple[int, str]:
-        path = self.folder / INDEX_FILE
-        with atomic_path(path) as tmp:
-            self.index.save_index(str(tmp))
-            size, digest = tmp.stat().st_size, sha256_file(tmp)
-        return size, digest
+    def _load_committed(self) -> tuple[hnswlib.Index, str | None, int]:
+        """The committed index, its file name and the store version; retried when a writer in another
+        process replaces the file between reading its name and opening it."""
+        for _ in range(5):
+            meta = self._meta()
+            name = meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
+            if name is None or (self.folder / name).is_file() or self._meta() == meta:
+                return self._load_index(meta, name), name, int(meta.get("version", 0))
+        raise StoreError(f"store {self.folder} keeps changing under this reader; try again")
 
-    def _load_index(self, meta: dict[str, str]) -> hnswlib.Index:
-        path = self.folder / INDEX_FILE
-        count = self.count
-        if "index_sha256" not in meta:
+    def _load_index(self, meta: dict[str, str], name: str | None) -> hnswlib.Index:
+        count = self.db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
+        if name is None:
             if count:
                 raise StoreError(f"store {self.folder} has {count} passages but no index record; re-index")
-            return self._new_index()
+            return hnsw.new(self.dim, self.m, self.ef_construction)
+        path = self.folder / name
         if not path.is_file():
             raise StoreError(f"vector index {path} is missing; re-index the documents")
         if path.stat().st_size != int(meta["index_size"]) or sha256_file(path) != meta["index_sha256"]:
             raise StoreError(f"vector index {path} is corrupt or truncated (size/hash mismatch); re-index")
         index = hnswlib.Index(space="cosine", dim=self.dim)
-        index.load_index(str(path), max_elements=max(count, 1))
-        ids = set(index.get_ids_list())
+        try:
+            index.load_index(str(path), max_elements=0, allow_replace_deleted=True)
+        except RuntimeError as exc:
+            raise StoreError(f"vector index {path} cannot be read: {exc}; re-index") from exc
+        deleted = {r[0] for r in self.db.execute("SELECT id FROM deleted")}
+        live = set(index.get_ids_list()) - deleted
         stored = {r[0] for r in self.db.execute("SELECT id FROM passages")}
-        if ids != stored:
+        if live != stored:
             raise StoreError(
-                f"index {path} ({len(ids)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index"
+                f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index"
             )
         return index
+
+    def _follow(self) -> None:
+        """Reload the index if another process committed since we loaded it (caller holds _lock)."""
+        if int(self._meta().get("version", 0)) != self._version:
+            self.index, self.index_file, self._version = self._load_committed()
+
+    def _remove_orphans(self) -> None:
+        """Index files no commit points at: left by a crash before or right after a commit."""
+        for path in self.folder.glob(INDEX_GLOB):
+            if path.name != self.index_file:
+                path.unlink()
+        for path in self.folder.glob(f".{INDEX_GLOB}.*.tmp"):  # the atomic-rename temp files of old stores
+            path.unlink()
+
+    # -- internals -----------------------------------------------------------------------------
+    def _meta(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+
+    def _max_id(self) -> int:
+        row = self.db.execute("SELECT MAX(m) FROM (SELECT MAX(id) m FROM passages UNION ALL SELECT MAX(id) FROM deleted)")
+        return -1 if (v := row.fetchone()[0]) is None else int(v)
+
+    def _set_meta(self, **values: object) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])

@@ -160,13 +160,13 @@ def test_tight_budget_shrinks_n_ctx_then_the_encoder_batch(bundle: B.Bundle) -> 
 
 
 def test_stored_passages(tmp_path: Path) -> None:
-    from edge_rag.store import Store
+    from edge_rag.store import Part, Store
     from edge_rag.types import Document
 
     assert memory.stored_passages(tmp_path / "none") == 0
     store = Store(tmp_path, 4)
     vectors = np.eye(4, dtype=np.float32)[:3]
-    store.add([Document("d", "t", "x")], [["a", "b", "c"]], vectors)
+    store.add([Part(Document("d", "t", "x"), 0, ["a", "b", "c"], last=True)], vectors)
     store.close()
     assert memory.stored_passages(tmp_path) == 3
 

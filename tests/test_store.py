@@ -5,7 +5,7 @@ import pytest
 
 from edge_rag.chunk import make_document
 from edge_rag.errors import StoreError
-from edge_rag.store import DB_FILE, INDEX_FILE, Store
+from edge_rag.store import DB_FILE, Part, Store
 
 DOCS = [
     make_document("The lighthouse was built in 1887. It guided ships into the harbour.", "Lighthouse"),
@@ -14,10 +14,14 @@ DOCS = [
 ]
 
 
+def _parts(docs, units):
+    return [Part(d, 0, list(u), last=True, sha=d.doc_id) for d, u in zip(docs, units)]
+
+
 def _add(store, encoder, docs):
     units = [[s for s in d.text.split(". ")] for d in docs]
     vectors = encoder.encode([t for u in units for t in u])
-    return store.add(docs, units, vectors)
+    return store.add(_parts(docs, units), vectors)
 
 
 def test_round_trip_and_incremental_add(tmp_path, encoder):
@@ -46,7 +50,7 @@ def test_store_grows_past_initial_capacity(tmp_path):
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     docs = [make_document(f"doc {i}", f"t{i}") for i in range(1500)]
     store = Store(tmp_path, 8)
-    store.add(docs, [[d.text] for d in docs], vectors)
+    store.add(_parts(docs, [[d.text] for d in docs]), vectors)
     hits = store.search(vectors[1234], 1)
     assert hits[0].id == 1234 and hits[0].score > 0.999
     store.close()
@@ -61,14 +65,14 @@ def saved_store(tmp_path, encoder):
 
 
 def test_truncated_index_is_reported(saved_store, encoder):
-    path = saved_store / INDEX_FILE
+    [path] = saved_store.glob("vectors*.hnsw")
     path.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(StoreError, match="corrupt or truncated"):
         Store(saved_store, encoder.dim, "enc-1")
 
 
 def test_missing_index_is_reported(saved_store, encoder):
-    (saved_store / INDEX_FILE).unlink()
+    next(saved_store.glob("vectors*.hnsw")).unlink()
     with pytest.raises(StoreError, match="missing"):
         Store(saved_store, encoder.dim, "enc-1")
 
@@ -89,10 +93,10 @@ def test_other_encoder_or_dimension_is_refused(saved_store, encoder):
 def test_failed_add_loses_nothing(saved_store, encoder):
     store = Store(saved_store, encoder.dim, "enc-1")
     with pytest.raises(ValueError):
-        store.add([DOCS[0]], [["a", "b"]], np.zeros((1, encoder.dim), dtype=np.float32))
-    bad = make_document("Duplicate id document.", "Lighthouse", doc_id=DOCS[0].doc_id)
-    with pytest.raises(sqlite3.IntegrityError):  # the document is already stored
-        store.add([bad], [[bad.text]], encoder.encode([bad.text]))
+        store.add(_parts([DOCS[0]], [["a", "b"]]), np.zeros((1, encoder.dim), dtype=np.float32))
+    bad = make_document("Orphan passage.", "Nowhere")
+    with pytest.raises(sqlite3.IntegrityError):  # a continuation part of a document that is not stored
+        store.add([Part(bad, 3, [bad.text], last=True)], encoder.encode([bad.text]))
     store.close()
     again = Store(saved_store, encoder.dim, "enc-1")  # index and database still agree
     assert again.count == 6 and again.index.get_current_count() == 6

@@ -1,0 +1,131 @@
+"""Indexing: documents in, committed passages out, in bounded batches under the store's writer lock.
+
+Memory stays flat however large a document is: passages are cut from it one paragraph window at a
+time, encoded and committed ``INDEX_BATCH_PASSAGES`` at a time (a long document spans many batches),
+so tokenizer output and vectors never exist for more than one batch. A document committed in part
+(a crash, a cancel) is marked incomplete; indexing it again adds exactly the passages it lacks.
+
+Documents that change: a document whose id is stored with another text replaces it, and documents
+once read from a file that no longer holds them are removed, in the same commit as the first new
+passages — so re-indexing an edited file never keeps both versions.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+
+from .chunk import doc_id_for, iter_units
+from .config import Config
+from .encode import Encoder
+from .errors import InputError, check_str
+from .store import Part, Store
+from .types import Document
+
+INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
+log = logging.getLogger("edge_rag")
+
+# Called after every committed batch with (passages done, passages planned); may raise to cancel.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Todo:
+    """A document to (finish) indexing: its units from ``start`` on; ``sha`` is its content hash."""
+
+    doc: Document
+    start: int
+    sha: str
+    units: int  # passages still to add
+
+
+def plan_changes(store: Store, docs: Iterable[Document], config: Config, source: str = "",
+                 room: int | None = None) -> tuple[list[Todo], list[str]]:
+    """What to add and which stored documents to remove, for ``docs`` (all of ``source``'s, if given).
+
+    Passages are counted without being kept; counting stops once more than ``room`` (what the memory
+    budget can still index) are found, so a 500 MB file is refused in seconds, not after a full pass."""
+    todo: list[Todo] = []
+    counted = 0
+    remove: list[str] = []
+    seen: dict[str, str] = {}
+    for doc in docs:
+        check_document(doc)
+        sha = doc_id_for(doc.title, doc.text)
+        if doc.doc_id in seen:
+            if seen[doc.doc_id] != sha:
+                raise InputError(f"two documents share the id {doc.doc_id!r} with different texts ({doc.title!r})")
+            continue
+        seen[doc.doc_id] = sha
+        state = store.document(doc.doc_id)
+        start = 0
+        if state is not None and state.sha not in (None, sha):
+            log.warning("document %r (%s) changed: replacing its %d stored passages", doc.doc_id, doc.title,
+                        state.passages)
+            remove.append(doc.doc_id)
+        elif state is not None and state.complete:
+            continue
+        elif state is not None:
+            start = state.passages  # committed in part before: add the rest
+        limit = None if room is None else room - counted + start + 1
+        units = iter_units(doc, config.passage_mode, config.min_sentence_chars)
+        n = max(sum(1 for _ in islice(units, limit)) - start, 0)
+        todo.append(Todo(doc, start, sha, n))
+        counted += n
+        if room is not None and counted > room:
+            break  # over budget already: the caller refuses with the numbers
+    if source:
+        stale = [d for d in store.documents_from(source) if d not in seen]
+        if stale:
+            log.warning("%s changed: replacing the %d document(s) indexed from it before", source, len(stale))
+        remove += stale
+    return todo, remove
+
+
+def index(store: Store, encoder: Encoder, config: Config, todo: Sequence[Todo], remove: Sequence[str],
+          progress: Progress | None = None) -> int:
+    """Encode and commit ``todo`` batch by batch (removing ``remove`` with the first); passages added."""
+    total = sum(t.units for t in todo)
+    added = 0
+    pending = list(remove)
+    for parts in _batches(todo, config, INDEX_BATCH_PASSAGES):
+        texts = [text for part in parts for text in part.texts]
+        added += store.add(parts, encoder.encode(texts), remove=pending)
+        pending = []
+        if progress is not None:
+            progress(added, total)
+    if pending:
+        store.add([], encoder.encode([]), remove=pending)
+    return added
+
+
+def check_document(doc: Document) -> None:
+    """A document SQLite and the tokenizers can hold: text and title are str without lone surrogates."""
+    for field, value in (("text", doc.text), ("title", doc.title), ("id", doc.doc_id)):
+        check_str(value, f"the {field} of document {doc.doc_id!r} ({doc.source or 'no file'})")
+
+
+def _batches(todo: Sequence[Todo], config: Config, size: int) -> Iterator[list[Part]]:
+    """Parts of documents grouped until ``size`` passages; a long document is split across batches."""
+    batch: list[Part] = []
+    n = 0
+    for t in todo:
+        units = islice(iter_units(t.doc, config.passage_mode, config.min_sentence_chars), t.start, None)
+        position = t.start
+        while True:
+            texts = list(islice(units, size - n))
+            if len(texts) < size - n or not texts:  # the document ends inside this batch
+                if texts or position > 0:
+                    batch.append(Part(t.doc, position, texts, last=True, sha=t.sha))
+                n += len(texts)
+                break
+            batch.append(Part(t.doc, position, texts, last=False, sha=t.sha))
+            position += len(texts)
+            yield batch
+            batch, n = [], 0
+        if n >= size:
+            yield batch
+            batch, n = [], 0
+    if batch:
+        yield batch

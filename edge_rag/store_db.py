@@ -1,0 +1,94 @@
+"""The store's SQLite file: schema, durable settings and the checks made when it opens.
+
+A lost or emptied database beside an existing index is an error, never a silent new store, and
+``PRAGMA quick_check`` runs at every open so a damaged page is reported before any answer uses it.
+"""
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import StoreError
+from .types import Document
+
+DB_FILE = "passages.sqlite"
+INDEX_GLOB = "vectors*.hnsw"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, source TEXT, sha TEXT, complete INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS passages (
+    id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
+    title TEXT NOT NULL, text TEXT NOT NULL, position INTEGER NOT NULL, crc INTEGER);
+CREATE INDEX IF NOT EXISTS passages_doc ON passages(doc_id);
+CREATE TABLE IF NOT EXISTS deleted (id INTEGER PRIMARY KEY);
+"""
+# Columns added since the first store format; older stores get them on open (NULL = not recorded).
+_ADDED_COLUMNS = {"documents": {"sha": "TEXT", "complete": "INTEGER NOT NULL DEFAULT 1"}, "passages": {"crc": "INTEGER"}}
+
+
+
+
+@dataclass(frozen=True)
+class Part:
+    """Consecutive passages of one document: ``texts`` at positions ``start``…; ``last`` if they end it."""
+
+    doc: Document
+    start: int
+    texts: list[str]
+    last: bool
+    sha: str = ""  # content hash of the whole document (recorded with its first part)
+
+
+@dataclass(frozen=True)
+class DocumentState:
+    """What the store holds of a document."""
+
+    sha: str | None
+    source: str
+    complete: bool
+    passages: int
+
+
+def passage_crc(doc_id: str, title: str, text: str) -> int:
+    return zlib.crc32(f"{doc_id}\0{title}\0{text}".encode())
+
+
+def check_files(folder: Path, create: bool) -> None:
+    """StoreError if ``passages.sqlite`` is missing or empty while an index exists (or at all, unless
+    ``create``)."""
+    db = folder / DB_FILE
+    db_empty = not db.is_file() or db.stat().st_size == 0
+    if db_empty and folder.is_dir() and any(folder.glob(INDEX_GLOB)):
+        state = "is empty" if db.is_file() else "is missing"
+        raise StoreError(f"{db} {state} but {folder} holds a vector index: the passages are lost; "
+                         "restore the file from a backup or delete the folder and re-index")
+    if not create and db_empty:
+        raise StoreError(f"no passage store at {folder} ({DB_FILE} missing or empty); "
+                         "index documents into it first (edge-rag index --db ...)")
+
+
+def connect(folder: Path) -> sqlite3.Connection:
+    """The checked database, schema up to date (older stores get the newer columns, NULL = unknown)."""
+    path = folder / DB_FILE
+    try:
+        db = sqlite3.connect(path, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
+        db.execute("PRAGMA foreign_keys=ON")
+        check = db.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); re-index")
+        db.executescript(_SCHEMA)
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            for name, decl in columns.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+        db.commit()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
+    return db

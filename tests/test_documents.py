@@ -1,0 +1,162 @@
+"""Documents that change, bad documents, checked passages: on a real store with the real encoder."""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from edge_rag.chunk import read_documents
+from edge_rag.config import Config
+from edge_rag.errors import InputError, StoreError
+from edge_rag.pipeline import EdgeRAG
+from edge_rag.store import DB_FILE
+from edge_rag.types import Route
+
+PRICES = "Adult tickets cost {price} pounds. Children under five go free. The museum opens at 10:00 every day."
+
+
+@pytest.fixture
+def rag(tmp_path, bundle_dir):
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as r:
+        yield r
+
+
+def _texts(rag):
+    return sorted(r[0] for r in rag.store.db.execute("SELECT text FROM passages"))
+
+
+def test_reindexing_an_edited_file_replaces_its_passages(rag, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "tickets.txt").write_text(PRICES.format(price=16))
+    (docs / "cafe.txt").write_text("The cafe serves soup and sandwiches. It opens at 09:30 every day.")
+    assert rag.add_files([docs]) == 5
+    assert rag.add_files([docs]) == 0  # unchanged: a no-op
+    (docs / "tickets.txt").write_text(PRICES.format(price=19))
+    assert rag.add_files([docs]) == 3
+    texts = _texts(rag)
+    assert "Adult tickets cost 19 pounds." in texts and not any("16 pounds" in t for t in texts)
+    assert rag.store.count == 5
+    context = rag.decide("How much does an adult ticket cost?").context
+    assert "19 pounds" in context and "16 pounds" not in context
+
+    [cafe] = read_documents(docs / "cafe.txt")
+    assert rag.remove(cafe.doc_id) == 2 and rag.store.count == 3
+    with pytest.raises(InputError, match="no document with id"):
+        rag.remove("no-such-id")
+
+
+def test_json_record_with_a_known_id_and_new_text_replaces_it(rag, tmp_path, caplog):
+    path = tmp_path / "faq.json"
+    path.write_text(json.dumps([{"id": "q1", "title": "Parking", "text": "Parking costs 8 pounds a day."}]))
+    assert rag.add_files([path]) == 1
+    path.write_text(json.dumps([{"id": "q1", "title": "Parking", "text": "Parking costs 9 pounds a day."}]))
+    assert rag.add_files([path]) == 1
+    assert _texts(rag) == ["Parking costs 9 pounds a day."]
+    assert "changed: replacing its 1 stored passages" in caplog.text
+    rag.add_documents(["Free text added by the API."])
+    assert rag.store.count == 2
+    with pytest.raises(InputError, match="reuses id 'q2' with a different text"):
+        path.write_text(json.dumps([{"id": "q2", "text": "One."}, {"id": "q2", "text": "Two."}]))
+        rag.add_files([path])
+    assert rag.store.count == 2  # a bad file loses nothing
+
+
+@pytest.mark.parametrize("content, message", [
+    ("null", "expected a list of objects .* found null"),
+    ("5", "found a JSON int"),
+    ('"text"', "found a JSON string"),
+    ('{"foo": [1]}', "found an object with keys \\['foo'\\]"),
+    ('[{"text": "fine"}, 7]', "record 1 is a JSON int, not an object"),
+])
+def test_json_of_the_wrong_shape_is_named_in_one_line(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(InputError, match=f"bad.json: .*{message}"):
+        read_documents(path)
+
+
+def test_documents_with_nothing_readable_are_skipped_with_a_warning(rag, tmp_path, caplog):
+    (tmp_path / "nuls.txt").write_bytes(b"\0" * 4096)
+    (tmp_path / "controls.txt").write_bytes(b"\x01\x02\x1b\x7f \n\t\x00\x0c")
+    (tmp_path / "ok.txt").write_text("A real sentence about the museum.\0")
+    assert rag.add_files([tmp_path / "nuls.txt", tmp_path / "controls.txt", tmp_path / "ok.txt"]) == 1
+    assert _texts(rag) == ["A real sentence about the museum."]
+    assert caplog.text.count("no readable text") == 2
+    with pytest.raises(InputError, match="lone surrogate"):
+        rag.add_documents(["bad \udc80 text"])
+    with pytest.raises(InputError, match="must be a str or a Document, not int"):
+        rag.add_documents([5])
+
+
+def test_a_flipped_passage_is_caught_by_its_checksum(rag, tmp_path):
+    rag.add_documents([PRICES.format(price=16)])
+    folder = rag.store.folder
+    rag.close()
+    path = folder / DB_FILE
+    data = path.read_bytes()
+    at = data.index(b"16 pounds")
+    path.write_bytes(data[:at] + b"61" + data[at + 2 :])  # bit rot inside a row: structure still valid
+    reopened = EdgeRAG(folder, bundle=rag.bundle.root)
+    with pytest.raises(StoreError, match="fails its checksum"):
+        reopened.decide("How much does an adult ticket cost?")
+    reopened.close()
+
+
+def test_a_corrupt_database_page_is_caught_when_the_store_opens(rag, tmp_path):
+    rag.add_documents([f"Sentence number {i} about the harbour museum and its ships." for i in range(300)])
+    folder = rag.store.folder
+    rag.close()
+    path = folder / DB_FILE
+    data = bytearray(path.read_bytes())
+    page = 4096
+    data[3 * page : 3 * page + 512] = os.urandom(512)
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="corrupt|not a readable SQLite"):
+        EdgeRAG(folder, bundle=rag.bundle.root)
+
+
+def test_store_files_are_never_world_writable(tmp_path, bundle_dir):
+    old = os.umask(0)
+    try:
+        with EdgeRAG(tmp_path / "db", bundle=bundle_dir) as rag:
+            rag.add_documents(["One sentence about permissions on a kiosk."])
+            index = rag.store.folder / rag.store.index_file
+    finally:
+        os.umask(old)
+    assert not index.stat().st_mode & 0o022 and not (tmp_path / "db").stat().st_mode & 0o022
+
+
+def test_cli_remove_and_ask_on_a_missing_store(tmp_path, bundle_dir):
+    docs = tmp_path / "tickets.txt"
+    docs.write_text(PRICES.format(price=16))
+    db = tmp_path / "db"
+    cli = [sys.executable, "-m", "edge_rag"]
+    common = ["--db", str(db), "--bundle", str(bundle_dir)]
+    run = subprocess.run(cli + ["index", str(docs), "--quiet"] + common, capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    run = subprocess.run(cli + ["remove", str(docs)] + common, capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0 and "3 passages" in run.stdout and "now holds 0" in run.stdout, run.stderr
+    run = subprocess.run(cli + ["ask", "hi", "--db", str(tmp_path / "dbb"), "--bundle", str(bundle_dir)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 2 and "no passage store" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "dbb").exists()
+    run = subprocess.run(cli + ["index", str(docs), "--memory-mb", "0"] + common, capture_output=True, text=True)
+    assert run.returncode == 2 and "must be positive" in run.stderr
+    with sqlite3.connect(db / DB_FILE) as con:
+        assert con.execute("SELECT COUNT(*) FROM passages").fetchone()[0] == 0
+
+
+def test_cli_question_with_invalid_utf8_is_an_error_not_a_traceback(tmp_path, bundle_dir, sample_rag):
+    cli = [sys.executable, "-m", "edge_rag", "ask", b"caf\xe9 hours?".decode("utf-8", "surrogateescape"),
+           "--db", str(sample_rag.store.folder), "--bundle", str(bundle_dir)]
+    run = subprocess.run([os.fsencode(a) for a in cli], capture_output=True, cwd=ROOT)
+    err = run.stderr.decode(errors="replace")
+    assert run.returncode == 2 and "not valid Unicode" in err and "Traceback" not in err
+
+
+def test_sample_answers_still_route(sample_rag):
+    assert sample_rag.ask("Who founded the Harbourlight Science Museum?").route is Route.RAG

@@ -1,0 +1,110 @@
+"""Crash safety and one writer per store, with real processes: a crash (os._exit, no clean-up) at every
+step of the commit sequence, and two `edge-rag index` processes writing into one store at once."""
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SAMPLE_DOCS
+
+from edge_rag.config import Config
+from edge_rag.errors import StoreError
+from edge_rag.pipeline import EdgeRAG
+from edge_rag.store import COMMIT_STEPS, DB_FILE, Store
+
+BATCH = 100  # passages per commit in the crashing process, so the sample corpus takes several commits
+
+CRASH = """
+import os, sys
+from edge_rag import indexing
+from edge_rag.pipeline import EdgeRAG
+db, bundle, docs, step, commit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+indexing.INDEX_BATCH_PASSAGES = int(sys.argv[6])
+rag = EdgeRAG(db, bundle=bundle)
+seen = []
+def hook(name):
+    seen.append(name)
+    if name == step and seen.count(step) == commit:
+        os._exit(70)  # power cut: no finally blocks, no SQLite close, no flush
+rag.store.fault_hook = hook
+rag.add_files([docs])
+print("finished without crashing")
+"""
+
+
+@pytest.fixture(scope="module")
+def sample_total(sample_rag) -> int:
+    return sample_rag.store.count
+
+
+# Every step of a later commit (an old index file exists), and the first commit's around the SQLite commit.
+CASES = [(step, 2) for step in COMMIT_STEPS] + [("index_saved", 1), ("committed", 1)]
+
+
+@pytest.mark.parametrize("step, commit", CASES)
+def test_crash_at_every_commit_step_recovers_the_last_commit(tmp_path, bundle_dir, sample_total, step, commit):
+    db = tmp_path / "db"
+    run = subprocess.run([sys.executable, "-c", CRASH, str(db), str(bundle_dir), str(SAMPLE_DOCS), step,
+                          str(commit), str(BATCH)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 70, run.stdout + run.stderr
+    # What was committed before the crash: commits before this one, plus this one once SQLite committed it.
+    durable = commit if COMMIT_STEPS.index(step) >= COMMIT_STEPS.index("committed") else commit - 1
+    with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        assert rag.store.count == min(durable * BATCH, sample_total)  # nothing committed is lost
+        assert [p.name for p in db.glob("vectors*.hnsw")] == ([rag.store.index_file] if durable else [])
+        added = rag.add_files([SAMPLE_DOCS])
+        assert added == sample_total - min(durable * BATCH, sample_total)  # exactly the rest
+        assert rag.store.count == sample_total
+        answer = rag.decide("Who founded the Harbourlight Science Museum?")
+        assert answer.passages and answer.d_min < 1.0
+    reopened = Store(db, rag.encoder.dim)  # opens: the index and the passages agree after recovery
+    assert reopened.count == sample_total and len(list(db.glob("vectors*.hnsw"))) == 1
+    reopened.close()
+
+
+def _index(db, bundle_dir, *extra):
+    return subprocess.Popen([sys.executable, "-m", "edge_rag", "index", str(SAMPLE_DOCS), "--db", str(db),
+                             "--bundle", str(bundle_dir), "--quiet", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def test_two_index_processes_one_store(tmp_path, bundle_dir, sample_total):
+    """Both run at once and wait for the lock: one adds everything, the other nothing; index and
+    passages agree (before the lock: both said 'added 3000' and the store was broken for good)."""
+    db = tmp_path / "db"
+    procs = [_index(db, bundle_dir, "--wait", "600") for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    added = sorted(int(out.split("added ")[1].split()[0]) for out, _ in outs)
+    assert added == [0, sample_total]
+    store = Store(db, 384)
+    assert store.count == sample_total and len(store.index.get_ids_list()) == sample_total
+    store.close()
+
+
+def test_second_writer_fails_at_once_with_a_clear_message(tmp_path, bundle_dir, sample_rag):
+    db = tmp_path / "db"
+    writer = Store(db, sample_rag.encoder.dim)
+    with writer.writing():  # another process holds the writer lock
+        proc = _index(db, bundle_dir)
+        out, err = proc.communicate(timeout=600)
+        other = Store(db, sample_rag.encoder.dim, lock_timeout=0.2)  # and a second writer in this process
+        with pytest.raises(StoreError, match="being written by another process"), other.writing():
+            pass
+        other.close()
+    writer.close()
+    assert proc.returncode == 2 and "is being written by another process" in err and "Traceback" not in err
+
+
+def test_lost_database_beside_an_index_is_an_error(tmp_path, sample_rag):
+    db = tmp_path / "db"
+    db.mkdir()
+    (db / "vectors.1.abcd.hnsw").write_bytes(b"x" * 100)
+    (db / DB_FILE).write_bytes(b"")
+    with pytest.raises(StoreError, match="is empty but .* holds a vector index"):
+        Store(db, sample_rag.encoder.dim)
+    (db / DB_FILE).unlink()
+    with pytest.raises(StoreError, match="is missing but .* holds a vector index"):
+        Store(db, sample_rag.encoder.dim)
+    with pytest.raises(StoreError, match="no passage store"):
+        Store(tmp_path / "mistyped", sample_rag.encoder.dim, create=False)
+    assert not (tmp_path / "mistyped").exists()

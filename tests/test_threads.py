@@ -1,0 +1,82 @@
+"""One EdgeRAG, many threads: answers identical to serial ones, no crash, deterministic at temperature 0.
+
+Before the generation lock, 8 threads x 25 asks with GPT-route questions killed the process (SIGABRT
+in ggml / SIGSEGV in the sampler) every time."""
+import threading
+
+import pytest
+
+from edge_rag.config import Config
+from edge_rag.pipeline import EdgeRAG
+from edge_rag.types import Route
+
+# Sample-corpus questions that route to generation (found with rag.decide) and ones answered extractively.
+GPT_QUESTIONS = ["Tell me about the harbour history.", "How do I get to the museum?", "Describe the Engine Hall."]
+RAG_QUESTIONS = ["Who founded the Harbourlight Science Museum?", "What is Big Mary?",
+                 "How much does an adult ticket cost?"]
+QUESTIONS = GPT_QUESTIONS + RAG_QUESTIONS
+
+
+def _open(sample_rag, bundle_dir, **config):
+    return EdgeRAG(sample_rag.store.folder, bundle=bundle_dir, config=Config(temperature=0.0, **config), create=False)
+
+
+@pytest.fixture(scope="module")
+def serial(sample_rag, bundle_dir):
+    """Reference answers, one at a time, cache off."""
+    with _open(sample_rag, bundle_dir, cache_size=0) as rag:
+        yield {q: rag.ask(q) for q in QUESTIONS}, rag
+
+
+def _key(answer):
+    return answer.route, answer.answer, [p.id for p in answer.passages]
+
+
+def _hammer(fn, threads: int, per_thread: int) -> tuple[list, list]:
+    results, errors = [], []
+    start = threading.Barrier(threads)
+
+    def work(t: int) -> None:
+        start.wait()
+        for i in range(per_thread):
+            q = QUESTIONS[(t + i) % len(QUESTIONS)]
+            try:
+                results.append((q, fn(q)))
+            except Exception as exc:  # noqa: BLE001 — any exception is a failure we want to see
+                errors.append(repr(exc))
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return results, errors
+
+
+def test_the_gpt_questions_route_to_generation(serial):
+    answers, _ = serial
+    assert [answers[q].route for q in GPT_QUESTIONS] == [Route.GPT] * len(GPT_QUESTIONS)
+    assert all(answers[q].answer for q in GPT_QUESTIONS)
+
+
+def test_temperature_zero_answers_do_not_depend_on_earlier_generations(serial):
+    answers, rag = serial
+    for q in reversed(GPT_QUESTIONS):  # other generations ran in between, in another order
+        assert rag.ask(q).answer == answers[q].answer
+
+
+def test_eight_threads_ask_at_once(serial, sample_rag, bundle_dir):
+    """A fresh EdgeRAG (generator not loaded: the lazy load races too), 8 threads x 25 asks."""
+    answers, _ = serial
+    with _open(sample_rag, bundle_dir) as rag:
+        results, errors = _hammer(rag.ask, threads=8, per_thread=25)
+    assert errors == [] and len(results) == 200
+    assert all(_key(a) == _key(answers[q]) for q, a in results)
+
+
+def test_eight_threads_decide_at_once(serial):
+    answers, rag = serial
+    results, errors = _hammer(rag.decide, threads=8, per_thread=25)
+    assert errors == [] and len(results) == 200
+    assert all(a.route is answers[q].route and [p.id for p in a.passages] == [p.id for p in answers[q].passages]
+               for q, a in results)
