@@ -62,7 +62,7 @@ def test_importing_edge_rag_loads_no_host_or_evaluation_module() -> None:
         assert not host, (key, host)
         assert not [m for m in loaded[key] if m.startswith("edge_rag.") and m.rsplit(".", 1)[-1] in
                     ("datasets", "metrics", "budget")], key  # evaluation and harness code live elsewhere
-    assert "edge_rag.pipeline" in loaded["import"] and "edge_rag.memory.plan" in loaded["all"]
+    assert "edge_rag.pipeline" in loaded["all"] and "edge_rag.memory.plan" in loaded["all"]
 
 
 def test_no_edge_rag_source_imports_host_code() -> None:
