@@ -1,10 +1,19 @@
 """edge-rag: retrieval-augmented question answering on the device, inside a memory budget."""
 from .config import Config, Tier, TierSpec
 from .errors import BudgetError, BundleError, EdgeRAGError, InputError, StoreError
-from .pipeline import EdgeRAG
 from .types import Answer, Document, Passage, Route
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``EdgeRAG`` is imported on first use: the light commands (``models verify``/``install``) then load
+    no hnswlib or llama.cpp, whose source builds may use this build host's SIMD extensions."""
+    if name == "EdgeRAG":
+        from .pipeline import EdgeRAG
+
+        return EdgeRAG
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Answer", "BudgetError", "BundleError", "Config", "Document", "EdgeRAG", "EdgeRAGError",

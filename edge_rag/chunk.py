@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .errors import InputError
@@ -45,6 +45,40 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
             yield path
         else:
             raise InputError(f"no such file or folder: {path}")
+
+
+def read_paths(paths: Iterable[str | Path], strict: bool = False,
+               on_skip: Callable[[Path, str], None] | None = None) -> list[Document]:
+    """Documents of every file under ``paths``. A file that cannot be read (missing, unreadable,
+    malformed) is reported to ``on_skip(path, reason)`` and skipped, so one bad file does not cost a
+    whole folder; ``strict`` raises on the first one instead. Raises InputError when nothing was read."""
+    docs: list[Document] = []
+    skipped = 0
+    for raw in paths:
+        try:
+            files = list(iter_files([raw]))
+        except InputError as exc:
+            if strict:
+                raise
+            files, skipped = [], skipped + 1
+            (on_skip or _warn_skip)(Path(raw), str(exc))
+        for path in files:
+            try:
+                docs.extend(read_documents(path))
+            except (InputError, OSError) as exc:  # OSError: permissions, I/O — the file's fault, not the folder's
+                if strict:
+                    raise
+                skipped += 1
+                (on_skip or _warn_skip)(path, str(exc))
+    if skipped and not docs:
+        raise InputError(f"nothing indexed: all {skipped} file(s) were skipped (see the warnings above)")
+    return docs
+
+
+def _warn_skip(path: Path, reason: str) -> None:
+    import warnings
+
+    warnings.warn(f"skipped {path}: {reason}", stacklevel=3)
 
 
 def read_documents(path: Path) -> list[Document]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -20,7 +20,7 @@ from . import bundle as B
 from .budget import peak_rss_mb, plan, rss_mb, stored_passages
 from .cache import AnswerCache
 from .chunk import chunk as chunk_document
-from .chunk import iter_files, make_document, read_documents
+from .chunk import make_document, read_paths
 from .compress import compress, dedupe
 from .config import Config, Tier, TierSpec
 from .encode import Encoder
@@ -34,6 +34,7 @@ from .rerank import rerank
 from .route import Router
 from .store import Store
 from .types import Answer, Document, Passage, PassageRef, Route
+from .verify import select_encoder
 
 MAX_QUESTION_CHARS = 2000
 INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
@@ -51,14 +52,15 @@ class EdgeRAG:
         self.plan = plan(self.bundle, config, passages=stored_passages(db))
         self.config = self.plan.apply(config)
         info = self.bundle.encoder
+        encoder_path = select_encoder(self.bundle, self.config.threads)  # verified on this CPU (cached)
         self.encoder = Encoder(
-            self.bundle.require(B.ROLE_ENCODER),
+            encoder_path,
             self.bundle.require(B.ROLE_TOKENIZER),
             max_seq_len=min(self.config.max_seq_len, int(info.get("max_seq_len", 256))),
             batch_tokens=self.config.encode_batch_tokens,
             threads=self.config.threads,
         )
-        encoder_sha = next(f["sha256"] for f in self.bundle.files() if f["role"] == B.ROLE_ENCODER)
+        encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == encoder_path)
         c = self.config
         self.store = Store(db, self.encoder.dim, encoder_sha, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search)
         self._generator: Generator | None = None
@@ -90,10 +92,11 @@ class EdgeRAG:
                 bar.update(len(texts))
         return added
 
-    def add_files(self, paths: Iterable[str | Path], progress: bool = False) -> int:
-        """Index text, Markdown and JSON/JSONL files (folders are searched recursively)."""
-        docs = [d for path in iter_files(paths) for d in read_documents(path)]
-        return self.add_documents(docs, progress=progress)
+    def add_files(self, paths: Iterable[str | Path], progress: bool = False, strict: bool = False,
+                  on_skip: Callable[[Path, str], None] | None = None) -> int:
+        """Index text, Markdown and JSON/JSONL files (folders are searched recursively). Files that
+        cannot be read are skipped and reported to ``on_skip`` (default: a warning); ``strict`` raises."""
+        return self.add_documents(read_paths(paths, strict, on_skip), progress=progress)
 
     # -- answering -----------------------------------------------------------------------------
     @property
