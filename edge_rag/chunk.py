@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -50,34 +51,33 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
 def read_paths(paths: Iterable[str | Path], strict: bool = False,
                on_skip: Callable[[Path, str], None] | None = None) -> list[Document]:
     """Documents of every file under ``paths``. A file that cannot be read (missing, unreadable,
-    malformed) is reported to ``on_skip(path, reason)`` and skipped, so one bad file does not cost a
-    whole folder; ``strict`` raises on the first one instead. Raises InputError when nothing was read."""
+    malformed) is reported to ``on_skip(path, reason)`` (default: a warning) and skipped, so one bad file
+    does not cost a whole folder; ``strict`` raises on the first one. Raises InputError when nothing was read."""
+    on_skip = on_skip or _warn_skip
     docs: list[Document] = []
     skipped = 0
     for raw in paths:
         try:
             files = list(iter_files([raw]))
-        except InputError as exc:
+            for path in files:
+                try:
+                    docs.extend(read_documents(path))
+                except (InputError, OSError) as exc:  # OSError: permissions, I/O — this file's fault only
+                    if strict:
+                        raise
+                    skipped += 1
+                    on_skip(path, str(exc))
+        except InputError as exc:  # the path itself does not exist
             if strict:
                 raise
-            files, skipped = [], skipped + 1
-            (on_skip or _warn_skip)(Path(raw), str(exc))
-        for path in files:
-            try:
-                docs.extend(read_documents(path))
-            except (InputError, OSError) as exc:  # OSError: permissions, I/O — the file's fault, not the folder's
-                if strict:
-                    raise
-                skipped += 1
-                (on_skip or _warn_skip)(path, str(exc))
+            skipped += 1
+            on_skip(Path(raw), str(exc))
     if skipped and not docs:
         raise InputError(f"nothing indexed: all {skipped} file(s) were skipped (see the warnings above)")
     return docs
 
 
 def _warn_skip(path: Path, reason: str) -> None:
-    import warnings
-
     warnings.warn(f"skipped {path}: {reason}", stacklevel=3)
 
 
