@@ -40,19 +40,20 @@ def prepare(model_dir: Path, out: Path, sentences: int, squad: Path | None) -> l
     return [out / "fp32.onnx"] + [out / f"{name}.onnx" for name in SCHEMES]
 
 
-def probe(files: list[Path], out: Path, threads: int) -> list[dict]:
+def probe(files: list[Path], out: Path, threads: int, repeats: int) -> list[dict]:
     """Verify each file on this CPU (runs under emulation; no torch)."""
     rows = []
     for path in files:
         precision = "fp32" if path.stem == "fp32" else "int8"
-        verdict = verify_encoder(path, out / "tokenizer.json", out / "reference.npz", precision, threads=threads)
+        verdict = verify_encoder(path, out / "tokenizer.json", out / "reference.npz", precision, threads=threads,
+                                 repeats=repeats)
         rows.append({"scheme": path.stem, **verdict.__dict__})
     return rows
 
 
 def run_on(prefix: list[str], python: str, files: list[Path], out: Path, threads: int) -> list[dict]:
     cmd = [*prefix, python, "-m", "convert.kernels", "--probe", str(out), "--threads", str(threads),
-           *[str(f) for f in files]]
+           "--repeats", "20" if not prefix else "3", *[str(f) for f in files]]  # emulated latency means little
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if result.returncode != 0:
         raise SystemExit(f"probe failed ({' '.join(cmd[:4])}): {result.stderr[-2000:]}")
@@ -101,9 +102,10 @@ def _probe_main(argv: list[str]) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--probe", required=True)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=20)
     p.add_argument("files", nargs="+")
     a = p.parse_args(argv)
-    print(json.dumps(probe([Path(f) for f in a.files], Path(a.probe), a.threads)))
+    print(json.dumps(probe([Path(f) for f in a.files], Path(a.probe), a.threads, a.repeats)))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ class Thresholds:
 
 THRESHOLDS = {
     "fp32": Thresholds(cosine_mean=0.999, cosine_min=0.999, nn_at5=0.99, top5=0.99),
-    "int8": Thresholds(cosine_mean=0.99, cosine_min=0.98, nn_at5=0.90, top5=0.90),
+    # Neighbour bounds sit below what passing int8 schemes reach on the build host (NN@5 1.0, top-5
+    # 0.90-0.96 over the 64 sample sentences, whose many near-ties swap places at int8 precision).
+    "int8": Thresholds(cosine_mean=0.99, cosine_min=0.98, nn_at5=0.95, top5=0.85),
 }
 
 
@@ -131,7 +133,8 @@ def query_latency_ms(encoder: Encoder, texts: list[str], repeats: int = 20) -> f
     return statistics.median(times)
 
 
-def measure(encoder: Encoder, texts: list[str], reference: np.ndarray, precision: str) -> Verdict:
+def measure(encoder: Encoder, texts: list[str], reference: np.ndarray, precision: str,
+            repeats: int = 20) -> Verdict:
     """Embed ``texts`` with ``encoder`` and judge the vectors against ``reference`` (torch, fp32)."""
     vectors = encoder.encode(texts)
     cos = (vectors * reference).sum(axis=1)
@@ -139,13 +142,14 @@ def measure(encoder: Encoder, texts: list[str], reference: np.ndarray, precision
     t = THRESHOLDS[precision]
     passed = bool(cos.mean() >= t.cosine_mean and cos.min() >= t.cosine_min and nn_at5 >= t.nn_at5 and top5 >= t.top5)
     return Verdict(precision, len(texts), float(cos.mean()), float(cos.min()), nn_at5, top5,
-                   query_latency_ms(encoder, texts), passed, cpu_label(), ort.__version__)
+                   query_latency_ms(encoder, texts, repeats), passed, cpu_label(), ort.__version__)
 
 
 def verify_encoder(onnx_path: Path, tokenizer: Path, reference: Path, precision: str, max_seq_len: int = 256,
-                   threads: int = 0) -> Verdict:
+                   threads: int = 0, repeats: int = 20) -> Verdict:
     texts, vectors = load_reference(reference)
-    return measure(Encoder(onnx_path, tokenizer, max_seq_len=max_seq_len, threads=threads), texts, vectors, precision)
+    encoder = Encoder(onnx_path, tokenizer, max_seq_len=max_seq_len, threads=threads)
+    return measure(encoder, texts, vectors, precision, repeats)
 
 
 def cache_key(encoder_sha256: str) -> str:
