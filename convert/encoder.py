@@ -10,26 +10,25 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-from onnxruntime.quantization import QuantType, quantize_dynamic
 from transformers import AutoModel
 
 from edge_rag.encode import Encoder, mean_pool
+from edge_rag.models import REFERENCE_ROLE
+from edge_rag.verify import THRESHOLDS, query_latency_ms, save_reference
 
+from .quantize import quantize_int8
 from .report import write_report
 
 OPSET = 17
-# Parity thresholds on cosine(torch, export) per sentence: fp32 must be exact up to float noise; int8
-# (dynamic, per-channel) must keep the mean at 0.99 and no sentence below 0.98.
-MIN_MEAN_COSINE = {"fp32": 0.999, "int8": 0.99}
-MIN_COSINE = {"fp32": 0.999, "int8": 0.98}
+# Parity thresholds on cosine(torch, export) per sentence are the on-device verify thresholds
+# (edge_rag.verify.THRESHOLDS): fp32 exact up to float noise, int8 mean >= 0.99 and no sentence < 0.98.
+REFERENCE_SENTENCES = 64  # sentences (+ torch vectors) the bundle carries for `edge-rag models verify`
 MAX_RECALL_DROP = 0.01  # SQuAD paragraph Recall@5 of an export may trail torch's by at most 1 point
 DEFAULT_SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
 
@@ -71,12 +70,6 @@ def export_fp32(model: torch.nn.Module, out: Path) -> None:
     )
 
 
-def export_int8(fp32: Path, out: Path) -> None:
-    """Dynamic int8 quantisation of the weights; activations stay float. Per-channel scales matter:
-    per-tensor int8 drops MiniLM's mean cosine to 0.96, per-channel keeps it at 0.993."""
-    quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8, per_channel=True)
-
-
 @torch.no_grad()
 def torch_embed(model: torch.nn.Module, encoder: Encoder, texts: list[str]) -> np.ndarray:
     """Reference embeddings: the torch model on the same tokenizer output, sentence-transformers pooling."""
@@ -88,17 +81,6 @@ def torch_embed(model: torch.nn.Module, encoder: Encoder, texts: list[str]) -> n
         hidden = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.tensor([enc.type_ids]))
         rows.append(mean_pool(hidden.last_hidden_state.numpy(), mask.numpy())[0])
     return np.stack(rows)
-
-
-def query_latency_ms(encoder: Encoder, texts: list[str], repeats: int = 50) -> float:
-    """Median wall time of encoding one short query."""
-    encoder.encode(texts[:4])  # warm-up
-    times = []
-    for i in range(repeats):
-        t = time.perf_counter()
-        encoder.encode_one(texts[i % len(texts)])
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 def squad_recall_at_5(embed: Callable[[list[str]], np.ndarray], squad: Path, articles: int = 0) -> float:
@@ -150,13 +132,14 @@ def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], th
     artifacts = {"fp32": fp32}
     if precision == "int8":
         artifacts["int8"] = out_dir / "encoder.int8.onnx"
-        export_int8(fp32, artifacts["int8"])
+        quantize_int8(fp32, artifacts["int8"])
     summary = {"dim": config["hidden_size"], "max_seq_len": max_len, "pooling": "mean", "files": {}}
     reference = torch_recall = None
     for kind, path in artifacts.items():
         encoder = Encoder(path, out_dir / "tokenizer.json", max_seq_len=max_len, threads=threads)
         if reference is None:
             reference = torch_embed(model, encoder, texts)
+            save_reference(out_dir / REFERENCE_ROLE.file, texts[:REFERENCE_SENTENCES], reference[:REFERENCE_SENTENCES])
             if squad is not None:
                 torch_recall = squad_recall_at_5(partial(torch_embed, model, encoder), squad, recall_articles)
         cos = (encoder.encode(texts) * reference).sum(axis=1)
@@ -168,11 +151,12 @@ def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], th
             "sentences": len(texts),
             "cosine_min": float(cos.min()),
             "cosine_mean": float(cos.mean()),
-            "threshold_min": MIN_COSINE[kind],
-            "threshold_mean": MIN_MEAN_COSINE[kind],
-            "query_ms_median": query_latency_ms(encoder, texts),
+            "threshold_min": THRESHOLDS[kind].cosine_min,
+            "threshold_mean": THRESHOLDS[kind].cosine_mean,
+            "query_ms_median": query_latency_ms(encoder, texts, repeats=50),
             "size_bytes": path.stat().st_size,
-            "passed": bool(len(texts) >= 20 and cos.min() >= MIN_COSINE[kind] and cos.mean() >= MIN_MEAN_COSINE[kind]
+            "passed": bool(len(texts) >= 20 and cos.min() >= THRESHOLDS[kind].cosine_min
+                           and cos.mean() >= THRESHOLDS[kind].cosine_mean
                            and (recall is None or recall >= torch_recall - MAX_RECALL_DROP)),
         }
         if recall is not None:
@@ -198,7 +182,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model_dir", help="folder with config.json, model.safetensors, tokenizer.json")
     p.add_argument("--out", required=True, help="output folder (encoder.onnx, tokenizer.json, reports)")
     p.add_argument("--precision", choices=["fp32", "int8"], default="int8",
-                   help="int8 also writes encoder.int8.onnx (dynamic quantisation)")
+                   help="int8 also writes encoder.int8.onnx (convert.quantize.quantize_int8)")
     p.add_argument("--squad", help="SQuAD JSON whose contexts give the parity sentences")
     p.add_argument("--recall", action="store_true", help="also compare SQuAD Recall@5: torch vs each export")
     p.add_argument("--sample-dir", default=str(DEFAULT_SAMPLE), help="fallback parity text (*.md)")

@@ -15,3 +15,9 @@ def write_report(artifact: str | Path, report: dict) -> Path:
         if isinstance(value, (int, float, str, bool)) and key != "passed":
             print(f"    {key:<28} {value:.6g}" if isinstance(value, float) else f"    {key:<28} {value}")
     return path
+
+
+def read_report(artifact: str | Path) -> dict | None:
+    """The parity report written beside ``artifact``, or None when it has none."""
+    path = Path(str(artifact) + ".parity.json")
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

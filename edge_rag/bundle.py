@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import models as M
 from .errors import BundleError
 from .fileio import atomic_write_text, sha256_file
 
@@ -28,7 +29,9 @@ BLOCK_BYTES = 1 << 20  # unit of the sampled check
 SAMPLED_BLOCKS = 4  # blocks re-hashed per file at every load
 FULL_VERIFY_INTERVAL_S = 7 * 24 * 3600  # a full sha256 pass at least this often
 FORMAT = "edge-rag-bundle"
-FORMAT_VERSION = 1
+# 2: the encoder's fp32 twin and torch reference vectors (on-device verify), roles and facts from
+# edge_rag.models. A bundle of another version fails to load; `edge-rag models pull` rebuilds it.
+FORMAT_VERSION = 2
 
 # Manifest keys (top level).
 KEY_FORMAT = "format"
@@ -38,14 +41,18 @@ KEY_FILES = "files"
 KEY_ENCODER = "encoder"
 KEY_GENERATOR = "generator"
 KEY_ROUTER = "router"
+KEY_READER = "reader"
 KEY_VERSIONS = "versions"
 
-# File roles.
-ROLE_ENCODER = "encoder"  # sentence encoder ONNX (last_hidden_state output; pooling per manifest)
-ROLE_TOKENIZER = "tokenizer"  # the encoder's tokenizer.json
-ROLE_GENERATOR = "generator"  # GGUF for llama.cpp
-ROLE_ROUTER = "router"  # tier router ONNX (optional)
-REQUIRED_ROLES = (ROLE_ENCODER, ROLE_TOKENIZER, ROLE_GENERATOR)
+# File roles (what each holds: edge_rag.models.ROLES).
+ROLE_ENCODER = M.ENCODER_ROLE.name
+ROLE_ENCODER_FP32 = M.ENCODER_FP32_ROLE.name
+ROLE_TOKENIZER = M.TOKENIZER_ROLE.name
+ROLE_GENERATOR = M.GENERATOR_ROLE.name
+ROLE_REFERENCE = M.REFERENCE_ROLE.name
+ROLE_ROUTER = M.ROUTER_ROLE.name
+ROLE_READER = M.READER_ROLE.name
+REQUIRED_ROLES = tuple(r.name for r in M.ROLES if r.required)
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,10 @@ class Bundle:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BundleError(f"{manifest_path} is not valid JSON ({exc}); rebuild the bundle") from exc
         if manifest.get(KEY_FORMAT) != FORMAT or manifest.get(KEY_FORMAT_VERSION) != FORMAT_VERSION:
-            raise BundleError(f"{manifest_path} is not an {FORMAT} v{FORMAT_VERSION} manifest")
+            raise BundleError(
+                f"{manifest_path} is {manifest.get(KEY_FORMAT)} v{manifest.get(KEY_FORMAT_VERSION)}, this edge-rag "
+                f"reads {FORMAT} v{FORMAT_VERSION}; rebuild it (`edge-rag models pull`) or install a new archive"
+            )
         roles = {f["role"] for f in manifest.get(KEY_FILES, [])}
         missing = [r for r in REQUIRED_ROLES if r not in roles]
         if missing:
@@ -186,7 +196,8 @@ def write_manifest(root: str | Path, files: dict[str, str], **sections: object) 
     """Write ``manifest.json`` for ``files`` (role → file name inside ``root``) plus named sections.
 
     Sections are the manifest's descriptive parts (``profile``, ``encoder``, ``generator``, ``router``,
-    ``versions``); the file list with sizes and hashes is computed here so it cannot drift.
+    ``reader``, ``versions``); the file list with sizes and hashes is computed here so it cannot drift.
+    Called only by the host-side builder (``convert.bundle.assemble``).
     """
     root = Path(root)
     manifest = {

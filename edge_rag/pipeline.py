@@ -9,7 +9,7 @@ import hashlib
 import math
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from tqdm import tqdm
 from . import bundle as B
 from .cache import AnswerCache
 from .certified import CertifiedPath
-from .chunk import iter_files, make_document, read_documents
+from .chunk import make_document, read_files
 from .compress import compress, dedupe
 from .config import Config, Tier
 from .decision import Decision, Stages
@@ -36,6 +36,7 @@ from .rerank import rerank
 from .route import Router, choose_tier
 from .store import Store
 from .types import Answer, Document, Passage, Route
+from .verify import select_encoder
 
 MAX_QUESTION_CHARS = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as white space in a question
@@ -58,14 +59,15 @@ class EdgeRAG:
         self.plan = plan(self.bundle, config, passages=stored_passages(db))
         self.config = self.plan.apply(config)
         info = self.bundle.encoder
+        encoder_path = select_encoder(self.bundle, self.config.threads)  # verified on this CPU (cached)
         self.encoder = Encoder(
-            self.bundle.require(B.ROLE_ENCODER),
+            encoder_path,
             self.bundle.require(B.ROLE_TOKENIZER),
             max_seq_len=min(self.config.max_seq_len, int(info.get("max_seq_len", 256))),
             batch_tokens=self.config.encode_batch_tokens,
             threads=self.config.threads,
         )
-        encoder_sha = next(f["sha256"] for f in self.bundle.files() if f["role"] == B.ROLE_ENCODER)
+        encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == encoder_path)
         c = self.config
         self.store = Store(db, self.encoder.dim, encoder_sha, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search,
                            create=create, lock_timeout=lock_timeout)
@@ -90,15 +92,18 @@ class EdgeRAG:
             # Counted in full (they are in memory already); files are counted only up to what fits.
             return self._index(*plan_changes(self.store, docs, self.config), self._room(), progress)
 
-    def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False) -> int:
-        """Index text, Markdown and JSON/JSONL files (folders are searched recursively). A file indexed
-        before is synchronised: its changed documents replace the old ones, vanished ones are removed."""
+    def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False, strict: bool = False,
+                  on_skip: Callable[[Path, str], None] | None = None) -> int:
+        """Index text, Markdown, JSON/JSONL, PDF and HTML files (folders are searched recursively). A file
+        indexed before is synchronised: its changed documents replace the old ones, vanished ones are removed.
+        Files that cannot be read are skipped and reported to ``on_skip`` (default: a warning); ``strict``
+        raises on the first one."""
         with self.store.writing():
             todo: list[Todo] = []
             remove: list[str] = []
             room = self._room()
-            for path in iter_files(paths):
-                t, r = plan_changes(self.store, read_documents(path), self.config, str(path.resolve()), room)
+            for path, docs in read_files(paths, strict, on_skip):
+                t, r = plan_changes(self.store, docs, self.config, str(path.resolve()), room)
                 todo += t
                 remove += r
                 room -= sum(x.units for x in t)

@@ -156,3 +156,10 @@ def test_benchmark_part_is_the_routers_held_out_questions(squad_path: Path):
     assert ds.part == "benchmark" and len(ds.items) == 40 and {q.id for q in ds.items} <= {q.id for q in held}
     assert len(ds.documents) == len(docs)  # the corpus stays open: every context of the file
     assert data.load("squad", squad_path, 40, seed=0, part="all").part == "all"
+
+
+def test_scale_sizes_accept_what_help_shows():
+    assert run.parse_args(["--scale-sizes", "1k,10k,100k,1M"]).sizes == [1_000, 10_000, 100_000, 1_000_000]
+    assert run.parse_args(["--scale-sizes", "2500"]).sizes == [2500]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--scale-sizes", "10q"])

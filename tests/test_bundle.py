@@ -63,3 +63,15 @@ def test_broken_manifest(bundle_copy):
     (bundle_copy / B.MANIFEST).write_text("{not json")
     with pytest.raises(BundleError, match="not valid JSON"):
         B.Bundle.load(bundle_copy)
+
+
+def test_an_older_format_version_is_rebuilt(bundle_copy, capsys):
+    """`make models` / `models pull` rebuild a bundle whose manifest predates this format version."""
+    from convert.bundle import _current
+
+    assert _current(bundle_copy)
+    manifest = json.loads((bundle_copy / B.MANIFEST).read_text())
+    (bundle_copy / B.MANIFEST).write_text(json.dumps({**manifest, "format_version": B.FORMAT_VERSION - 1}))
+    with pytest.raises(BundleError, match=rf"v{B.FORMAT_VERSION - 1}, this edge-rag reads edge-rag-bundle v"):
+        B.Bundle.load(bundle_copy)
+    assert not _current(bundle_copy) and "rebuilding" in capsys.readouterr().out

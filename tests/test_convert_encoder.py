@@ -3,11 +3,13 @@ import json
 
 import pytest
 
-from convert.bundle import assemble
-from convert.encoder import convert, parity_texts
+from convert.bundle import assemble, encoder_facts, fetch
+from convert.encoder import REFERENCE_SENTENCES, convert, parity_texts
 from edge_rag import bundle as B
+from edge_rag import models as M
 from edge_rag.encode import Encoder
-from edge_rag.models import ENCODER, fetch, home
+from edge_rag.models import ENCODER, home
+from edge_rag.verify import load_reference
 
 pytest.importorskip("torch")
 
@@ -49,10 +51,24 @@ def test_dynamic_axes(exported):
     assert abs(float(vecs[1] @ enc.encode_one(texts[1])) - 1.0) < 1e-5
 
 
-def test_bundle_assembles_and_verifies(exported, bundle, tmp_path):
+def test_reference_set_is_torch_fp32(exported):
     out, _ = exported
-    path = assemble(tmp_path / "b", out / "encoder.int8.onnx", out / "tokenizer.json",
-                    bundle.require(B.ROLE_GENERATOR), generator_name="gemma", generator_license="Gemma Terms")
-    loaded = B.Bundle.load(path.parent)
+    texts, vectors = load_reference(out / M.REFERENCE_ROLE.file)
+    assert len(texts) == REFERENCE_SENTENCES and vectors.shape == (REFERENCE_SENTENCES, 384)
+    fp32 = Encoder(out / "encoder.onnx", out / "tokenizer.json").encode(texts)
+    assert float((fp32 * vectors).sum(axis=1).min()) >= 0.999
+
+
+def test_bundle_assembles_with_registry_facts_and_verifies(exported, bundle, tmp_path):
+    out, _ = exported
+    (tmp_path / M.GENERATOR_ROLE.file).symlink_to(bundle.require(B.ROLE_GENERATOR).resolve())
+    files = {B.ROLE_ENCODER: out / "encoder.int8.onnx", B.ROLE_ENCODER_FP32: out / "encoder.onnx",
+             B.ROLE_TOKENIZER: out / "tokenizer.json", B.ROLE_REFERENCE: out / M.REFERENCE_ROLE.file,
+             B.ROLE_GENERATOR: tmp_path / M.GENERATOR_ROLE.file}
+    assemble(tmp_path, files, "gemma", encoder_facts(ENCODER, files[B.ROLE_ENCODER], "int8"), M.PROFILES["gemma"])
+    loaded = B.Bundle.load(tmp_path)
     assert loaded.encoder["parity"]["passed"] and loaded.encoder["precision"] == "int8"
-    assert loaded.path(B.ROLE_ROUTER) is None and loaded.generator["prompt_style"] == "one-shot"
+    assert (loaded.encoder["dim"], loaded.encoder["pooling"]) == (ENCODER.dim, ENCODER.pooling)
+    assert loaded.generator["prompt_style"] == M.PROFILES["gemma"].prompt_style
+    assert loaded.manifest["router"]["labels"] == list(M.TIER_LABELS) == ["EASY", "MEDIUM", "HARD"]
+    assert loaded.path(B.ROLE_ROUTER).read_bytes() == M.ROUTER_ASSET.read_bytes()

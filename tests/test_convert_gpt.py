@@ -61,7 +61,7 @@ def test_parity_thresholds(exports, fmt, kind):
     assert report["top1_agreement"] >= MIN_TOP1_AGREEMENT[kind]
     assert report["ppl_rel_diff"] <= MAX_PPL_REL_DIFF[kind]
     assert report["tokenizer_agreement"] == 1.0
-    assert report["greedy_match"] >= 0.9
+    # greedy_match is reported, not gated: one near-tie flips a whole continuation on another CPU's kernels
     assert report["tokens_compared"] >= 4000
     assert json.loads(Path(str(path) + ".parity.json").read_text())["passed"] is True
 
@@ -106,8 +106,13 @@ def test_both_checkpoint_kinds_give_the_same_tensors(exports):
             assert np.array_equal(x.data, y.data), x.name
 
 
+@torch.no_grad()
 def test_greedy_generation_through_llama_sampler(tiny, exports):
-    """Text prompts through llama.cpp's own tokenizer and greedy sampler, as the device runtime does."""
+    """Text prompts through llama.cpp's own tokenizer and greedy sampler, as the device runtime does.
+
+    Each token llama.cpp picks is checked teacher-forced: torch, given llama.cpp's own prefix, must rank
+    it first (the parity threshold's share of positions). Comparing two free-running continuations
+    instead would fail on any CPU whose kernels flip one near-tie early."""
     from llama_cpp import Llama
 
     model = tiny.model()
@@ -115,7 +120,7 @@ def test_greedy_generation_through_llama_sampler(tiny, exports):
     prompts = [" ".join(ln.split()[:12]) for ln in lines[:: len(lines) // GREEDY_PROMPTS][:GREEDY_PROMPTS]]
     for kind in ("f16", "q8_0"):
         llm = Llama(str(exports["nanogpt", kind][0]), n_ctx=128, n_threads=THREADS, verbose=False)
-        same = total = 0
+        agree = total = 0
         for prompt in prompts:
             ids = llm.tokenize(prompt.encode(), add_bos=False)
             got = []
@@ -123,11 +128,13 @@ def test_greedy_generation_through_llama_sampler(tiny, exports):
                 got.append(token)
                 if len(got) == GREEDY_NEW:
                     break
-            want = model.greedy(ids, GREEDY_NEW)
-            same += sum(a == b for a, b in zip(got, want, strict=False))
-            total += GREEDY_NEW
+            logits, _ = model(torch.tensor([ids + got[:-1]]))
+            torch_top = logits[0, len(ids) - 1 :].argmax(dim=-1).tolist()
+            agree += sum(a == b for a, b in zip(got, torch_top, strict=True))
+            total += len(got)
         llm.close()
-        assert same / total >= 0.9, f"{kind}: greedy match {same / total:.3f}"
+        assert total == GREEDY_PROMPTS * GREEDY_NEW
+        assert agree / total >= MIN_TOP1_AGREEMENT[kind], f"{kind}: teacher-forced agreement {agree / total:.3f}"
 
 
 def test_untied_lm_head_is_written_as_output(tiny, tmp_path):

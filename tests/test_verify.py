@@ -1,0 +1,97 @@
+"""On-device encoder verification: the bundle's encoder re-embeds torch's reference sentences on this CPU
+(natively and under an emulated AVX2-only CPU), verdicts are cached, and a failing int8 encoder falls back
+to the fp32 twin with a warning that carries the figures."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from edge_rag import bundle as B
+from edge_rag import models as M
+from edge_rag.cli import main
+from edge_rag.verify import THRESHOLDS, cache_key, select_encoder, verdict_for, verify_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bundle_encoder_passes_here(bundle: B.Bundle) -> None:
+    [verdict] = verify_bundle(bundle)
+    assert verdict.precision == "int8" and verdict.sentences >= 32, verdict
+    assert verdict.passed, verdict.summary()
+    assert verdict.cosine_min >= THRESHOLDS["int8"].cosine_min and verdict.nn_at5 >= THRESHOLDS["int8"].nn_at5
+
+
+def test_verdict_is_cached_per_encoder_cpu_and_onnxruntime(bundle: B.Bundle, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path))
+    first = verdict_for(bundle, B.ROLE_ENCODER)
+    sha = next(f["sha256"] for f in bundle.files() if f["role"] == B.ROLE_ENCODER)
+    [stored] = (tmp_path / "verify").glob("*.json")
+    assert stored.stem == cache_key(sha) and json.loads(stored.read_text())["cosine_mean"] == first.cosine_mean
+    assert verdict_for(bundle, B.ROLE_ENCODER) == first  # read back: a re-measurement differs in query_ms
+    assert verdict_for(bundle, B.ROLE_ENCODER, cached=False).query_ms != first.query_ms
+
+
+@pytest.fixture(scope="module")
+def weak_bundle(bundle: B.Bundle, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real bundle with its int8 encoder swapped for per-tensor int8 (a real, measurably worse
+    quantisation); the GGUF is linked, not copied."""
+    from convert.bundle import assemble
+
+    out = tmp_path_factory.mktemp("weak")
+    weak = out / "weak.int8.onnx"
+    quantize_dynamic(str(bundle.require(B.ROLE_ENCODER_FP32)), str(weak), weight_type=QuantType.QInt8,
+                     per_channel=False)
+    (out / M.GENERATOR_ROLE.file).symlink_to(bundle.require(B.ROLE_GENERATOR))
+    files = {f["role"]: bundle.root / f["name"] for f in bundle.files()} | {B.ROLE_ENCODER: weak,
+                                                                              B.ROLE_GENERATOR: out / "generator.gguf"}
+    profile = M.PROFILES[bundle.manifest["profile"]]
+    assemble(out / "b", files, "gemma", bundle.encoder, profile)
+    return out / "b"
+
+
+def test_failing_int8_falls_back_to_fp32_and_says_so(weak_bundle: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path))
+    bundle = B.Bundle.load(weak_bundle)
+    with pytest.warns(RuntimeWarning, match=r"int8 encoder on .*cosine mean 0\.\d+ .*FAIL.*using the bundle's fp32"):
+        assert select_encoder(bundle) == bundle.require(B.ROLE_ENCODER_FP32)
+    assert main(["models", "verify", "--bundle", str(weak_bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "int8 encoder" in out and ": FAIL" in out and "fp32 encoder" in out and ": PASS" in out
+    assert "runtime uses the fp32 encoder" in out
+
+
+def test_failing_int8_without_fp32_exits_non_zero(weak_bundle: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    from convert.bundle import assemble
+
+    bundle = B.Bundle.load(weak_bundle)
+    (tmp_path / M.GENERATOR_ROLE.file).symlink_to(bundle.require(B.ROLE_GENERATOR).resolve())
+    files = {f["role"]: bundle.root / f["name"] for f in bundle.files() if f["role"] != B.ROLE_ENCODER_FP32}
+    assemble(tmp_path, files | {B.ROLE_GENERATOR: tmp_path / M.GENERATOR_ROLE.file}, "gemma", bundle.encoder,
+             M.PROFILES["gemma"])
+    assert main(["models", "verify", "--bundle", str(tmp_path), "--full"]) == 1
+    out = capsys.readouterr().out
+    assert "all re-hashed" in out and ": FAIL" in out and "fp32 encoder" not in out
+
+
+def test_verify_under_an_emulated_avx2_only_cpu(bundle_dir: Path, tmp_path: Path) -> None:
+    """The AVX2-only kernel path (no AVX-512/VNNI) on every run: qemu-user emulates a Haswell CPU."""
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        pytest.skip("qemu-x86_64 not installed (`make test` installs qemu-user via apt when run as root)")
+    env = {**os.environ, "EDGE_RAG_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    cmd = [qemu, "-cpu", "Haswell", sys.executable, "-m", "edge_rag", "models", "verify", "--bundle", str(bundle_dir),
+           "--threads", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    assert "int8 encoder on x86_64 AVX2" in out.stdout and ": PASS" in out.stdout
