@@ -34,7 +34,6 @@ class Passage:
     doc_id: str
     title: str
     text: str
-    source: str = ""  # the file it was read from; re-indexing that file replaces its documents
     position: int = 0  # index of the unit inside its document
     score: float = 0.0  # cosine similarity to the query (0 until retrieved)
 

@@ -15,7 +15,7 @@ from edge_rag.errors import ConfigError, EdgeRAGError
     ({"passage_mode": "page"}, "passage_mode='page': allowed values are sentence, paragraph"),
     ({"gate_delta": 0.0}, "gate_delta=0.0: allowed values are a number > 0.0 and < 1.0"),
     ({"gate_threshold": 1.2}, "gate_threshold=1.2: allowed values are a number >= 0.0 and <= 1.0"),
-    ({"refuse_distance": 3}, "refuse_distance=3: allowed values are a number >= 0.0 and <= 2.0"),
+    ({"refuse_distance": 5}, "refuse_distance=5: allowed values are a number >= 0.0 and <= 4.0"),
     ({"temperature": float("nan")}, "temperature=nan: allowed values are a number >= 0.0"),
     ({"memory_budget_mb": 0}, "memory_budget_mb=0: allowed values are an integer >= 1"),
     ({"hnsw_m": 16.5}, "hnsw_m=16.5: allowed values are an integer >= 2"),
