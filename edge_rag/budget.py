@@ -94,6 +94,10 @@ STORE_FIXED_MB = 12.0
 # 151 (sentence), 870 (paragraph).
 PASSAGE_CHARS = {"sentence": 200, "paragraph": 1000}
 PY_STR_OVERHEAD_BYTES = 64
+# A PostgreSQL store (pgstore.py) keeps vectors and graph on the server; the device holds the client:
+# importing psycopg (+ its bundled libpq) + psycopg_pool + pgvector and a pool of 4 open connections
+# added ≤ 14.1 MB RSS (`python -m benchmarks.scale --client-rss URL`, see benchmarks/scale.py).
+PG_CLIENT_MB = 16.0
 
 # The HARD tier needs 2000 context chars + question + 128 new tokens. Measured with the gemma
 # tokenizer on SQuAD: the one-shot template is 69 tokens, English text ≥ 4.35 chars/token, the
@@ -325,16 +329,19 @@ def generator_estimate(info: GGUFInfo, n_ctx: int) -> Estimate:
     })
 
 
-def index_estimate(passages: int, dim: int, m: int, passage_mode: str = "sentence") -> Estimate:
+def index_estimate(passages: int, dim: int, m: int, passage_mode: str = "sentence",
+                   remote: bool = False) -> Estimate:
     """hnswlib index + SQLite store, and passage texts held in Python while indexing.
 
     index = passages × (dim × 4 + (2M + 1) × 4 + 8 + INDEX_OVERHEAD_BYTES) + STORE_FIXED_MB
     texts = passages × 2 × (PASSAGE_CHARS[mode] + PY_STR_OVERHEAD_BYTES)
+    ``remote`` (a PostgreSQL store): the index lives on the server, the device holds PG_CLIENT_MB
+    instead; ``passages`` then counts only what this process is about to add (texts in Python).
     """
     per = dim * 4 + (2 * m + 1) * 4 + 8 + INDEX_OVERHEAD_BYTES
     text = 2 * (PASSAGE_CHARS.get(passage_mode, PASSAGE_CHARS["paragraph"]) + PY_STR_OVERHEAD_BYTES)
-    return Estimate("index", {"vectors + graph": passages * per / MB + STORE_FIXED_MB,
-                              "texts": passages * text / MB})
+    store = {"PostgreSQL client": PG_CLIENT_MB} if remote else {"vectors + graph": passages * per / MB + STORE_FIXED_MB}
+    return Estimate("index", {**store, "texts": passages * text / MB})
 
 
 # -----------------------------------------------------------------------------------------------
@@ -350,6 +357,7 @@ class Plan:
     encode_batch_tokens: int
     passages: int
     components: tuple[Estimate, ...]
+    remote_index: bool = False  # the store is on PostgreSQL: its index is not counted on the device
 
     @property
     def total_mb(self) -> float:
@@ -365,7 +373,7 @@ class Plan:
     def with_passages(self, passages: int, config: Config, dim: int) -> Plan:
         """This plan for a store of ``passages``; BudgetError (before anything is encoded) if the larger
         index no longer fits beside what is already planned."""
-        index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode)
+        index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, self.remote_index)
         parts = tuple(index if c.name == index.name else c for c in self.components)
         if sum(c.mb for c in parts) > self.budget_mb:
             raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, self.encode_batch_tokens, passages))
@@ -375,10 +383,13 @@ class Plan:
         lines = [f"memory plan: ~{self.total_mb:.0f} of {self.budget_mb} MB (n_ctx {self.n_ctx}, "
                  f"encode_batch_tokens {self.encode_batch_tokens}, {self.passages} passages)"]
         lines += [f"  {c.name:<12} {c.mb:6.0f} MB  ({c.describe()})" for c in self.components]
+        if self.remote_index:
+            lines.append("  the vector index is on the PostgreSQL server: not counted on this device")
         return "\n".join(lines)
 
 
-def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | None = None) -> Plan:
+def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | None = None,
+         remote_index: bool = False) -> Plan:
     """Largest encode_batch_tokens, then largest n_ctx, that fit ``config.memory_budget_mb``.
 
     Loads nothing: stats files and reads the GGUF header. n_ctx candidates are config.n_ctx and the
@@ -389,6 +400,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     Raises BudgetError naming the first component that overflows, in the order runtime base,
     generator, encoder, index (largest fixed costs first, so the message names what dominates).
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
+    ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
     """
     info = read_gguf(bundle.require(B.ROLE_GENERATOR))
     onnx_bytes = sum(p.stat().st_size for p in (bundle.path(B.ROLE_ENCODER), bundle.path(B.ROLE_ROUTER)) if p)
@@ -396,7 +408,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     dim = int(enc.get("dim", 384))
     seq = min(config.max_seq_len, int(enc.get("max_seq_len", config.max_seq_len)))
     base = runtime_base_estimate() if base_mb is None else Estimate("runtime base", {"python + libraries": base_mb})
-    index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode)
+    index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, remote_index)
 
     def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
         encoder = encoder_estimate(onnx_bytes, dim, batch, seq, int(enc.get("heads", ENCODER_HEADS)),
@@ -410,7 +422,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
         for n_ctx in ctxs:
             parts = components(n_ctx, batch)
             if sum(c.mb for c in parts) <= budget:
-                return Plan(budget, n_ctx, batch, passages, parts)
+                return Plan(budget, n_ctx, batch, passages, parts, remote_index)
     raise BudgetError(_no_fit(components(ctxs[-1], batches[-1]), budget, ctxs[-1], batches[-1], passages))
 
 

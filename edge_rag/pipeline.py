@@ -32,7 +32,7 @@ from .models import default_bundle
 from .policy import decide
 from .rerank import rerank
 from .route import Router
-from .store import Store
+from .stores import is_remote, open_store
 from .types import Answer, Document, Passage, PassageRef, Route
 
 MAX_QUESTION_CHARS = 2000
@@ -48,7 +48,8 @@ class EdgeRAG:
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
         config = config or Config()
-        self.plan = plan(self.bundle, config, passages=stored_passages(db))
+        remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
+        self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote)
         self.config = self.plan.apply(config)
         info = self.bundle.encoder
         self.encoder = Encoder(
@@ -59,12 +60,11 @@ class EdgeRAG:
             threads=self.config.threads,
         )
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if f["role"] == B.ROLE_ENCODER)
-        c = self.config
-        self.store = Store(db, self.encoder.dim, encoder_sha, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search)
+        self.store = open_store(db, self.encoder.dim, encoder_sha, self.config)
         self._generator: Generator | None = None
         router_path = self.bundle.path(B.ROLE_ROUTER)
         self.router = Router(router_path, threads=1) if router_path else None
-        cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache else None
+        cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
         self.cache = AnswerCache(self.config, cache_file)
         self._config_key = hashlib.sha1(repr(self.config).encode()).hexdigest()[:12]
 
@@ -81,7 +81,8 @@ class EdgeRAG:
                 fresh[d.doc_id] = d
         units = [chunk_document(d, self.config.passage_mode, self.config.min_sentence_chars) for d in fresh.values()]
         total = sum(len(u) for u in units)
-        self.plan = self.plan.with_passages(self.store.count + total, self.config, self.encoder.dim)
+        held = total if self.plan.remote_index else self.store.count + total  # remote: only the new texts
+        self.plan = self.plan.with_passages(held, self.config, self.encoder.dim)
         added = 0
         with tqdm(total=total, unit="passage", disable=not progress, desc="indexing") as bar:
             for batch_docs, batch_units in _batches(list(fresh.values()), units, INDEX_BATCH_PASSAGES):
