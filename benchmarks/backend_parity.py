@@ -1,0 +1,81 @@
+"""Same answers from both passage stores? ``python -m benchmarks.backend_parity [--n N]``
+
+Indexes the sample corpus and the SQuAD benchmark part's pooled corpus into the embedded store and
+into PostgreSQL + pgvector (a throw-away server, or ``$EDGE_RAG_PG_URL``), asks every question on both
+with the benchmark config (temperature 0, no answer cache) and compares route and answer text. A
+difference is put down to HNSW recall when the two stores retrieved different passages for the
+question; any other difference is a bug. Prints one JSON summary per corpus.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from edge_rag import EdgeRAG
+from edge_rag.chunk import iter_files, read_documents
+from edge_rag.models import default_bundle
+
+from . import data
+from .scale_backends import _database
+from .systems import bench_config
+
+SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
+
+
+def compare(db_a: str, db_b: str, docs: list, questions: list[str], bundle: Path, label: str) -> dict:
+    """Index ``docs`` into both stores, ask every question on both, count what differs and why."""
+    answers = {}
+    for name, db in (("embedded", db_a), ("pgvector", db_b)):
+        with EdgeRAG(db, bundle=bundle, config=bench_config()) as rag:
+            rag.add_documents(docs)
+            answers[name] = [rag.ask(q) for q in tqdm(questions, desc=f"{label}/{name}", unit="q")]
+    same = retrieval_differs = unexplained = 0
+    examples = []
+    for q, a, b in zip(questions, answers["embedded"], answers["pgvector"]):
+        if (a.route, a.answer) == (b.route, b.answer):
+            same += 1
+        elif [p.id for p in a.passages] != [p.id for p in b.passages]:
+            retrieval_differs += 1
+        else:
+            unexplained += 1
+            examples.append({"question": q, "embedded": [a.route.value, a.answer], "pgvector": [b.route.value, b.answer]})
+    ids_differ = sum([p.id for p in a.passages] != [p.id for p in b.passages]
+                     for a, b in zip(answers["embedded"], answers["pgvector"]))
+    return {"corpus": label, "questions": len(questions), "same_route_and_answer": same,
+            "differ_hnsw_recall": retrieval_differs, "differ_unexplained": unexplained,
+            "retrieved_passages_differ": ids_differ, "examples": examples[:5]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.backend_parity", description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=None, help="SQuAD questions (default: the whole benchmark part)")
+    ap.add_argument("--bundle", type=Path, default=None)
+    args = ap.parse_args(argv)
+    bundle = args.bundle or default_bundle("gemma")
+    server, admin = None, os.environ.get("EDGE_RAG_PG_URL")
+    if not admin:
+        from .pgserver import PgServer
+
+        server = PgServer().start()
+        admin = server.url
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            sample_docs = [d for p in iter_files([SAMPLE / "docs"]) for d in read_documents(p)]
+            sample_qs = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
+            print(json.dumps(compare(f"{tmp}/sample", _database(admin, "edge_rag_parity_sample"), sample_docs,
+                                     sample_qs, bundle, "sample")))
+            ds = data.load("squad", data.FILES["squad"], args.n, seed=0, part="benchmark")
+            print(json.dumps(compare(f"{tmp}/squad", _database(admin, "edge_rag_parity_squad"), ds.documents,
+                                     [q.question for q in ds.items], bundle, f"squad-{ds.part}")))
+    finally:
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
