@@ -2,9 +2,11 @@
 
 Indexes the sample corpus and the SQuAD benchmark part's pooled corpus into the embedded store and
 into PostgreSQL + pgvector (a throw-away server, or ``$EDGE_RAG_PG_URL``), asks every question on both
-with the benchmark config (temperature 0, no answer cache) and compares route and answer text. A
-difference is put down to HNSW recall when the two stores retrieved different passages for the
-question; any other difference is a bug. Prints one JSON summary per corpus.
+with the benchmark config (temperature 0, no answer cache) and compares route and answer text (and the
+context handed to the generator). A difference is put down to HNSW recall when the two stores retrieved
+different passages for the question; any other difference is a bug. ``--decide-only`` stops before
+generation (``rag.decide``): GPT-route answers are then compared by their context, which at temperature
+0 fixes the generated text. Prints one JSON summary per corpus.
 """
 from __future__ import annotations
 
@@ -27,17 +29,19 @@ from .systems import bench_config
 SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
 
 
-def compare(db_a: str, db_b: str, docs: list, questions: list[str], bundle: Path, label: str) -> dict:
+def compare(db_a: str, db_b: str, docs: list, questions: list[str], bundle: Path, label: str,
+            generate: bool = True) -> dict:
     """Index ``docs`` into both stores, ask every question on both, count what differs and why."""
     answers = {}
     for name, db in (("embedded", db_a), ("pgvector", db_b)):
         with EdgeRAG(db, bundle=bundle, config=bench_config()) as rag:
             rag.add_documents(docs)
-            answers[name] = [rag.ask(q) for q in tqdm(questions, desc=f"{label}/{name}", unit="q")]
+            ask = rag.ask if generate else rag.decide
+            answers[name] = [ask(q) for q in tqdm(questions, desc=f"{label}/{name}", unit="q")]
     same = retrieval_differs = unexplained = 0
     examples = []
     for q, a, b in zip(questions, answers["embedded"], answers["pgvector"]):
-        if (a.route, a.answer) == (b.route, b.answer):
+        if (a.route, a.answer, a.context) == (b.route, b.answer, b.context):
             same += 1
         elif [p.id for p in a.passages] != [p.id for p in b.passages]:
             retrieval_differs += 1
@@ -46,7 +50,9 @@ def compare(db_a: str, db_b: str, docs: list, questions: list[str], bundle: Path
             examples.append({"question": q, "embedded": [a.route.value, a.answer], "pgvector": [b.route.value, b.answer]})
     ids_differ = sum([p.id for p in a.passages] != [p.id for p in b.passages]
                      for a, b in zip(answers["embedded"], answers["pgvector"]))
-    return {"corpus": label, "questions": len(questions), "same_route_and_answer": same,
+    routes = {r: sum(a.route.value == r for a in answers["embedded"]) for r in ("RAG", "GPT", "REFUSE")}
+    return {"corpus": label, "questions": len(questions), "generated": generate, "routes": routes,
+            "same_route_and_answer": same,
             "differ_hnsw_recall": retrieval_differs, "differ_unexplained": unexplained,
             "retrieved_passages_differ": ids_differ, "examples": examples[:5]}
 
@@ -55,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.backend_parity", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=None, help="SQuAD questions (default: the whole benchmark part)")
     ap.add_argument("--bundle", type=Path, default=None)
+    ap.add_argument("--decide-only", action="store_true", help="compare up to the route, without generating")
     args = ap.parse_args(argv)
     bundle = args.bundle or default_bundle("gemma")
     server, admin = None, os.environ.get("EDGE_RAG_PG_URL")
@@ -68,10 +75,11 @@ def main(argv: list[str] | None = None) -> None:
             sample_docs = [d for p in iter_files([SAMPLE / "docs"]) for d in read_documents(p)]
             sample_qs = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
             print(json.dumps(compare(f"{tmp}/sample", _database(admin, "edge_rag_parity_sample"), sample_docs,
-                                     sample_qs, bundle, "sample")))
+                                     sample_qs, bundle, "sample", not args.decide_only)))
             ds = data.load("squad", data.FILES["squad"], args.n, seed=0, part="benchmark")
             print(json.dumps(compare(f"{tmp}/squad", _database(admin, "edge_rag_parity_squad"), ds.documents,
-                                     [q.question for q in ds.items], bundle, f"squad-{ds.part}")))
+                                     [q.question for q in ds.items], bundle, f"squad-{ds.part}",
+                                     not args.decide_only)))
     finally:
         if server:
             server.stop()

