@@ -14,8 +14,10 @@ database (done here when the role may; otherwise an administrator runs it once).
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import numpy as np
 
@@ -58,10 +60,13 @@ class PgStore:
     """Open (or create) the store in the database ``url`` for ``dim``-d vectors from ``encoder_id``."""
 
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
-                 ef_search: int = 64, pool_size: int = POOL_MAX) -> None:
+                 ef_search: int = 64, pool_size: int = POOL_MAX, lock_timeout: float = 0.0) -> None:
         self._psycopg, pool_mod, self._register = _client()
         self._url, self.location = url, mask_url(url)
-        self.dim, self.ef_search = dim, ef_search
+        self.dim, self.ef_search, self.lock_timeout = dim, ef_search, lock_timeout
+        self._write_lock = threading.RLock()
+        self._writer = None  # the connection holding the writers' session lock during ``writing()``
+        self._writer_thread: int | None = None
         with self._errors("cannot open"):
             with self._psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction)
@@ -82,8 +87,13 @@ class PgStore:
         return int(self._meta().get("version", 0))
 
     def has_document(self, doc_id: str) -> bool:
-        with self._errors("cannot read"), self.pool.connection() as conn:
+        with self._errors("cannot read"), self._connection() as conn:
             return conn.execute(f"SELECT 1 FROM {DOCUMENTS} WHERE doc_id = %s", (doc_id,)).fetchone() is not None
+
+    def documents_from(self, source: str) -> list[str]:
+        """Ids of the documents indexed from ``source`` (a file path)."""
+        with self._errors("cannot read"), self._connection() as conn:
+            return [r[0] for r in conn.execute(f"SELECT doc_id FROM {DOCUMENTS} WHERE source = %s", (source,))]
 
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity (HNSW, ef_search ≥ k), best first, with ``score`` set."""
@@ -122,7 +132,7 @@ class PgStore:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.shape[1] != self.dim:
             raise ValueError(f"{vectors.shape[1]}-d vectors for a {self.dim}-d store")
-        with self._errors("cannot add to"), self.pool.connection() as conn, conn.transaction():
+        with self._errors("cannot add to"), self._connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
             meta = self._meta(conn)
             self._check(meta, self.encoder_id)  # another device may have created it meanwhile
@@ -144,6 +154,41 @@ class PgStore:
                            encoder=self.encoder_id)
         return n
 
+    def remove(self, doc_ids: Sequence[str]) -> int:
+        """Remove documents and their passages in one transaction; returns the number of passages removed."""
+        ids = list(doc_ids)
+        with self._errors("cannot remove from"), self._connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
+            meta = self._meta(conn)
+            n = conn.execute(f"SELECT count(*) FROM {PASSAGES} WHERE doc_id = ANY(%s)", (ids,)).fetchone()[0]
+            conn.execute(f"DELETE FROM {DOCUMENTS} WHERE doc_id = ANY(%s)", (ids,))  # passages cascade
+            self._set_meta(conn, count=int(meta.get("count", 0)) - n, version=int(meta.get("version", 0)) + 1)
+        return n
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the writers' lock for a whole indexing run (reentrant): writers elsewhere wait
+        ``lock_timeout`` seconds, then fail with a StoreError; this thread's adds use the lock's connection."""
+        with self._write_lock:
+            if self._writer is not None:
+                yield
+                return
+            with self._errors("cannot lock"):
+                conn = self.pool.getconn()
+                try:
+                    self._acquire(conn)
+                except BaseException:
+                    self.pool.putconn(conn)
+                    raise
+            self._writer, self._writer_thread = conn, threading.get_ident()
+            try:
+                yield
+            finally:
+                self._writer = self._writer_thread = None
+                with suppress(self._psycopg.Error):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (WRITER_LOCK,))
+                self.pool.putconn(conn)
+
     def close(self) -> None:
         self.pool.close()
 
@@ -163,6 +208,23 @@ class PgStore:
                     self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
         return self._meta(conn)
 
+    def _acquire(self, conn) -> None:
+        deadline = time.monotonic() + self.lock_timeout
+        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]:
+            if time.monotonic() >= deadline:
+                raise StoreError(f"store {self.location} is being written by another process; waited "
+                                 f"{self.lock_timeout:g} s — retry when it is done, or wait longer")
+            time.sleep(0.05)
+
+    @contextmanager
+    def _connection(self) -> Iterator:
+        """The writer's connection inside this thread's ``writing()``, else one from the pool."""
+        if self._writer is not None and self._writer_thread == threading.get_ident():
+            yield self._writer
+        else:
+            with self.pool.connection() as conn:
+                yield conn
+
     def _configure(self, conn) -> None:
         """Each pooled connection: the pgvector adapter and the HNSW search breadth."""
         self._register(conn)
@@ -177,7 +239,7 @@ class PgStore:
 
     def _meta(self, conn=None) -> dict[str, str]:
         if conn is None:
-            with self._errors("cannot read"), self.pool.connection() as pooled:
+            with self._errors("cannot read"), self._connection() as pooled:
                 return self._meta(pooled)
         return dict(conn.execute(f"SELECT key, value FROM {META}").fetchall())
 

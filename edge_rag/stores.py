@@ -9,6 +9,7 @@ batch in one transaction (a crash mid-batch leaves no half-added document) and l
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -47,6 +48,14 @@ class PassageStore(Protocol):
     def add(self, documents: Sequence[Document], units: Sequence[Sequence[str]], vectors: np.ndarray,
             source: str = "") -> int:
         """Add documents with their passage texts and one vector per passage, all or nothing."""
+        ...
+
+    def remove(self, doc_ids: Sequence[str]) -> int:
+        """Remove documents and their passages, all or nothing; returns the passages removed."""
+        ...
+
+    def writing(self) -> AbstractContextManager[None]:
+        """Hold the store's one-writer lock for a whole indexing run (reentrant)."""
         ...
 
     def close(self) -> None: ...

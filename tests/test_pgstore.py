@@ -274,3 +274,25 @@ def test_a_read_only_kiosk_role_searches_but_cannot_add(pg_url):
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"DROP OWNED BY {role}")
         conn.execute(f"DROP ROLE {role}")
+
+
+def test_remove_and_the_writers_session_lock(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    ds = docs(3)
+    for d in ds:
+        store.add([d], [["a", "b"]], unit_vectors(2), source="file.md")
+    assert sorted(store.documents_from("file.md")) == sorted(d.doc_id for d in ds)
+    assert store.remove([ds[1].doc_id]) == 2
+    assert (store.count, store.version) == (4, 4) and not store.has_document(ds[1].doc_id)
+    assert {p.doc_id for p in store.search(unit_vectors(1)[0], 10)} == {ds[0].doc_id, ds[2].doc_id}
+    other = PgStore(pg_url, DIM, "enc-1", lock_timeout=0.2)
+    with store.writing():  # a whole indexing run: another device's writer waits, then gives up
+        with store.writing():  # reentrant; adds in this thread use the lock's own connection
+            store.add(docs(1, "run"), [["x"]], unit_vectors(1))
+        with pytest.raises(StoreError, match="being written by another process"), other.writing():
+            pass
+    with other.writing():  # released
+        other.add(docs(1, "later"), [["y"]], unit_vectors(1))
+    assert store.count == 6
+    other.close()
+    store.close()
