@@ -136,7 +136,8 @@ class PgStore:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
             meta = self._meta(conn)
             self._check(meta, self.encoder_id)  # another device may have created it meanwhile
-            first = conn.execute(f"SELECT coalesce(max(id), -1) + 1 FROM {PASSAGES}").fetchone()[0]
+            first = int(meta.get("next_id") or  # ids are never reused, even after a remove
+                        conn.execute(f"SELECT coalesce(max(id), -1) + 1 FROM {PASSAGES}").fetchone()[0])
             with conn.cursor() as cur:
                 with cur.copy(f"COPY {DOCUMENTS} (doc_id, title, source) FROM STDIN") as copy:
                     for d, u in zip(documents, units):
@@ -151,7 +152,7 @@ class PgStore:
                             copy.write_row((pid, doc.doc_id, doc.title, text, pos, vectors[pid - first]))
                             pid += 1
             self._set_meta(conn, count=int(meta.get("count", 0)) + n, version=int(meta.get("version", 0)) + 1,
-                           encoder=self.encoder_id)
+                           encoder=self.encoder_id, next_id=first + n)
         return n
 
     def remove(self, doc_ids: Sequence[str]) -> int:

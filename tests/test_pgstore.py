@@ -293,6 +293,6 @@ def test_remove_and_the_writers_session_lock(pg_url):
             pass
     with other.writing():  # released
         other.add(docs(1, "later"), [["y"]], unit_vectors(1))
-    assert store.count == 6
+    assert store.count == 6 and max(p.id for p in store.search(unit_vectors(1)[0], 10)) == 7  # ids not reused
     other.close()
     store.close()
