@@ -32,25 +32,30 @@ SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
 def compare(db_a: str, db_b: str, docs: list, questions: list[str], bundle: Path, label: str,
             generate: bool = True) -> dict:
     """Index ``docs`` into both stores, ask every question on both, count what differs and why."""
-    answers = {}
+    answers, hits = {}, {}
     for name, db in (("embedded", db_a), ("pgvector", db_b)):
         with EdgeRAG(db, bundle=bundle, config=bench_config()) as rag:
             rag.add_documents(docs)
             ask = rag.ask if generate else rag.decide
             answers[name] = [ask(q) for q in tqdm(questions, desc=f"{label}/{name}", unit="q")]
+            n = rag.config.gate_max_n  # what retrieval hands the gate, the reranker and the extractor
+            hits[name] = [rag.store.search(rag.encoder.encode_one(q), n) for q in questions]
     same = retrieval_differs = unexplained = 0
     examples = []
-    for q, a, b in zip(questions, answers["embedded"], answers["pgvector"]):
+    for i, q in enumerate(questions):
+        a, b = answers["embedded"][i], answers["pgvector"][i]
+        ha, hb = hits["embedded"][i], hits["pgvector"][i]
         if (a.route, a.answer, a.context) == (b.route, b.answer, b.context):
             same += 1
-        elif [p.id for p in a.passages] != [p.id for p in b.passages]:
+        elif [p.id for p in ha] != [p.id for p in hb]:
             retrieval_differs += 1
         else:
             unexplained += 1
-            examples.append({"question": q, "embedded": [a.route.value, a.answer], "pgvector": [b.route.value, b.answer]})
-    ids_differ = sum([p.id for p in a.passages] != [p.id for p in b.passages]
-                     for a, b in zip(answers["embedded"], answers["pgvector"]))
+            examples.append({"question": q, "embedded": [a.route.value, a.answer, a.lower_bound, a.confidence],
+                             "pgvector": [b.route.value, b.answer, b.lower_bound, b.confidence],
+                             "max_score_diff": max(abs(x.score - y.score) for x, y in zip(ha, hb))})
     routes = {r: sum(a.route.value == r for a in answers["embedded"]) for r in ("RAG", "GPT", "REFUSE")}
+    ids_differ = sum([p.id for p in x] != [p.id for p in y] for x, y in zip(hits["embedded"], hits["pgvector"]))
     return {"corpus": label, "questions": len(questions), "generated": generate, "routes": routes,
             "same_route_and_answer": same,
             "differ_hnsw_recall": retrieval_differs, "differ_unexplained": unexplained,
