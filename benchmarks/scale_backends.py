@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # importing edge_rag at module level would be measured in the
 
 MIN_SIZE = 10_000  # make bench compares the stores at its scale sizes from here up (quick: 10k, 100k; FULL: + 1M)
 ENCODER_ID = "scale-benchmark"
+DB_ENV = "EDGE_RAG_SCALE_DB"
 INSERT_SAMPLE = 1_000
 SERVER_SETTINGS = {"shared_buffers": "2GB", "max_parallel_maintenance_workers": "1", "max_wal_size": "4GB"}
 MAINTENANCE_BYTES_PER_VECTOR = 4096  # vector + HNSW graph while CREATE INDEX builds in memory (measured ~2.4 kB)
@@ -139,11 +140,13 @@ def device(work: str, db: str, m: int, efc: int, efs: int) -> dict:
     return {"device_rss_mb": peak_rss_mb(), "device_base_mb": base, "open_s": open_s, "load_avg": os.getloadavg()[0]}
 
 
-def _worker(*args: object) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.scale_backends", *map(str, args)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+def _worker(step: str, db: str, *args: object) -> dict:
+    """Run ``step`` in a fresh process; the store's URL goes by environment, never on a command line."""
+    cmd = [sys.executable, "-m", "benchmarks.scale_backends", step, *map(str, args)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+                          env={**os.environ, DB_ENV: db})
     if done.returncode != 0:
-        raise RuntimeError(f"{args[0]} {args[2]} failed:\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"{step} {args[:3]} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -172,8 +175,8 @@ def run(real: np.ndarray, queries: np.ndarray, sizes: list[int], config: Config,
                 if admin:
                     dbs["pgvector"] = _database(admin, f"edge_rag_scale_{n}")
                 for backend, db in dbs.items():
-                    row = _worker("build", work, backend, db, n, *hnsw, seed)
-                    result["rows"].append({**row, **_worker("device", work, db, *hnsw)})
+                    row = _worker("build", db, work, backend, n, *hnsw, seed)
+                    result["rows"].append({**row, **_worker("device", db, work, *hnsw)})
     finally:
         if server:
             server.stop()
@@ -214,10 +217,9 @@ def report(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    step, *params = sys.argv[1:]
+    step, work, *params = sys.argv[1:]
     if step == "build":
-        work, backend, db, *numbers = params
-        print(json.dumps(build(work, backend, db, *map(int, numbers))))
+        backend, *numbers = params
+        print(json.dumps(build(work, backend, os.environ[DB_ENV], *map(int, numbers))))
     else:
-        work, db, *numbers = params
-        print(json.dumps(device(work, db, *map(int, numbers))))
+        print(json.dumps(device(work, os.environ[DB_ENV], *map(int, params))))
