@@ -138,10 +138,10 @@ def test_a_failure_mid_batch_leaves_nothing(pg_url):
 
 
 _WRITER = """
-import sys, numpy as np
+import os, numpy as np
 from edge_rag.pgstore import PgStore
 from edge_rag.chunk import make_document
-store = PgStore(sys.argv[1], 8, "enc-1")
+store = PgStore(os.environ["EDGE_RAG_TEST_DB"], 8, "enc-1")
 docs = [make_document(f"killed {i}", f"k{i}") for i in range(200)]
 v = np.random.default_rng(0).normal(size=(2000, 8)).astype(np.float32)
 store.add(docs, [[f"p{j}" for j in range(10)]] * 200, v / np.linalg.norm(v, axis=1, keepdims=True))
@@ -154,8 +154,8 @@ def test_a_writer_killed_mid_batch_leaves_nothing(pg_url):
     store.add(docs(2), [["a"], ["b"]], unit_vectors(2))
     with psycopg.connect(pg_url) as blocker:
         blocker.execute("LOCK TABLE edge_rag_meta IN EXCLUSIVE MODE")  # the writer's final meta update waits
-        child = subprocess.Popen([sys.executable, "-c", _WRITER, pg_url], cwd=ROOT,
-                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+        child = subprocess.Popen([sys.executable, "-c", _WRITER], cwd=ROOT,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT), "EDGE_RAG_TEST_DB": pg_url})
         try:
             deadline = time.monotonic() + 60
             while not _waiting_on_meta(pg_url):
