@@ -9,11 +9,28 @@ ARGS    ?=
 
 install: $(VENV)/.installed
 
+# llama-cpp-python compiles from source (~6 min on 2 cores), once per build flags: the wheel is kept in $(WHEELS).
+# On x86-64 it is built for the AVX2 (Haswell) baseline, not -march=native: a native build on a Sapphire Rapids
+# host compiles in AMX tile kernels that crash (SIGSEGV at ldtilecfg in ggml_backend_amx_mul_mat) where the
+# hypervisor does not grant AMX state, and a native wheel would not run on an older kiosk CPU. Elsewhere
+# (aarch64: Pi, Jetson) the native build is the right one. pip's own wheel cache ignores CMAKE_ARGS, hence our own.
+LLAMA_VERSION := 0.3.36
+ifeq ($(shell uname -m),x86_64)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+endif
+WHEELS ?= $(HOME)/.cache/edge-rag/wheels/llama-$(shell echo '$(LLAMA_VERSION) $(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-12)
+
+$(WHEELS)/.built:
+	mkdir -p $(WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELS) \
+		llama-cpp-python==$(LLAMA_VERSION)
+	touch $@
+
 # Extras: convert (torch CPU 2.13.0, transformers, onnx, gguf) builds the bundle; bench and dev for the rest.
-# llama-cpp-python compiles from source once (~6 min on 2 cores); pip caches the wheel afterwards.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(WHEELS)/.built
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --no-deps --force-reinstall $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(BIN)/pip install -q -e '.[convert,bench,dev]'
 	touch $@
 
@@ -35,7 +52,7 @@ router: models
 	$(BIN)/python -m convert train-router $(ARGS)
 
 lint: install
-	$(BIN)/ruff check edge_rag convert benchmarks tests
+	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info tests/.cache

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_rag import Config, Document, EdgeRAG
-from edge_rag.datasets import QAItem, load_hotpot, load_squad
 from edge_rag.models import ROUTER_ASSET
+from evaluation.datasets import QAItem, load_hotpot, load_squad
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT.parent / "shared" / "data"

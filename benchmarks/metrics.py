@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edge_rag.metrics import best_em, best_f1, normalize_answer
+from evaluation.metrics import best_em, best_f1, normalize_answer
 
 __all__ = ["best_em", "best_f1", "bootstrap_ci", "context_precision", "context_recall", "cosine", "faithfulness",
            "mean", "percentiles", "precision_at_k", "recall_at_k", "reciprocal_rank", "shares"]

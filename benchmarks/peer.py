@@ -18,8 +18,8 @@ from pathlib import Path
 
 from edge_rag import EdgeRAG
 from edge_rag.bundle import ROLE_GENERATOR, Bundle
-from edge_rag.datasets import QAItem
 from edge_rag.models import ENCODER, home
+from evaluation.datasets import QAItem
 
 from .systems import bench_config
 

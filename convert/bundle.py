@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from edge_rag import bundle as B
+from edge_rag.config import TIERS
 
 
 def _report(artifact: Path) -> dict | None:
@@ -43,7 +44,7 @@ def assemble(out: Path, encoder: Path, tokenizer: Path, generator: Path, router:
                  "parity": enc_report or None},
         generator={"name": generator_name or generator.name, "license": generator_license,
                    "prompt_style": prompt_style, "parity": _report(generator)},
-        router={"labels": ["EASY", "MEDIUM", "HARD"], "parity": _report(router)} if router else None,
+        router={"labels": [t.value for t in TIERS], "parity": _report(router)} if router else None,
         versions={"python": platform.python_version()},
     )
 

@@ -106,7 +106,7 @@ def squad_recall_at_5(embed: Callable[[list[str]], np.ndarray], squad: Path, art
 
     ``articles`` > 0 keeps only the first N articles (a quicker check for tests).
     """
-    from edge_rag.datasets import load_squad
+    from evaluation.datasets import load_squad
 
     docs, items = load_squad(squad)
     if articles:
@@ -123,8 +123,8 @@ def squad_recall_at_5(embed: Callable[[list[str]], np.ndarray], squad: Path, art
 
 def parity_texts(sample_dir: Path, squad: Path | None, n: int) -> list[str]:
     """Sentences for the parity check: SQuAD contexts when given, else the packaged sample corpus."""
-    from edge_rag.datasets import load_squad
     from edge_rag.text import split_sentences
+    from evaluation.datasets import load_squad
 
     if squad is not None and squad.is_file():
         docs, _ = load_squad(squad)

@@ -9,17 +9,14 @@ the same tokens of held-back text, agrees with the torch model within the thresh
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from gguf import MODEL_TENSOR
 from tokenizers import Tokenizer
 
@@ -31,8 +28,15 @@ from convert.gguf_writer import (
     tensor_name,
     write_gpt2_gguf,
 )
+from convert.gpt_checkpoint import HF_CONV1D_WEIGHTS, GPTCheckpoint, load_checkpoint
+from convert.gpt_model import GPT, CheckpointError, GPTConfig
 from convert.report import write_report
-from edge_rag.errors import EdgeRAGError
+
+# The converter's public API (the model and checkpoint reader live in gpt_model / gpt_checkpoint).
+__all__ = [
+    "GPT", "HF_CONV1D_WEIGHTS", "MAX_PPL_REL_DIFF", "MIN_TOP1_AGREEMENT", "CheckpointError", "GPTCheckpoint",
+    "GPTConfig", "convert_gpt", "load_checkpoint", "verify_gguf", "write_gguf",
+]
 
 # -- parity thresholds: an export below any of them is written but reported as failed (exit status 1)
 MIN_TOP1_AGREEMENT = {"f16": 0.99, "q8_0": 0.97}  # share of positions whose argmax token is the same
@@ -46,316 +50,6 @@ GREEDY_PROMPTS = 5  # greedy generations compared token by token (reported, not 
 GREEDY_PROMPT_TOKENS = 16  # near-tie flips a whole continuation, which says little about the export)
 GREEDY_NEW_TOKENS = 32
 TOKENIZER_CHECK_LINES = 64
-
-NANOGPT_CKPT_KEYS = ("model", "model_args")  # what nanoGPT's train.py saves in ckpt.pt
-HF_CONV1D_WEIGHTS = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
-MASK_BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers some checkpoints carry: not weights
-# HF activation_function → nn.GELU(approximate=...). llama.cpp's gpt2 always runs the tanh form, so an
-# exact-GELU checkpoint (nanoGPT's) differs by that approximation; the parity check measures it.
-HF_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "none"}
-
-
-class CheckpointError(EdgeRAGError, ValueError):
-    """The checkpoint cannot become a llama.cpp ``gpt2`` model; the message names the file and tensor."""
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """nanoGPT's GPTConfig plus what the HF GPT-2 config can vary that changes the numbers."""
-
-    block_size: int
-    vocab_size: int
-    n_layer: int
-    n_head: int
-    n_embd: int
-    dropout: float = 0.0
-    bias: bool = True
-    layer_norm_eps: float = 1e-5
-    gelu: str = "none"  # nn.GELU(approximate=...): nanoGPT trains with exact GELU, HF "gelu_new" is "tanh"
-    tie_embeddings: bool = True
-
-    @classmethod
-    def from_dict(cls, d: dict, source: str | Path = "config") -> GPTConfig:
-        """Read nanoGPT ``model_args`` or a HF GPT-2 ``config.json``."""
-        if "n_positions" in d or "n_ctx" in d or d.get("model_type") == "gpt2":
-            return cls._from_hf(d, source)
-        known = {f.name for f in fields(cls)}
-        missing = [k for k in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd") if k not in d]
-        if missing:
-            raise CheckpointError(f"{source}: config lacks {', '.join(missing)}")
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-    @classmethod
-    def _from_hf(cls, d: dict, source: str | Path) -> GPTConfig:
-        act = d.get("activation_function", "gelu_new")
-        if act not in HF_GELU:
-            raise CheckpointError(f"{source}: activation_function {act!r}: llama.cpp's gpt2 graph uses GELU")
-        if d.get("n_inner") not in (None, 4 * d["n_embd"]):
-            raise CheckpointError(f"{source}: n_inner={d['n_inner']}: only the 4×n_embd MLP is supported")
-        if d.get("scale_attn_by_inverse_layer_idx"):
-            raise CheckpointError(
-                f"{source}: scale_attn_by_inverse_layer_idx is not in llama.cpp's gpt2 graph"
-            )
-        return cls(
-            block_size=d.get("n_positions", d.get("n_ctx")),
-            vocab_size=d["vocab_size"],
-            n_layer=d["n_layer"],
-            n_head=d["n_head"],
-            n_embd=d["n_embd"],
-            layer_norm_eps=d.get("layer_norm_epsilon", 1e-5),
-            gelu=HF_GELU[act],
-            tie_embeddings=d.get("tie_word_embeddings", True),
-        )
-
-
-# -- model: nanoGPT with the HF GPT-2 parameter names (c_attn, c_proj, c_fc) in nn.Linear (out, in) layout
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        if cfg.n_embd % cfg.n_head:
-            raise CheckpointError(f"n_embd={cfg.n_embd} is not a multiple of n_head={cfg.n_head}")
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.resid_dropout = nn.Dropout(cfg.dropout)
-        self.n_head = cfg.n_head
-        self.dropout = cfg.dropout
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.size()
-        q, k, v = (
-            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.c_attn(x).split(C, 2)
-        )
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
-        self.gelu = nn.GELU(approximate=cfg.gelu)
-        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
-
-
-class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
-        self.mlp = MLP(cfg)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    """Pre-LN GPT-2: learned positions, GELU, 4× MLP; the reference forward the GGUF is checked against."""
-
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.config = cfg
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-                wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
-                drop=nn.Dropout(cfg.dropout),
-                h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
-                ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
-            )
-        )
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.transformer.wte.weight
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """Logits (B, T, vocab) and, given targets, the mean next-token cross-entropy."""
-        pos = torch.arange(idx.size(1), device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-        return logits, loss
-
-    @torch.no_grad()
-    def greedy(self, prompt: list[int], n_new: int) -> list[int]:
-        """Argmax continuation (no KV cache: the reference is about numbers, not speed)."""
-        ids = list(prompt)
-        for _ in range(n_new):
-            logits, _ = self(torch.tensor([ids[-self.config.block_size :]]))
-            ids.append(int(logits[0, -1].argmax()))
-        return ids[len(prompt) :]
-
-
-# -- checkpoints
-
-
-@dataclass
-class GPTCheckpoint:
-    """Weights in the canonical layout (nanoGPT names, nn.Linear (out, in), float32) with their config."""
-
-    config: GPTConfig
-    state_dict: dict[str, torch.Tensor]
-    tokenizer: Path
-    name: str
-    source_format: str  # "nanogpt" | "hf"
-
-    def model(self) -> GPT:
-        model = GPT(self.config)
-        tied = (
-            {"lm_head.weight": self.state_dict["transformer.wte.weight"]}
-            if self.config.tie_embeddings
-            else {}
-        )
-        model.load_state_dict({**self.state_dict, **tied})
-        return model.eval()
-
-
-def expected_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """Canonical tensor names and shapes the config calls for (lm_head only when untied)."""
-    C, V = cfg.n_embd, cfg.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {
-        "transformer.wte.weight": (V, C),
-        "transformer.wpe.weight": (cfg.block_size, C),
-    }
-    linears = {
-        "attn.c_attn": (3 * C, C),
-        "attn.c_proj": (C, C),
-        "mlp.c_fc": (4 * C, C),
-        "mlp.c_proj": (C, 4 * C),
-    }
-    for i in range(cfg.n_layer):
-        for ln in ("ln_1", "ln_2"):
-            shapes[f"transformer.h.{i}.{ln}.weight"] = (C,)
-            if cfg.bias:
-                shapes[f"transformer.h.{i}.{ln}.bias"] = (C,)
-        for part, shape in linears.items():
-            shapes[f"transformer.h.{i}.{part}.weight"] = shape
-            if cfg.bias:
-                shapes[f"transformer.h.{i}.{part}.bias"] = shape[:1]
-    shapes["transformer.ln_f.weight"] = (C,)
-    if cfg.bias:
-        shapes["transformer.ln_f.bias"] = (C,)
-    if not cfg.tie_embeddings:
-        shapes["lm_head.weight"] = (V, C)
-    return shapes
-
-
-def _canonical(
-    raw: dict[str, torch.Tensor], cfg: GPTConfig, source: Path, conv1d: bool
-) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
-    """Check names and shapes against the config and bring HF Conv1D (in, out) weights to (out, in).
-
-    An lm_head equal to wte (or absent) is tied: llama.cpp's gpt2 then reads token_embd as the output matrix.
-    """
-    sd: dict[str, torch.Tensor] = {}
-    stored_as: dict[str, str] = {}  # canonical name → name in the file, for error messages
-    for key, tensor in raw.items():
-        name = key.removeprefix("_orig_mod.")  # torch.compile'd nanoGPT
-        if not name.startswith(("transformer.", "lm_head.")):
-            name = "transformer." + name  # HF GPT2Model saves without the LM-head wrapper's prefix
-        if not name.endswith(MASK_BUFFERS):
-            sd[name], stored_as[name] = tensor, key
-    wte, head = sd.get("transformer.wte.weight"), sd.get("lm_head.weight")
-    if head is not None and wte is not None and head.shape == wte.shape and torch.equal(head, wte):
-        del sd["lm_head.weight"]
-    cfg = replace(cfg, tie_embeddings="lm_head.weight" not in sd)
-    want = expected_shapes(cfg)
-    unexpected = sorted(stored_as[name] for name in set(sd) - set(want))
-    if unexpected:
-        raise CheckpointError(f"{source}: unexpected tensors for a GPT-2 checkpoint: {', '.join(unexpected)}")
-    for name, shape in want.items():
-        if name not in sd:
-            hint = " (llama.cpp's gpt2 needs every bias; a bias-free model must say bias=False in its config)"
-            raise CheckpointError(
-                f"{source}: missing tensor {name!r}{hint if name.endswith('.bias') else ''}"
-            )
-        flip = conv1d and name.endswith(HF_CONV1D_WEIGHTS)
-        stored = shape[::-1] if flip else shape
-        if tuple(sd[name].shape) != stored:
-            raise CheckpointError(
-                f"{source}: tensor {stored_as[name]!r} has shape {tuple(sd[name].shape)}, expected {stored}"
-                f" for n_embd={cfg.n_embd}, block_size={cfg.block_size}, vocab_size={cfg.vocab_size}"
-            )
-        sd[name] = (sd[name].T if flip else sd[name]).to(torch.float32).contiguous()
-    return cfg, sd
-
-
-def _find_tokenizer(tokenizer: Path | None, folder: Path, source: Path) -> Path:
-    path = tokenizer or folder / "tokenizer.json"
-    if not path.is_file():
-        raise CheckpointError(f"{source}: no tokenizer at {path}; pass --tokenizer tokenizer.json")
-    return path
-
-
-def _read_config(path: Path) -> dict:
-    if not path.is_file():
-        raise CheckpointError(f"no config at {path}; pass --config config.json")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def load_checkpoint(
-    path: str | Path, *, config: str | Path | None = None, tokenizer: str | Path | None = None
-) -> GPTCheckpoint:
-    """A HF GPT-2 folder (config.json, model.safetensors, tokenizer.json) or a nanoGPT ``.pt``.
-
-    The ``.pt`` is either nanoGPT's ``ckpt.pt`` (``model`` + ``model_args``) or a bare state_dict with
-    ``--config``; its config.json and tokenizer.json default to files next to it.
-    """
-    path = Path(path)
-    config_path = Path(config) if config else None
-    tokenizer_path = Path(tokenizer) if tokenizer else None
-    if path.is_dir():
-        from safetensors.torch import load_file
-
-        weights = path / "model.safetensors"
-        if not weights.is_file():
-            raise CheckpointError(
-                f"{path}: no model.safetensors (pytorch_model.bin is not read: save as safetensors)"
-            )
-        cfg_path = config_path or path / "config.json"
-        cfg = GPTConfig.from_dict(_read_config(cfg_path), cfg_path)
-        cfg, sd = _canonical(load_file(weights), cfg, weights, conv1d=True)
-        fmt, folder = "hf", path
-    elif path.is_file():
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # pickles of custom classes, truncated files
-            raise CheckpointError(f"{path}: not a loadable torch checkpoint ({exc})") from exc
-        if isinstance(obj, dict) and all(k in obj for k in NANOGPT_CKPT_KEYS):
-            raw, args = obj["model"], obj["model_args"]
-            cfg = GPTConfig.from_dict(_read_config(config_path) if config_path else args, config_path or path)
-        elif isinstance(obj, dict) and all(isinstance(v, torch.Tensor) for v in obj.values()):
-            cfg_path = config_path or path.with_name("config.json")
-            raw, cfg = obj, GPTConfig.from_dict(_read_config(cfg_path), cfg_path)
-        else:
-            raise CheckpointError(f"{path}: neither a state_dict nor a nanoGPT ckpt with {NANOGPT_CKPT_KEYS}")
-        cfg, sd = _canonical(raw, cfg, path, conv1d=False)
-        fmt, folder = "nanogpt", path.parent
-    else:
-        raise CheckpointError(f"{path}: no such checkpoint file or folder")
-    return GPTCheckpoint(cfg, sd, _find_tokenizer(tokenizer_path, folder, path), path.stem or path.name, fmt)
 
 
 # -- GGUF

@@ -2,7 +2,7 @@
 
 ``python -m convert router --checkpoint router.pt --out router.onnx`` (or ``--random-init --seed 0``).
 The graph takes ``embedding`` (batch, 384) float32 and returns ``logits`` (batch, 3) in the order of
-``edge_rag.config.Tier`` (EASY, MEDIUM, HARD), which is also stored in the model's ``labels`` metadata.
+``edge_rag.config.TIERS`` (cost order), which is also stored in the model's ``labels`` metadata.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import torch
 import torch.nn as nn
 
 from convert.report import write_report
-from edge_rag.config import Tier
+from edge_rag.config import TIERS
 from edge_rag.errors import EdgeRAGError
 
 EMBED_DIM = 384  # all-MiniLM-L6-v2
 HIDDEN = (256, 64)
 DROPOUT = 0.3
-LABELS = tuple(t.value for t in Tier)  # class index → tier
+LABELS = tuple(t.value for t in TIERS)  # class index → tier
 
 INPUT_NAME = "embedding"
 OUTPUT_NAME = "logits"

@@ -39,17 +39,16 @@ from tqdm import tqdm
 
 from convert.router import RouterMLP, export_router
 from edge_rag import bundle as B
-from edge_rag.config import Config, Tier
-from edge_rag.datasets import QAItem, load_hotpot, load_squad
-from edge_rag.metrics import best_em, best_f1
+from edge_rag.config import TIERS, Config, Tier
 from edge_rag.models import ROUTER_ASSET, default_bundle, home
 from edge_rag.pipeline import EdgeRAG, check_question
 from edge_rag.route import Router
 from edge_rag.types import Answer, Document, Route
+from evaluation.datasets import QAItem, load_hotpot, load_squad
+from evaluation.metrics import best_em, best_f1
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
-TIERS = tuple(Tier)  # cost order, and the router's class order
 
 # -- split
 BENCH_SQUAD_ARTICLES = 2

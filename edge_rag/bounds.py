@@ -1,4 +1,4 @@
-"""One-sided lower confidence bounds for the mean of scores in [0, 1] (DESIGN step 9, cautious-rag).
+"""One-sided lower confidence bounds for the mean of scores in [0, 1] (cautious-rag).
 
 Each bound holds at level 1 - delta: P(true mean < lower) <= delta, for scores drawn i.i.d. (Hoeffding,
 Bernstein, betting) or as a martingale with bounded differences (Azuma). Hoeffding, Azuma and Bernstein

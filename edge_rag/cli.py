@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from .config import Config
+from .dburl import mask_url
 from .errors import EdgeRAGError
 from .models import PROFILES, default_bundle, home, pull
-from .stores import mask_url
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"

@@ -1,8 +1,16 @@
-"""One frozen config holding every default of DESIGN.md (the seeds' values unless noted)."""
+"""One frozen, validated config holding every default of the pipeline (the seed papers' values unless noted).
+
+Seeds: EverydayGPT (memory budget, dedupe, confidence-gated routing, generation), cautious-rag (evidence
+gate), the edge-RAG thesis (sentence passages, tier router, correction, rerank signals).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, replace
 from enum import Enum
+
+from .errors import ConfigError
 
 
 class Tier(str, Enum):
@@ -11,6 +19,9 @@ class Tier(str, Enum):
     EASY = "EASY"
     MEDIUM = "MEDIUM"
     HARD = "HARD"
+
+
+TIERS: tuple[Tier, ...] = tuple(Tier)  # cost order, and the router's class order (its logits' columns)
 
 
 @dataclass(frozen=True)
@@ -22,12 +33,48 @@ class TierSpec:
     max_new_tokens: int
     rerank: bool
 
+    def __post_init__(self) -> None:
+        for name in ("k", "context_chars", "max_new_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"TierSpec.{name}={value!r}: allowed values are integers >= 1")
 
-DEFAULT_TIERS: dict[Tier, TierSpec] = {
+
+class Tiers(Mapping[Tier, TierSpec]):
+    """Every tier's budget, immutable and hashable (so Config is), read like a dict: ``tiers[Tier.HARD]``."""
+
+    def __init__(self, specs: Mapping[Tier | str, TierSpec]) -> None:
+        try:
+            table = {Tier(t): s for t, s in specs.items()}
+        except (AttributeError, ValueError) as exc:
+            raise ConfigError(f"tiers={specs!r}: allowed values map each of {_names(TIERS)} to a TierSpec") from exc
+        if set(table) != set(TIERS) or not all(isinstance(s, TierSpec) for s in table.values()):
+            raise ConfigError(f"tiers={specs!r}: allowed values map each of {_names(TIERS)} to a TierSpec")
+        self._specs = tuple(table[t] for t in TIERS)
+
+    def __getitem__(self, tier: Tier) -> TierSpec:
+        return self._specs[TIERS.index(Tier(tier))]
+
+    def __iter__(self) -> Iterator[Tier]:
+        return iter(TIERS)
+
+    def __len__(self) -> int:
+        return len(TIERS)
+
+    def __hash__(self) -> int:
+        return hash(self._specs)
+
+    def __repr__(self) -> str:
+        return f"Tiers({dict(self)!r})"
+
+
+DEFAULT_TIERS = Tiers({
     Tier.EASY: TierSpec(k=2, context_chars=600, max_new_tokens=64, rerank=False),
     Tier.MEDIUM: TierSpec(k=5, context_chars=1200, max_new_tokens=96, rerank=True),
     Tier.HARD: TierSpec(k=10, context_chars=2000, max_new_tokens=128, rerank=True),
-}
+})
+GATES = ("none", "distance", "hoeffding", "azuma", "bernstein", "betting")  # evidence gates (edge_rag.gate)
+PASSAGE_MODES = ("sentence", "paragraph")
 
 
 @dataclass(frozen=True)
@@ -45,6 +92,7 @@ class Config:
 
     # -- memory budget (MB) for the whole process; EverydayGPT runs in < 2 GB
     memory_budget_mb: int = 2048
+    rss_per_stage: bool = False  # Answer.rss_mb after every stage (else one sample, "end"): costs time
 
     # -- encoder (MiniLM ONNX): sentence-transformers uses max_seq_length 256
     max_seq_len: int = 256
@@ -63,7 +111,7 @@ class Config:
     baseline_k: int = 5  # the fixed-k baseline (thesis, LangChain-style)
 
     # -- router tiers
-    tiers: dict[Tier, TierSpec] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    tiers: Tiers = DEFAULT_TIERS  # a plain dict is accepted and frozen into Tiers
     fallback_tier: Tier = Tier.MEDIUM  # used (and recorded) when no router.onnx is available
     tier_override: Tier | None = None  # force one tier (oracle labelling, or "always HARD" kiosks)
 
@@ -106,9 +154,91 @@ class Config:
     cache_size: int = 256  # answers kept (LRU); 0 turns the cache off
     persistent_cache: bool = False  # also keep answers in <db>/answers.sqlite across restarts
 
+    def __post_init__(self) -> None:
+        """Check every field now, so a bad value fails here naming the field, not at the first ask."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _CHOICES:
+                _check_choice(f.name, value, _CHOICES[f.name])
+            elif f.name in _RANGES:
+                _check_range(f.name, value, *_RANGES[f.name])
+            elif f.type == "bool" and not isinstance(value, bool):
+                raise ConfigError(f"{f.name}={value!r}: allowed values are True, False")
+        if not isinstance(self.tiers, Tiers):
+            object.__setattr__(self, "tiers", Tiers(self.tiers))
+        for name in ("fallback_tier", "tier_override"):
+            value = getattr(self, name)
+            if value is None and name == "tier_override":
+                continue
+            try:
+                object.__setattr__(self, name, Tier(value))
+            except ValueError:
+                raise ConfigError(f"{name}={value!r}: allowed values are {_names(TIERS)}") from None
+
     def with_(self, **changes: object) -> Config:
-        """A copy with some fields changed (the config itself is frozen)."""
+        """A copy with some fields changed (the config itself is frozen), checked like a new one."""
         return replace(self, **changes)
 
     def tier(self, tier: Tier) -> TierSpec:
         return self.tiers[tier]
+
+
+# What each field allows. Numbers: (low, high, low inclusive, high inclusive, integer); None = unbounded.
+_CHOICES: dict[str, tuple[str, ...]] = {"gate": GATES, "passage_mode": PASSAGE_MODES}
+_INT, _REAL = True, False
+_RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
+    "memory_budget_mb": (1, None, True, True, _INT),
+    "max_seq_len": (1, None, True, True, _INT),
+    "encode_batch_tokens": (1, None, True, True, _INT),
+    "threads": (0, None, True, True, _INT),
+    "min_sentence_chars": (0, None, True, True, _INT),
+    "hnsw_m": (2, None, True, True, _INT),
+    "hnsw_ef_construction": (1, None, True, True, _INT),
+    "hnsw_ef_search": (1, None, True, True, _INT),
+    "baseline_k": (1, None, True, True, _INT),
+    "correction_threshold": (-1.0, 1.0, True, True, _REAL),  # a cosine
+    "correction_extra_k": (0, None, True, True, _INT),
+    "rerank_dense_weight": (0.0, None, True, True, _REAL),
+    "rerank_lexical_weight": (0.0, None, True, True, _REAL),
+    "rerank_title_weight": (0.0, None, True, True, _REAL),
+    "dedupe_prefix_chars": (1, None, True, True, _INT),
+    "gate_delta": (0.0, 1.0, False, False, _REAL),
+    "gate_threshold": (0.0, 1.0, True, True, _REAL),  # a mean relevance in [0, 1]
+    "gate_max_n": (1, None, True, True, _INT),
+    "azuma_c": (0.0, None, False, True, _REAL),
+    "refuse_distance": (0.0, 2.0, True, True, _REAL),  # L2 between unit vectors lies in [0, 2]
+    "gpt_distance": (0.0, 2.0, True, True, _REAL),
+    "rag_confidence": (0.0, 1.0, True, True, _REAL),
+    "top_k": (0, None, True, True, _INT),  # 0 = llama.cpp samples from the whole vocabulary
+    "temperature": (0.0, None, True, True, _REAL),
+    "repeat_ngram": (1, None, True, True, _INT),
+    "repeat_window": (1, None, True, True, _INT),
+    "n_ctx": (1, None, True, True, _INT),
+    "seed": (None, None, True, True, _INT),
+    "cache_size": (0, None, True, True, _INT),
+}
+
+
+def _names(values: tuple) -> str:
+    return ", ".join(str(getattr(v, "value", v)) for v in values)
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r}: allowed values are {_names(allowed)}")
+
+
+def _check_range(name: str, value: object, low: float | None, high: float | None, low_in: bool, high_in: bool,
+                 integer: bool) -> None:
+    kind = "an integer" if integer else "a number"
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and not isinstance(value, bool)
+    if ok and low is not None:
+        ok = value >= low if low_in else value > low
+    if ok and high is not None:
+        ok = value <= high if high_in else value < high
+    if not ok:
+        lo = "" if low is None else f"{'>=' if low_in else '>'} {low}"
+        hi = "" if high is None else f"{'<=' if high_in else '<'} {high}"
+        raise ConfigError(f"{name}={value!r}: allowed values are {kind} {' and '.join(x for x in (lo, hi) if x)}"
+                          .rstrip())

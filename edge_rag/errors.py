@@ -19,3 +19,7 @@ class InputError(EdgeRAGError, ValueError):
 
 class BudgetError(EdgeRAGError):
     """The memory budget cannot hold a component; the message names it and the numbers."""
+
+
+class ConfigError(EdgeRAGError, ValueError):
+    """A Config field holds a value outside what it allows; the message names the field and the allowed values."""

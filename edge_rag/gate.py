@@ -1,4 +1,4 @@
-"""Evidence gate (DESIGN step 9, cautious-rag): answer only when retrieval certifies enough relevance.
+"""Evidence gate (cautious-rag): answer only when retrieval certifies enough relevance.
 
 The gate maps the retrieved passages' cosines to relevance r_i = clip(cosine_i, 0, 1) (a negative cosine
 is no more evidence than an orthogonal one, and the bounds need [0, 1]), takes a lower confidence bound L

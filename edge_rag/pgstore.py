@@ -21,8 +21,8 @@ from contextlib import contextmanager, suppress
 
 import numpy as np
 
+from .dburl import mask_url
 from .errors import StoreError
-from .stores import mask_url
 from .types import Document, Passage
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"

@@ -1,39 +1,38 @@
 """EdgeRAG: load a bundle and a passage store, index documents, answer questions.
 
 Read ``ask`` top to bottom: every stage is one call into its own module, timed, and what it decided
-is recorded in the Answer.
+is recorded in the Answer, which is built once, at the end.
 """
 from __future__ import annotations
 
 import hashlib
 import math
-import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from functools import partial
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from . import bundle as B
-from .budget import peak_rss_mb, plan, rss_mb, stored_passages
 from .cache import AnswerCache
 from .chunk import chunk as chunk_document
 from .chunk import iter_files, make_document, read_documents
 from .compress import compress, dedupe
-from .config import Config, Tier, TierSpec
+from .config import Config, Tier
+from .dburl import is_remote
+from .decision import Decision, Stages
 from .encode import Encoder
 from .errors import InputError
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
+from .memory import plan, stored_passages
 from .models import default_bundle
 from .policy import decide
 from .rerank import rerank
-from .route import Router
-from .stores import is_remote, open_store
-from .types import Answer, Document, Passage, PassageRef, Route
+from .route import Router, choose_tier
+from .stores import open_store
+from .types import Answer, Document, Passage, Route
 
 MAX_QUESTION_CHARS = 2000
 INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
@@ -114,39 +113,36 @@ class EdgeRAG:
         """Answer one question: cache → encode → route → retrieve (+ correct) → rerank → dedupe →
         compress → evidence gate → extract → CGR: RAG | GPT (generate) | REFUSE."""
         question = check_question(question)
-        timings: dict[str, float] = {}
-        rss: dict[str, float] = {}
-        with _stage(timings, rss, "cache"):
+        stages = Stages(self.config.rss_per_stage)
+        with stages("cache"):
             cached = self.cache.get(question, self._cache_version())
         if cached is not None:
-            cached.question, cached.timings_ms, cached.rss_mb = question, timings, rss
-            cached.peak_rss_mb = peak_rss_mb()
-            return cached
-        answer = self.decide(question, timings, rss)
-        if answer.route is Route.GPT:
+            return replace(cached, question=question, **stages.finish())
+        decision = self._decide(question, stages)
+        gen = None
+        if decision.route is Route.GPT:
             c = self.config
-            with _stage(timings, rss, "generate"):
-                gen = self.generator.generate(question, answer.context, c.tier(answer.tier).max_new_tokens,
+            with stages("generate"):
+                gen = self.generator.generate(question, decision.context, c.tier(decision.tier).max_new_tokens,
                                               c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window)
-            answer.answer = gen.text or None
-            answer.prompt_tokens, answer.completion_tokens = gen.prompt_tokens, gen.completion_tokens
-        answer.peak_rss_mb = peak_rss_mb()
+        answer = decision.answer(question, stages, gen)
         self.cache.put(question, answer, self._cache_version())
         return answer
 
-    def decide(self, question: str, timings: dict[str, float] | None = None,
-               rss: dict[str, float] | None = None) -> Answer:
+    def decide(self, question: str) -> Answer:
         """Everything up to the route, without generating: the RAG answer, a refusal, or a GPT route
         whose context is ready (``ask`` then generates). Cheap: milliseconds, no LLM call."""
         question = check_question(question)
+        stages = Stages(self.config.rss_per_stage)
+        return self._decide(question, stages).answer(question, stages)
+
+    def _decide(self, question: str, stage: Stages) -> Decision:
+        """The stages up to the route, timed into ``stage``; what they decided, not yet an Answer."""
         c = self.config
-        timings = {} if timings is None else timings
-        rss = {} if rss is None else rss
-        stage = partial(_stage, timings, rss)
         with stage("encode"):
             vector = self.encoder.encode_one(question)
         with stage("route"):
-            tier, spec, fallback = self._tier(vector)
+            tier, spec, fallback = choose_tier(vector, self.router, c)
         passages: list[Passage] = []
         scores: list[float] = []
         corrected = False
@@ -175,44 +171,11 @@ class EdgeRAG:
             with stage("extract"):
                 extraction = extract(question, used)
             route, reason = decide(d_min, gate, extraction, c)
-        return Answer(
-            question=question,
-            answer=extraction.answer if route is Route.RAG else None,
-            route=route,
-            tier=tier,
-            confidence=extraction.confidence if extraction else 0.0,
-            lower_bound=gate.lower_bound if gate else math.nan,
-            threshold=gate.threshold if gate else math.nan,
-            d_min=d_min,
-            passages=[PassageRef(p.id, p.title, p.score) for p in used],
-            context_chars=len(context),
-            timings_ms=timings,
-            rss_mb=rss,
-            corrected=corrected,
-            peak_rss_mb=peak_rss_mb(),
-            refusal_reason=reason,
-            n_evidence=gate.n if gate else 0,
-            tier_fallback=fallback,
-            context=context,
-        )
+        return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction)
 
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""
         return self.ask(question)
-
-    def _tier(self, vector: np.ndarray) -> tuple[Tier, TierSpec, bool]:
-        """The router's tier and its budget; without a router, the config's fallback tier (recorded).
-        With the router switched off (fixed-k baseline) k is baseline_k, other limits as the fallback tier."""
-        c = self.config
-        if not c.router:
-            base = c.tier(c.fallback_tier)
-            return c.fallback_tier, TierSpec(c.baseline_k, base.context_chars, base.max_new_tokens, False), False
-        if c.tier_override is not None:
-            return c.tier_override, c.tier(c.tier_override), False
-        if self.router is None:
-            return c.fallback_tier, c.tier(c.fallback_tier), True
-        tier = self.router(vector)
-        return tier, c.tier(tier), False
 
     def _cache_version(self) -> str:
         """Cached answers are valid for this corpus and this configuration only."""
@@ -264,14 +227,3 @@ def correct(hits: list[Passage], k: int, tier: Tier, config: Config) -> tuple[li
     if config.correction and weak and tier is not Tier.HARD:
         return hits[: k + config.correction_extra_k], True
     return hits[:k], False
-
-
-@contextmanager
-def _stage(timings: dict[str, float], rss: dict[str, float], name: str) -> Iterator[None]:
-    """Time a stage (ms) and record resident memory after it (MB)."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start) * 1e3
-        rss[name] = rss_mb()

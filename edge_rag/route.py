@@ -1,7 +1,7 @@
 """Router (thesis §4.3): which budget tier a question needs, from its embedding alone.
 
 ``router.onnx`` is the MLP 384 → 256 → ReLU → Dropout → 64 → ReLU → 3 exported by
-``python -m convert router``; its logits are in Tier order EASY, MEDIUM, HARD.
+``python -m convert router``; its logits are in ``config.TIERS`` order.
 """
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Tier
+from .config import TIERS, Config, Tier, TierSpec
 from .encode import load_session
-
-TIERS = (Tier.EASY, Tier.MEDIUM, Tier.HARD)
 
 
 class Router:
@@ -25,3 +23,19 @@ class Router:
 
     def __call__(self, vector: np.ndarray) -> Tier:
         return TIERS[int(np.argmax(self.logits(vector)[0]))]
+
+
+def choose_tier(vector: np.ndarray, router: Router | None, config: Config) -> tuple[Tier, TierSpec, bool]:
+    """The tier, its budget, and whether it is a fallback. The router decides unless it is switched off
+    (the fixed-k baseline: k = baseline_k, other limits as the fallback tier, no rerank), a tier is
+    forced (tier_override), or the bundle has no router (the config's fallback tier, recorded as such)."""
+    c = config
+    if not c.router:
+        base = c.tier(c.fallback_tier)
+        return c.fallback_tier, TierSpec(c.baseline_k, base.context_chars, base.max_new_tokens, False), False
+    if c.tier_override is not None:
+        return c.tier_override, c.tier(c.tier_override), False
+    if router is None:
+        return c.fallback_tier, c.tier(c.fallback_tier), True
+    tier = router(vector)
+    return tier, c.tier(tier), False

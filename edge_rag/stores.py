@@ -12,17 +12,14 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from .dburl import is_remote
 from .types import Document, Passage
 
 if TYPE_CHECKING:
     from .config import Config
-
-URL_SCHEMES = ("postgresql://", "postgres://")
-
 
 class PassageStore(Protocol):
     """What ``EdgeRAG`` needs from a store."""
@@ -59,25 +56,6 @@ class PassageStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def is_remote(db: str | Path) -> bool:
-    """True when ``db`` names a PostgreSQL database rather than a folder."""
-    return isinstance(db, str) and db.startswith(URL_SCHEMES)
-
-
-def mask_url(db: str | Path) -> str:
-    """``db`` fit to print: a URL's password (``user:pw@`` or ``?password=``) replaced by ``***``;
-    folders are returned as they are."""
-    if not is_remote(db):
-        return str(db)
-    parts = urlsplit(str(db))
-    userinfo, at, host = parts.netloc.rpartition("@")
-    if at and ":" in userinfo:
-        parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
-    query = "&".join("password=***" if q.partition("=")[0] == "password" else q
-                     for q in parts.query.split("&")) if parts.query else ""
-    return urlunsplit(parts._replace(query=query))
 
 
 def open_store(db: str | Path, dim: int, encoder_id: str, config: Config) -> PassageStore:

@@ -68,7 +68,7 @@ class Answer:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
-    rss_mb: dict[str, float] = field(default_factory=dict)  # resident memory after each stage
+    rss_mb: dict[str, float] = field(default_factory=dict)  # {"end": MB}, or per stage with Config.rss_per_stage
     corrected: bool = False
     cache_hit: bool = False
     peak_rss_mb: float = 0.0

@@ -52,8 +52,8 @@ def hotpot_path() -> Path:
 @pytest.fixture(scope="session")
 def squad_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """EdgeRAG over every SQuAD subset paragraph (open corpus, paragraph passages), built once."""
-    from edge_rag.datasets import load_squad
     from edge_rag.pipeline import EdgeRAG
+    from evaluation.datasets import load_squad
 
     docs, items = load_squad(squad_path)
     rag = EdgeRAG(tmp_path_factory.mktemp("squad-db"), bundle=bundle_dir,
@@ -77,8 +77,8 @@ def sample_rag(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def squad_default_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """EdgeRAG with the default config (sentence passages) over the SQuAD subset's paragraphs."""
-    from edge_rag.datasets import load_squad
     from edge_rag.pipeline import EdgeRAG
+    from evaluation.datasets import load_squad
 
     docs, items = load_squad(squad_path)
     rag = EdgeRAG(tmp_path_factory.mktemp("squad-sentences"), bundle=bundle_dir, config=Config(temperature=0.0))

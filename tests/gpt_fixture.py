@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from convert.gpt import GPT, HF_CONV1D_WEIGHTS, GPTConfig
-from edge_rag.datasets import load_squad
+from evaluation.datasets import load_squad
 
 ROOT = Path(__file__).resolve().parents[1]
 SQUAD = ROOT.parent / "shared" / "data" / "squad2_dev_subset.json"

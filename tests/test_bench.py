@@ -13,8 +13,8 @@ import pytest
 
 from benchmarks import data, run
 from benchmarks import metrics as M
-from benchmarks.systems import SYSTEMS, bench_config, preset
-from edge_rag.datasets import QAItem
+from benchmarks.systems import BASELINE, SYSTEMS, bench_config, preset
+from evaluation.datasets import QAItem
 
 
 def test_em_f1_use_squad_normalisation():
@@ -115,8 +115,35 @@ def test_tiny_run_writes_every_output(tiny_run):
                                                    "f1_vs_tokens.png"}
 
 
+def test_tiny_run_measures_what_each_system_does(tiny_run):
+    """The numbers follow from the systems' definitions: GPT-only retrieves nothing, systems without
+    confidence-gated routing always generate, the baseline compared with itself changes nothing, and each
+    row's F1 is the metric of its own answer."""
+    from evaluation.metrics import best_f1
+
+    _, out = tiny_run
+    on_disk = json.loads((out / "results.json").read_text())
+    rows = [json.loads(line) for line in (out / "questions.jsonl").read_text().splitlines()]
+    for name, ds in on_disk["datasets"].items():
+        systems = ds["systems"]
+        assert systems["gpt_only"]["context_chars"] == 0 and systems["fixed_k"]["context_chars"] > 0
+        assert systems["gpt_only"]["prompt_tokens"] < systems["fixed_k"]["prompt_tokens"]
+        for system, s in systems.items():
+            if not SYSTEMS[system].get("cgr", True):
+                assert s["route_mix"] == {"GPT": 1.0}, (name, system)
+        itself = systems[BASELINE]["vs_baseline"]  # the baseline's rows against themselves
+        assert itself["token_reduction"] == 0 and itself["token_delta"]["mean"] == 0
+        assert itself["f1_delta"]["mean"] in (0.0, None)
+    for r in rows:
+        if r["system"] == "gpt_only":
+            assert r["n_passages"] == 0 and r["context_chars"] == 0
+        if r["answerable"]:
+            assert r["f1"] == best_f1(r["answer"], r["gold"])
+        assert r["route"] == "GPT" or r["completion_tokens"] == 0
+
+
 def test_benchmark_part_is_the_routers_held_out_questions(squad_path: Path):
-    from edge_rag.datasets import load_squad
+    from evaluation.datasets import load_squad
 
     docs, items = load_squad(squad_path)
     held = data.held_out(items)

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_rag import budget
 from edge_rag import bundle as B
-from edge_rag.budget import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
+from edge_rag import memory
 from edge_rag.chunk import chunk, iter_files, read_documents
 from edge_rag.config import Config
 from edge_rag.errors import BudgetError, BundleError
+from edge_rag.memory import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
@@ -35,14 +35,31 @@ def sample_passages() -> int:
     return sum(len(chunk(d, c.passage_mode, c.min_sentence_chars)) for d in docs)
 
 
-def fixed_plan(bundle: B.Bundle, config: Config, passages: int = 0) -> budget.Plan:
+def fixed_plan(bundle: B.Bundle, config: Config, passages: int = 0) -> memory.Plan:
     """plan() with the calibrated runtime base, so results do not depend on what this test process holds."""
     return plan(bundle, config, passages, base_mb=RUNTIME_BASE_MB)
 
 
 # -- GGUF header -------------------------------------------------------------------------------
-def test_rss_helpers() -> None:
-    assert 0 < budget.rss_mb() <= budget.peak_rss_mb() + 1
+RSS_PROBE = """
+import json, numpy as np
+from edge_rag import memory
+before = memory.rss_mb()
+block = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MB, every page written
+during = memory.rss_mb()
+del block
+print(json.dumps([before, during, memory.rss_mb(), memory.peak_rss_mb()]))
+"""
+
+
+def test_rss_probe_sees_an_allocation() -> None:
+    """In a fresh process (no freed pages to reuse): touching 64 MB raises RSS by about that much, freeing
+    it lowers RSS again, and the high-water mark keeps the top."""
+    out = subprocess.run([sys.executable, "-c", RSS_PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, during, after, peak = json.loads(out.stdout)
+    assert 56 < during - before < 80, (before, during)
+    assert during - after > 48 and peak >= during - 1, (during, after, peak)
 
 
 def test_read_gguf_on_the_real_generator(gguf: Path) -> None:
@@ -146,12 +163,12 @@ def test_stored_passages(tmp_path: Path) -> None:
     from edge_rag.store import Store
     from edge_rag.types import Document
 
-    assert budget.stored_passages(tmp_path / "none") == 0
+    assert memory.stored_passages(tmp_path / "none") == 0
     store = Store(tmp_path, 4)
     vectors = np.eye(4, dtype=np.float32)[:3]
     store.add([Document("d", "t", "x")], [["a", "b", "c"]], vectors)
     store.close()
-    assert budget.stored_passages(tmp_path) == 3
+    assert memory.stored_passages(tmp_path) == 3
 
 
 # -- a real run inside the planned budget -------------------------------------------------------
@@ -161,7 +178,7 @@ def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: 
     answerable sample questions at temperature 0 and 3 HARD-tier generations. Peak RSS ≤ budget."""
     at_1024 = fixed_plan(bundle, Config(memory_budget_mb=100_000), sample_passages)
     budget_mb = math.ceil(at_1024.total_mb) + 10
-    code = "import sys; from edge_rag.budget import main; main(sys.argv[1:])"
+    code = "import sys; from benchmarks.memory import main; main(sys.argv[1:])"
     args = ["--json", "--bundle", str(bundle_dir), "--budget", str(budget_mb), "--n-ctx", "2048",
             "--questions", "20", "--hard", "3", "--generator-first"]
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -176,7 +193,7 @@ def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: 
 REFUSE_SCRIPT = """
 import json, sys
 from edge_rag import BudgetError, Config, Document, EdgeRAG
-from edge_rag.budget import peak_rss_mb
+from edge_rag.memory import peak_rss_mb
 from edge_rag.cli import main
 
 db, bundle, tight, fits = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

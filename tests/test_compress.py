@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from edge_rag.compress import Context, compress, dedupe
-from edge_rag.datasets import load_squad
 from edge_rag.text import normalize
 from edge_rag.types import Passage
+from evaluation.datasets import load_squad
 
 SQUAD = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "squad2_dev_subset.json"
 

@@ -1,9 +1,11 @@
 """The decision layer on real models and data: who gets answered, who gets refused, and why."""
+import json
 import math
 import random
 from pathlib import Path
 
 import pytest
+from conftest import DATA
 
 from edge_rag.config import Config, Tier
 from edge_rag.extract import Extraction, QuestionType
@@ -62,13 +64,32 @@ def test_answerable_questions_are_mostly_answered(decisions):
     assert refused <= 0.15
 
 
-def test_out_of_domain_questions_are_refused(squad_default_rag):
-    rag, _ = squad_default_rag
-    assert len(OOD) >= 50
-    answers = [rag.decide(q) for q in OOD]
-    refused = [a for a in answers if a.route is Route.REFUSE]
-    print(f"OOD refused: {len(refused)}/{len(answers)}")
-    assert len(refused) / len(answers) >= 0.80
+# SQuAD articles reserved for out-of-domain testing: nothing (gate threshold, distances, tests/data's
+# OOD list) was tuned on them. Against the museum sample corpus none of their questions has an answer.
+HELD_OUT_OOD_ARTICLES = ("Private_school", "Oxygen", "Rhine")
+
+
+@pytest.fixture(scope="module")
+def unlabeled_path() -> Path:
+    path = DATA / "squad2_unlabeled_20articles.json"
+    if not path.is_file():
+        pytest.skip(f"SQuAD unlabeled articles not found at {path} (see ../shared/data/README.md)")
+    return path
+
+
+def test_out_of_domain_questions_are_refused(sample_rag, unlabeled_path):
+    """Measured when written: 1,108 of 1,153 refused (96%); by article 83% / 100% / 99%."""
+    data = json.loads(unlabeled_path.read_text(encoding="utf-8"))["data"]
+    by_article = {a["title"]: [q["question"] for p in a["paragraphs"] for q in p["qas"]]
+                  for a in data if a["title"] in HELD_OUT_OOD_ARTICLES}
+    assert set(by_article) == set(HELD_OUT_OOD_ARTICLES) and not set(OOD) & {q for v in by_article.values() for q in v}
+    answers = {title: [sample_rag.decide(q) for q in qs] for title, qs in by_article.items()}
+    shares = {t: sum(a.route is Route.REFUSE for a in v) / len(v) for t, v in answers.items()}
+    everything = [a for v in answers.values() for a in v]
+    refused = [a for a in everything if a.route is Route.REFUSE]
+    print(f"held-out OOD refused: {len(refused)}/{len(everything)}", shares)
+    assert len(refused) / len(everything) >= 0.90
+    assert min(shares.values()) >= 0.75, shares
     assert all(a.refusal_reason and not a.confident and a.answer is None for a in refused)
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag.datasets import QAItem, load_hotpot, load_squad
 from edge_rag.extract import Expect, Extraction, QuestionType, classify, expectation, extract
-from edge_rag.metrics import best_em, best_f1
 from edge_rag.text import split_sentences
 from edge_rag.types import Document, Passage
+from evaluation.datasets import QAItem, load_hotpot, load_squad
+from evaluation.metrics import best_em, best_f1
 
 TAU = 0.5  # Config.rag_confidence: the RAG route answers when c >= TAU
 

@@ -16,11 +16,11 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 
-from edge_rag.budget import RUNTIME_BASE_MB, plan
 from edge_rag.chunk import make_document
 from edge_rag.config import Config
+from edge_rag.dburl import is_remote, mask_url
 from edge_rag.errors import BudgetError, StoreError
-from edge_rag.stores import is_remote, mask_url
+from edge_rag.memory import RUNTIME_BASE_MB, plan
 
 psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
 from edge_rag.pgstore import PgStore  # noqa: E402

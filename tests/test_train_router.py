@@ -22,9 +22,9 @@ from convert.train_router import (
     train_router,
 )
 from edge_rag.config import Config, Tier
-from edge_rag.datasets import QAItem, load_hotpot, load_squad
 from edge_rag.route import Router
 from edge_rag.types import Answer, Route
+from evaluation.datasets import QAItem, load_hotpot, load_squad
 
 
 def _answer(text: str | None, route: Route = Route.RAG) -> Answer:

@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .chunk import make_document
-from .types import Document
+from edge_rag.chunk import make_document
+from edge_rag.types import Document
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,26 @@
+"""Which ``--db`` values name a PostgreSQL database, and how to print one without its password."""
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_remote(db: str | Path) -> bool:
+    """True when ``db`` names a PostgreSQL database rather than a folder."""
+    return isinstance(db, str) and db.startswith(URL_SCHEMES)
+
+
+def mask_url(db: str | Path) -> str:
+    """``db`` fit to print: a URL's password (``user:pw@`` or ``?password=``) replaced by ``***``;
+    folders are returned as they are."""
+    if not is_remote(db):
+        return str(db)
+    parts = urlsplit(str(db))
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if at and ":" in userinfo:
+        parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
+    query = "&".join("password=***" if q.partition("=")[0] == "password" else q
+                     for q in parts.query.split("&")) if parts.query else ""
+    return urlunsplit(parts._replace(query=query))

@@ -1,0 +1,88 @@
+"""What one question's run decided (Decision) and what it cost (Stages), turned into one Answer.
+
+The pipeline's stages return their results here instead of filling caller-owned dicts, and the Answer
+is built once, after the last stage (``generate`` on the GPT route).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .config import Tier
+from .extract import Extraction
+from .gate import GateResult
+from .generate import Generation
+from .memory import peak_rss_mb, rss_mb
+from .types import Answer, Passage, PassageRef, Route
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the stages up to the route decided for one question."""
+
+    route: Route
+    refusal_reason: str | None
+    tier: Tier
+    tier_fallback: bool
+    used: list[Passage]
+    context: str
+    d_min: float
+    corrected: bool
+    gate: GateResult | None
+    extraction: Extraction | None
+
+    def answer(self, question: str, stages: Stages, gen: Generation | None = None) -> Answer:
+        """The Answer, built once: the extractive answer on RAG, the generated text on GPT."""
+        gate, extraction = self.gate, self.extraction
+        text = extraction.answer if self.route is Route.RAG and extraction else None
+        if gen is not None:
+            text = gen.text or None
+        return Answer(
+            question=question,
+            answer=text,
+            route=self.route,
+            tier=self.tier,
+            confidence=extraction.confidence if extraction else 0.0,
+            lower_bound=gate.lower_bound if gate else math.nan,
+            threshold=gate.threshold if gate else math.nan,
+            d_min=self.d_min,
+            passages=[PassageRef(p.id, p.title, p.score) for p in self.used],
+            context_chars=len(self.context),
+            prompt_tokens=gen.prompt_tokens if gen else 0,
+            completion_tokens=gen.completion_tokens if gen else 0,
+            corrected=self.corrected,
+            refusal_reason=self.refusal_reason,
+            n_evidence=gate.n if gate else 0,
+            tier_fallback=self.tier_fallback,
+            context=self.context,
+            **stages.finish(),
+        )
+
+
+@dataclass
+class Stages:
+    """Per-stage wall time (ms); resident memory (MB) sampled once at the end, or after every stage
+    when ``per_stage`` (Config.rss_per_stage): each psutil sample reads /proc, and one per stage is a
+    measurable share of a few-millisecond ``decide``."""
+
+    per_stage: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+    rss: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+            if self.per_stage:
+                self.rss[name] = rss_mb()
+
+    def finish(self) -> dict:
+        """The Answer fields that measure the run: timings, RSS and the process's peak RSS."""
+        rss = self.rss if self.per_stage else {"end": rss_mb()}
+        return {"timings_ms": dict(self.timings), "rss_mb": dict(rss), "peak_rss_mb": peak_rss_mb()}

@@ -1,0 +1,158 @@
+"""Plan the whole process into one memory budget before loading anything.
+
+``plan`` estimates every component from what is cheap to know up front (file sizes, the GGUF header,
+the config), picks the largest ``n_ctx`` and encoder batch that fit ``memory_budget_mb``, and otherwise
+raises a BudgetError naming the component that does not fit. The total is a sum: the worst order is
+generator loaded first, then indexing on top of it, and users can do that.
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .. import bundle as B
+from ..config import Config
+from ..errors import BudgetError, BundleError
+from ..store import DB_FILE
+from .estimate import (
+    ENCODER_HEADS,
+    MIN_N_CTX,
+    Estimate,
+    encoder_estimate,
+    generator_estimate,
+    index_estimate,
+    runtime_base_estimate,
+)
+from .gguf import read_gguf
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What fits: the settings to load with, and each component's estimate (MB)."""
+
+    budget_mb: int
+    n_ctx: int
+    encode_batch_tokens: int
+    passages: int
+    components: tuple[Estimate, ...]
+    remote_index: bool = False  # the store is on PostgreSQL: its index is not counted on the device
+
+    @property
+    def total_mb(self) -> float:
+        return sum(c.mb for c in self.components)
+
+    def component(self, name: str) -> Estimate:
+        return next(c for c in self.components if c.name == name)
+
+    def apply(self, config: Config) -> Config:
+        """``config`` with this plan's n_ctx and encode_batch_tokens."""
+        return config.with_(n_ctx=self.n_ctx, encode_batch_tokens=self.encode_batch_tokens)
+
+    def with_passages(self, passages: int, config: Config, dim: int) -> Plan:
+        """This plan for a store of ``passages``; BudgetError (before anything is encoded) if the larger
+        index no longer fits beside what is already planned."""
+        index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, self.remote_index)
+        parts = tuple(index if c.name == index.name else c for c in self.components)
+        if sum(c.mb for c in parts) > self.budget_mb:
+            raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, self.encode_batch_tokens, passages))
+        return replace(self, passages=passages, components=parts)
+
+    def __str__(self) -> str:
+        lines = [f"memory plan: ~{self.total_mb:.0f} of {self.budget_mb} MB (n_ctx {self.n_ctx}, "
+                 f"encode_batch_tokens {self.encode_batch_tokens}, {self.passages} passages)"]
+        lines += [f"  {c.name:<12} {c.mb:6.0f} MB  ({c.describe()})" for c in self.components]
+        if self.remote_index:
+            lines.append("  the vector index is on the PostgreSQL server: not counted on this device")
+        return "\n".join(lines)
+
+
+def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | None = None,
+         remote_index: bool = False) -> Plan:
+    """Largest encode_batch_tokens, then largest n_ctx, that fit ``config.memory_budget_mb``.
+
+    Loads nothing: stats files and reads the GGUF header. n_ctx candidates are config.n_ctx and the
+    powers of two below it, not below MIN_N_CTX (or config.n_ctx if that is smaller) nor above the
+    model's training context; encoder batches halve from config.encode_batch_tokens down to
+    max_seq_len. The batch is kept large first (indexing speed) because n_ctx above MIN_N_CTX buys
+    nothing the tiers use. ``passages``: how many the store will hold (present + about to be added).
+    Raises BudgetError naming the first component that overflows, in the order runtime base,
+    generator, encoder, index (largest fixed costs first, so the message names what dominates).
+    ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
+    ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
+    """
+    info = read_gguf(bundle.require(B.ROLE_GENERATOR))
+    onnx_bytes = sum(p.stat().st_size for p in (bundle.path(B.ROLE_ENCODER), bundle.path(B.ROLE_ROUTER)) if p)
+    enc = bundle.encoder
+    if "dim" not in enc:
+        raise BundleError(f"the manifest of {bundle.root} gives no encoder dim; rebuild the bundle")
+    dim = int(enc["dim"])
+    seq = min(config.max_seq_len, int(enc.get("max_seq_len", config.max_seq_len)))
+    base = runtime_base_estimate() if base_mb is None else Estimate("runtime base", {"python + libraries": base_mb})
+    index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, remote_index)
+
+    def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
+        encoder = encoder_estimate(onnx_bytes, dim, batch, seq, int(enc.get("heads", ENCODER_HEADS)),
+                                   enc.get("ffn"))
+        return base, generator_estimate(info, n_ctx), encoder, index  # error names the first that overflows
+
+    budget = config.memory_budget_mb
+    ctxs = _n_ctx_candidates(config.n_ctx, info.context_length)
+    batches = _batch_candidates(config.encode_batch_tokens, seq)
+    for batch in batches:
+        for n_ctx in ctxs:
+            parts = components(n_ctx, batch)
+            if sum(c.mb for c in parts) <= budget:
+                return Plan(budget, n_ctx, batch, passages, parts, remote_index)
+    raise BudgetError(_no_fit(components(ctxs[-1], batches[-1]), budget, ctxs[-1], batches[-1], passages))
+
+
+def _n_ctx_candidates(n_ctx: int, trained: int) -> list[int]:
+    top = min(n_ctx, trained) if trained else n_ctx
+    floor = min(MIN_N_CTX, top)
+    out, c = [top], 1 << (top.bit_length() - 1)
+    while c >= floor:
+        if c < top:
+            out.append(c)
+        c //= 2
+    return out
+
+
+def _batch_candidates(batch_tokens: int, max_seq_len: int) -> list[int]:
+    out = [max(batch_tokens, max_seq_len)]
+    while out[-1] // 2 >= max_seq_len:
+        out.append(out[-1] // 2)
+    return out
+
+
+def _no_fit(parts: tuple[Estimate, ...], budget: int, n_ctx: int, batch: int, passages: int) -> str:
+    """The message for the first component that overflows, with the numbers."""
+    total = sum(c.mb for c in parts)
+    used, before = 0.0, []
+    for c in parts:
+        if used + c.mb > budget:
+            break
+        used += c.mb
+        before.append(f"{c.name} {c.mb:.0f}")
+    what = {"generator": f" at n_ctx {n_ctx}", "encoder": f" at encode_batch_tokens {batch}",
+            "index": f" for {passages} passages"}.get(c.name, "")
+    after = f" after {', '.join(before)}" if before else ""
+    return (f"{c.name} needs ~{c.mb:.0f} MB ({c.describe()}{what}) but only {max(budget - used, 0):.0f} MB "
+            f"of the {budget} MB budget remain{after}; the smallest plan needs ~{total:.0f} MB: raise "
+            f"memory_budget_mb to at least {int(total) + 1}")
+
+
+def stored_passages(db: str | Path) -> int:
+    """Passages already in the store folder ``db`` (0 if none), read without loading its index."""
+    path = Path(db).expanduser() / DB_FILE
+    if not path.is_file():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return int(con.execute("SELECT COUNT(*) FROM passages").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0  # unreadable: Store raises a StoreError that says why when it opens it
+

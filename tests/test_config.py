@@ -1,0 +1,69 @@
+"""Config: checked when built (field and allowed values in the message), hashable, tiers in one place."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from edge_rag import gate
+from edge_rag.config import DEFAULT_TIERS, GATES, TIERS, Config, Tier, TierSpec
+from edge_rag.errors import ConfigError, EdgeRAGError
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"gate": "Betting"}, "gate='Betting': allowed values are none, distance, hoeffding, azuma, bernstein, betting"),
+    ({"passage_mode": "page"}, "passage_mode='page': allowed values are sentence, paragraph"),
+    ({"gate_delta": 0.0}, "gate_delta=0.0: allowed values are a number > 0.0 and < 1.0"),
+    ({"gate_threshold": 1.2}, "gate_threshold=1.2: allowed values are a number >= 0.0 and <= 1.0"),
+    ({"refuse_distance": 3}, "refuse_distance=3: allowed values are a number >= 0.0 and <= 2.0"),
+    ({"temperature": float("nan")}, "temperature=nan: allowed values are a number >= 0.0"),
+    ({"memory_budget_mb": 0}, "memory_budget_mb=0: allowed values are an integer >= 1"),
+    ({"hnsw_m": 16.5}, "hnsw_m=16.5: allowed values are an integer >= 2"),
+    ({"cache_size": True}, "cache_size=True: allowed values are an integer >= 0"),
+    ({"router": "yes"}, "router='yes': allowed values are True, False"),
+    ({"fallback_tier": "HUGE"}, "fallback_tier='HUGE': allowed values are EASY, MEDIUM, HARD"),
+    ({"tier_override": "easy"}, "tier_override='easy': allowed values are EASY, MEDIUM, HARD"),
+    ({"tiers": {Tier.EASY: DEFAULT_TIERS[Tier.EASY]}}, "allowed values map each of EASY, MEDIUM, HARD to a TierSpec"),
+])
+def test_bad_value_raises_at_construction_naming_field_and_allowed_values(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Config(**changes)
+    assert message in str(err.value)
+    with pytest.raises(ConfigError):  # with_ checks too
+        Config().with_(**changes)
+    assert isinstance(err.value, EdgeRAGError) and isinstance(err.value, ValueError)
+
+
+def test_tier_spec_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"TierSpec.k=0: allowed values are integers >= 1"):
+        TierSpec(k=0, context_chars=600, max_new_tokens=64, rerank=False)
+
+
+def test_config_is_hashable_and_equal_by_value() -> None:
+    assert hash(Config()) == hash(Config()) and Config() == Config()
+    assert len({Config(), Config(), Config(gate="none")}) == 2
+    hard = Config(tier_override="HARD")  # the tier's value is accepted and stored as the Tier
+    assert hard.tier_override is Tier.HARD and hard == Config(tier_override=Tier.HARD)
+
+
+def test_tiers_accept_a_dict_and_stay_immutable() -> None:
+    base = Config()
+    short = base.with_(tiers={t: replace(s, max_new_tokens=8) for t, s in base.tiers.items()})
+    assert [short.tier(t).max_new_tokens for t in TIERS] == [8, 8, 8]
+    assert short.tier(Tier.HARD).k == base.tier(Tier.HARD).k and hash(short) != hash(base)
+    assert dict(short.tiers) == {t: short.tier(t) for t in TIERS}
+    with pytest.raises(TypeError):
+        short.tiers[Tier.HARD] = base.tier(Tier.HARD)  # type: ignore[index]
+
+
+def test_tier_order_is_cost_order() -> None:
+    assert TIERS == (Tier.EASY, Tier.MEDIUM, Tier.HARD) == tuple(Tier)
+    budgets = [Config().tier(t) for t in TIERS]
+    assert [b.k for b in budgets] == sorted(b.k for b in budgets)
+    assert [b.context_chars for b in budgets] == sorted(b.context_chars for b in budgets)
+
+
+def test_config_accepts_exactly_the_gates_that_exist() -> None:
+    for name in gate.GATES:
+        assert gate.evidence_gate([0.9, 0.8], Config(gate=name)).method
+    assert GATES == gate.GATES
