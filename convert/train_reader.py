@@ -23,9 +23,11 @@ from tokenizers import Tokenizer
 from transformers import AutoModel
 
 from convert import reader_data as D
-from edge_rag.models import ENCODER, fetch, home
+from edge_rag.models import ENCODER, home
 from edge_rag.reader import Windows, best_span, passage_context
 from evaluation.metrics import best_em, best_f1
+
+from .bundle import fetch
 
 MAX_SEQ_LEN = 256
 STRIDE = 128  # tokens shared by consecutive windows
