@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import scale_backends
+
 
 def _n(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
@@ -150,7 +152,7 @@ def _scale(scale: dict) -> str:
              f"{r['hnsw_p50_ms']:.3f}", f"{r['exact_p50_ms']:.3f}", _pct(r["recall@10"], 1)]
             for r in scale["rows"]]
     return head + "\n" + _table(["vectors", "data", "HNSW build s", "HNSW MB", "exact MB", "peak RSS MB",
-                                 "HNSW p50 ms", "exact p50 ms", "recall@10"], rows)
+                                 "HNSW p50 ms", "exact p50 ms", "recall@10"], rows) + scale_backends.report(scale.get("stores", {}))
 
 
 def _hardware(hw: dict) -> str:

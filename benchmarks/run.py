@@ -21,7 +21,7 @@ from edge_rag import EdgeRAG, EdgeRAGError, Route
 from edge_rag.bundle import ROLE_ENCODER, Bundle
 from edge_rag.models import default_bundle, home
 
-from . import data, decision, hardware, peer, plots, report, scale
+from . import data, decision, hardware, peer, plots, report, scale, scale_backends
 from . import metrics as M
 from .systems import BASELINE, SYSTEMS, available, bench_config, preset
 
@@ -259,9 +259,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.skip_scale or not arrays:
         results["scale"] = {"skipped": "--skip-scale" if args.skip_scale else "no dataset"}
     else:
-        results["scale"] = scale.run(np.concatenate([a["vectors"] for a in arrays]),
-                                     np.concatenate([a["queries"] for a in arrays]),
-                                     args.sizes, bench_config(args.threads), args.out, args.seed)
+        real, queries = np.concatenate([a["vectors"] for a in arrays]), np.concatenate([a["queries"] for a in arrays])
+        results["scale"] = scale.run(real, queries, args.sizes, bench_config(args.threads), args.out, args.seed)
+        store_sizes = [n for n in args.sizes if n >= scale_backends.MIN_SIZE]  # embedded vs pgvector
+        results["scale"]["stores"] = scale_backends.run(real, queries, store_sizes, bench_config(args.threads),
+                                                        args.out, args.seed) if store_sizes else {"rows": []}
     results["runtime_s"] = time.perf_counter() - started
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     figures = plots.write(results, args.out)

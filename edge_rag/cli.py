@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import serve
 from .config import Config
+from .dburl import mask_url
 from .errors import EdgeRAGError
 from .models import PROFILES, default_bundle, home
 
@@ -84,7 +85,7 @@ def _warn_skipped(path: Path, reason: str) -> None:
 def cmd_index(args: argparse.Namespace) -> int:
     with _open(args) as rag:
         added = rag.add_files(args.paths, progress=not args.quiet, strict=args.strict, on_skip=_warn_skipped)
-        print(f"added {added} passages; the store at {args.db} now holds {rag.store.count}")
+        print(f"added {added} passages; the store at {rag.store.location} now holds {rag.store.count}")
     return 0
 
 
@@ -96,7 +97,8 @@ def cmd_remove(args: argparse.Namespace) -> int:
             from_file = rag.store.documents_from(str(Path(item).expanduser().resolve()))  # the file may be gone
             ids += from_file or [item]
         removed = rag.remove(ids)
-        print(f"removed {len(ids)} document(s), {removed} passages; the store at {args.db} now holds {rag.store.count}")
+        print(f"removed {len(ids)} document(s), {removed} passages; the store at {rag.store.location} "
+              f"now holds {rag.store.count}")
     return 0
 
 
@@ -124,7 +126,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     questions = [q["question"] for q in json.loads((SAMPLE_DIR / "questions.json").read_text())][: args.n]
     with _open(args) as rag:
         added = rag.add_files([SAMPLE_DOCS], progress=True)
-        print(f"sample corpus: {rag.store.count} passages ({added} new) in {args.db}\n")
+        print(f"sample corpus: {rag.store.count} passages ({added} new) in {mask_url(args.db)}\n")
         for question in questions:
             _print_answer(rag.ask(question), as_json=False)
             print()
@@ -151,7 +153,8 @@ def _wait(p: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
-    p.add_argument("--db", required=db_required, help="folder of the passage store")
+    p.add_argument("--db", required=db_required,
+                   help="passage store: a folder, or postgresql://user@host/dbname (needs edge-rag[pg])")
     p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
     p.add_argument("--memory-mb", type=_positive_mb, help="memory budget for the whole process, MB")

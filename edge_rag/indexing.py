@@ -20,7 +20,8 @@ from .chunk import doc_id_for, iter_units
 from .config import Config
 from .encode import Encoder
 from .errors import InputError, check_str
-from .store import Part, Store
+from .store_db import Part
+from .stores import PassageStore
 from .types import Document
 
 INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
@@ -40,7 +41,7 @@ class Todo:
     units: int  # passages still to add
 
 
-def plan_changes(store: Store, docs: Iterable[Document], config: Config, source: str = "",
+def plan_changes(store: PassageStore, docs: Iterable[Document], config: Config, source: str = "",
                  room: int | None = None) -> tuple[list[Todo], list[str]]:
     """What to add and which stored documents to remove, for ``docs`` (all of ``source``'s, if given).
 
@@ -83,7 +84,7 @@ def plan_changes(store: Store, docs: Iterable[Document], config: Config, source:
     return todo, remove
 
 
-def index(store: Store, encoder: Encoder, config: Config, todo: Sequence[Todo], remove: Sequence[str],
+def index(store: PassageStore, encoder: Encoder, config: Config, todo: Sequence[Todo], remove: Sequence[str],
           progress: Progress | None = None) -> int:
     """Encode and commit ``todo`` batch by batch (removing ``remove`` with the first); passages added."""
     total = sum(t.units for t in todo)

@@ -21,6 +21,7 @@ from .certified import CertifiedPath
 from .chunk import make_document, read_files
 from .compress import compress, dedupe
 from .config import Config, Tier
+from .dburl import is_remote
 from .decision import Decision, Stages
 from .encode import Encoder
 from .errors import BudgetError, InputError, check_str
@@ -34,7 +35,7 @@ from .models import default_bundle
 from .policy import decide
 from .rerank import rerank
 from .route import Router, choose_tier
-from .store import Store
+from .stores import open_store
 from .types import Answer, Document, Passage, Route
 from .verify import select_encoder
 
@@ -56,7 +57,8 @@ class EdgeRAG:
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
         config = config or Config()
-        self.plan = plan(self.bundle, config, passages=stored_passages(db))
+        remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
+        self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote)
         self.config = self.plan.apply(config)
         info = self.bundle.encoder
         encoder_path = select_encoder(self.bundle, self.config.threads)  # verified on this CPU (cached)
@@ -68,14 +70,12 @@ class EdgeRAG:
             threads=self.config.threads,
         )
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == encoder_path)
-        c = self.config
-        self.store = Store(db, self.encoder.dim, encoder_sha, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search,
-                           create=create, lock_timeout=lock_timeout)
+        self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
         self._generator: Generator | None = None
         self._generator_lock = threading.Lock()
         router_path = self.bundle.path(B.ROLE_ROUTER)
         self.router = Router(router_path, threads=1) if router_path else None
-        cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache else None
+        cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
         self.cache = AnswerCache(self.config, cache_file)
         self._config_key = hashlib.sha1(repr(self.config).encode()).hexdigest()[:12]
         self.certified = CertifiedPath(self.bundle, self.config)
@@ -117,12 +117,12 @@ class EdgeRAG:
         with self.store.writing():
             unknown = [i for i in ids if self.store.document(i) is None]
             if unknown:
-                raise InputError(f"no document with id {unknown[0]!r} in the store at {self.store.folder}")
+                raise InputError(f"no document with id {unknown[0]!r} in the store at {self.store.location}")
             return self.store.remove(ids)
 
     def _room(self) -> int:
         """How many more passages the memory plan can index (the largest n ``with_passages`` accepts)."""
-        lo, hi, have = 0, 1 << 31, self.store.count
+        lo, hi, have = 0, 1 << 31, self._held(0)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             try:
@@ -132,10 +132,14 @@ class EdgeRAG:
                 hi = mid - 1
         return lo
 
+    def _held(self, new: int) -> int:
+        """Passages the plan holds after ``new`` more (a remote store's index is on the server: new texts only)."""
+        return new if self.plan.remote_index else self.store.count + new
+
     def _index(self, todo: list[Todo], remove: list[str], room: int, progress: bool | Progress) -> int:
         total = sum(t.units for t in todo)
         try:
-            self.plan = self.plan.with_passages(self.store.count + total, self.config, self.encoder.dim)
+            self.plan = self.plan.with_passages(self._held(total), self.config, self.encoder.dim)
         except BudgetError as exc:
             if total > room:
                 raise BudgetError(f"{exc} — at least: counting stopped after {total} new passages, more than the "

@@ -76,6 +76,10 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------
     @property
+    def location(self) -> str:
+        return str(self.folder)  # what messages call the store (a PgStore: its URL without the password)
+
+    @property
     def count(self) -> int:
         with self._lock:
             return self.db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]

@@ -55,6 +55,10 @@ STORE_FIXED_MB = 12.0
 # 151 (sentence), 870 (paragraph).
 PASSAGE_CHARS = {"sentence": 200, "paragraph": 1000}
 PY_STR_OVERHEAD_BYTES = 64
+# A PostgreSQL store (pgstore.py) keeps vectors and graph on the server; the device holds the client.
+# With edge_rag imported, opening a PgStore (psycopg + its bundled libpq, psycopg_pool, pgvector) and
+# checking out all 4 pool connections added 15.9 MB RSS (3 fresh processes, identical).
+PG_CLIENT_MB = 18.0
 
 # The HARD tier needs 2000 context chars + question + 128 new tokens. Measured with the gemma
 # tokenizer on SQuAD: the one-shot template is 69 tokens, English text ≥ 4.35 chars/token, the
@@ -122,14 +126,17 @@ def generator_estimate(info: GGUFInfo, n_ctx: int) -> Estimate:
     })
 
 
-def index_estimate(passages: int, dim: int, m: int, passage_mode: str = "sentence") -> Estimate:
+def index_estimate(passages: int, dim: int, m: int, passage_mode: str = "sentence",
+                   remote: bool = False) -> Estimate:
     """hnswlib index + SQLite store, and passage texts held in Python while indexing.
 
     index = passages × (dim × 4 + (2M + 1) × 4 + 8 + INDEX_OVERHEAD_BYTES) + STORE_FIXED_MB
     texts = passages × 2 × (PASSAGE_CHARS[mode] + PY_STR_OVERHEAD_BYTES)
+    ``remote`` (a PostgreSQL store): the index lives on the server, the device holds PG_CLIENT_MB
+    instead; ``passages`` then counts only what this process is about to add (texts in Python).
     """
     per = dim * 4 + (2 * m + 1) * 4 + 8 + INDEX_OVERHEAD_BYTES
     text = 2 * (PASSAGE_CHARS.get(passage_mode, PASSAGE_CHARS["paragraph"]) + PY_STR_OVERHEAD_BYTES)
-    return Estimate("index", {"vectors + graph": passages * per / MB + STORE_FIXED_MB,
-                              "texts": passages * text / MB})
+    store = {"PostgreSQL client": PG_CLIENT_MB} if remote else {"vectors + graph": passages * per / MB + STORE_FIXED_MB}
+    return Estimate("index", {**store, "texts": passages * text / MB})
 

@@ -36,6 +36,7 @@ class Plan:
     encode_batch_tokens: int
     passages: int
     components: tuple[Estimate, ...]
+    remote_index: bool = False  # the store is on PostgreSQL: its index is not counted on the device
 
     @property
     def total_mb(self) -> float:
@@ -51,7 +52,7 @@ class Plan:
     def with_passages(self, passages: int, config: Config, dim: int) -> Plan:
         """This plan for a store of ``passages``; BudgetError (before anything is encoded) if the larger
         index no longer fits beside what is already planned."""
-        index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode)
+        index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, self.remote_index)
         parts = tuple(index if c.name == index.name else c for c in self.components)
         if sum(c.mb for c in parts) > self.budget_mb:
             raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, self.encode_batch_tokens, passages))
@@ -61,10 +62,13 @@ class Plan:
         lines = [f"memory plan: ~{self.total_mb:.0f} of {self.budget_mb} MB (n_ctx {self.n_ctx}, "
                  f"encode_batch_tokens {self.encode_batch_tokens}, {self.passages} passages)"]
         lines += [f"  {c.name:<12} {c.mb:6.0f} MB  ({c.describe()})" for c in self.components]
+        if self.remote_index:
+            lines.append("  the vector index is on the PostgreSQL server: not counted on this device")
         return "\n".join(lines)
 
 
-def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | None = None) -> Plan:
+def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | None = None,
+         remote_index: bool = False) -> Plan:
     """Largest encode_batch_tokens, then largest n_ctx, that fit ``config.memory_budget_mb``.
 
     Loads nothing: stats files and reads the GGUF header. n_ctx candidates are config.n_ctx and the
@@ -75,6 +79,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     Raises BudgetError naming the first component that overflows, in the order runtime base,
     generator, encoder, index (largest fixed costs first, so the message names what dominates).
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
+    ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
     """
     info = read_gguf(bundle.require(B.ROLE_GENERATOR))
     onnx_bytes = sum(p.stat().st_size for p in (bundle.path(B.ROLE_ENCODER), bundle.path(B.ROLE_ROUTER)) if p)
@@ -84,7 +89,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     dim = int(enc["dim"])
     seq = min(config.max_seq_len, int(enc.get("max_seq_len", config.max_seq_len)))
     base = runtime_base_estimate() if base_mb is None else Estimate("runtime base", {"python + libraries": base_mb})
-    index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode)
+    index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, remote_index)
 
     def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
         encoder = encoder_estimate(onnx_bytes, dim, batch, seq, int(enc.get("heads", ENCODER_HEADS)),
@@ -98,7 +103,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
         for n_ctx in ctxs:
             parts = components(n_ctx, batch)
             if sum(c.mb for c in parts) <= budget:
-                return Plan(budget, n_ctx, batch, passages, parts)
+                return Plan(budget, n_ctx, batch, passages, parts, remote_index)
     raise BudgetError(_no_fit(components(ctxs[-1], batches[-1]), budget, ctxs[-1], batches[-1], passages))
 
 

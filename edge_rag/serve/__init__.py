@@ -48,7 +48,7 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     app = create_app(rag, config)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
-    print(f"edge-rag: serving {args.db} ({rag.store.count} passages) on http://{url_host}:{port}/", flush=True)
+    print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages) on http://{url_host}:{port}/", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
                                            timeout_graceful_shutdown=config.shutdown_grace_s))
     # uvicorn finishes open requests on SIGTERM / Ctrl-C (the app then closes the store), and re-raises

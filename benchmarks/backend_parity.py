@@ -1,0 +1,94 @@
+"""Same answers from both passage stores? ``python -m benchmarks.backend_parity [--n N]``
+
+Indexes the sample corpus and the SQuAD benchmark part's pooled corpus into the embedded store and
+into PostgreSQL + pgvector (a throw-away server, or ``$EDGE_RAG_PG_URL``), asks every question on both
+with the benchmark config (temperature 0, no answer cache) and compares route and answer text (and the
+context handed to the generator). A difference is put down to HNSW recall when the two stores retrieved
+different passages for the question; any other difference is a bug. ``--decide-only`` stops before
+generation (``rag.decide``): GPT-route answers are then compared by their context, which at temperature
+0 fixes the generated text. Prints one JSON summary per corpus.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from edge_rag import EdgeRAG
+from edge_rag.chunk import iter_files, read_documents
+from edge_rag.models import default_bundle
+
+from . import data
+from .scale_backends import _database
+from .systems import bench_config
+
+SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
+
+
+def compare(db_a: str, db_b: str, docs: list, questions: list[str], bundle: Path, label: str,
+            generate: bool = True) -> dict:
+    """Index ``docs`` into both stores, ask every question on both, count what differs and why."""
+    answers, hits = {}, {}
+    for name, db in (("embedded", db_a), ("pgvector", db_b)):
+        with EdgeRAG(db, bundle=bundle, config=bench_config()) as rag:
+            rag.add_documents(docs)
+            ask = rag.ask if generate else rag.decide
+            answers[name] = [ask(q) for q in tqdm(questions, desc=f"{label}/{name}", unit="q")]
+            n = rag.config.gate_max_n  # what retrieval hands the gate, the reranker and the extractor
+            hits[name] = [rag.store.search(rag.encoder.encode_one(q), n) for q in questions]
+    same = retrieval_differs = unexplained = 0
+    examples = []
+    for i, q in enumerate(questions):
+        a, b = answers["embedded"][i], answers["pgvector"][i]
+        ha, hb = hits["embedded"][i], hits["pgvector"][i]
+        if (a.route, a.answer, a.context) == (b.route, b.answer, b.context):
+            same += 1
+        elif [p.id for p in ha] != [p.id for p in hb]:
+            retrieval_differs += 1
+        else:
+            unexplained += 1
+            examples.append({"question": q, "embedded": [a.route.value, a.answer, a.lower_bound, a.confidence],
+                             "pgvector": [b.route.value, b.answer, b.lower_bound, b.confidence],
+                             "max_score_diff": max(abs(x.score - y.score) for x, y in zip(ha, hb))})
+    routes = {r: sum(a.route.value == r for a in answers["embedded"]) for r in ("RAG", "GPT", "REFUSE")}
+    ids_differ = sum([p.id for p in x] != [p.id for p in y] for x, y in zip(hits["embedded"], hits["pgvector"]))
+    return {"corpus": label, "questions": len(questions), "generated": generate, "routes": routes,
+            "same_route_and_answer": same,
+            "differ_hnsw_recall": retrieval_differs, "differ_unexplained": unexplained,
+            "retrieved_passages_differ": ids_differ, "examples": examples[:5]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.backend_parity", description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=None, help="SQuAD questions (default: the whole benchmark part)")
+    ap.add_argument("--bundle", type=Path, default=None)
+    ap.add_argument("--decide-only", action="store_true", help="compare up to the route, without generating")
+    args = ap.parse_args(argv)
+    bundle = args.bundle or default_bundle("gemma")
+    server, admin = None, os.environ.get("EDGE_RAG_PG_URL")
+    if not admin:
+        from .pgserver import PgServer
+
+        server = PgServer().start()
+        admin = server.url
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            sample_docs = [d for p in iter_files([SAMPLE / "docs"]) for d in read_documents(p)]
+            sample_qs = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
+            print(json.dumps(compare(f"{tmp}/sample", _database(admin, "edge_rag_parity_sample"), sample_docs,
+                                     sample_qs, bundle, "sample", not args.decide_only)))
+            ds = data.load("squad", data.FILES["squad"], args.n, seed=0, part="benchmark")
+            print(json.dumps(compare(f"{tmp}/squad", _database(admin, "edge_rag_parity_squad"), ds.documents,
+                                     [q.question for q in ds.items], bundle, f"squad-{ds.part}",
+                                     not args.decide_only)))
+    finally:
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

