@@ -53,7 +53,7 @@ demo: models
 	$(BIN)/edge-rag demo --profile $(PROFILE)
 
 test: models qemu chromium
-	EDGE_RAG_WHEELS=$(WHEELS) $(BIN)/python -m pytest $(ARGS)
+	EDGE_RAG_WHEELS=$(WHEELS) $(BIN)/python tests/isolated.py $(ARGS)
 
 # The kiosk page test drives Debian's chromium through Playwright (no browser download); where it cannot
 # be installed (not root, no apt) the test skips and says so.

@@ -55,7 +55,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     bundle = Bundle.load(Path(args.bundle) if args.bundle else default_bundle(args.profile))
     how = bundle.verify_files(full=args.full)
-    print(f"files: {len(how)} present and intact ({', '.join(f'{name} {way}' for name, way in how.items())})")
+    detail = "all re-hashed" if args.full else ", ".join(f"{name}: {way}" for name, way in how.items())
+    print(f"files: {len(how)} present and intact ({detail})")
     verdicts = verify_bundle(bundle, args.threads or 0)
     if not verdicts:
         print(f"encoder: {bundle.root} carries no reference set; rebuild it to verify the encoder here")
