@@ -71,11 +71,16 @@ def check_files(folder: Path, create: bool) -> None:
                          "index documents into it first (edge-rag index --db ...)")
 
 
+BUSY_TIMEOUT_S = 60.0  # how long an open or a statement waits for another process's transaction
+
+
 def connect(folder: Path) -> sqlite3.Connection:
     """The checked database, schema up to date (older stores get the newer columns, NULL = unknown)."""
     path = folder / DB_FILE
     try:
-        db = sqlite3.connect(path, check_same_thread=False)
+        # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
+        # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
+        db = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
         db.execute("PRAGMA foreign_keys=ON")
@@ -89,6 +94,10 @@ def connect(folder: Path) -> sqlite3.Connection:
                 if name not in have:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         db.commit()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StoreError(f"{path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s: {exc}") from exc
+        raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
     return db
