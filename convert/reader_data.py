@@ -12,13 +12,13 @@ passage; real unanswerables are few in SQuAD-2 train (7%), so they teach the no-
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.splits import SPLITS_FILE, hotpot_bucket
 from edge_rag.reader import CONTEXT_SEQUENCE, Windows, passage_context
 
 # ../shared/data next to the checkout, unless $EDGE_RAG_DATA says otherwise (a git worktree sits elsewhere).
@@ -27,12 +27,13 @@ SQUAD_TRAIN = DATA / "squad2_train_subset.json"
 SQUAD_DEV = DATA / "squad2_dev_subset.json"
 HOTPOT = DATA / "hotpotqa_dev_subset.jsonl"
 
-# The article split (fixed for this project; calibration / test / out-of-domain articles are never read here).
-READER_TRAIN_DEV_ARTICLES = ("Normans", "Computational_complexity_theory", "Harvard_University", "Yuan_dynasty")
-READER_VAL_DEV_ARTICLES = ("Imperialism",)
-HOTPOT_BUCKETS = 5  # bucket = int(sha256(question_id), 16) % 5
-READER_TRAIN_HOTPOT = (2, 3)
-READER_VAL_HOTPOT = (4,)
+# The reader's parts of the one split file (calibration / test / out-of-domain articles are never read here);
+# "*squad2_train_subset.json" there means the whole train file, which reader_train() reads as SQUAD_TRAIN.
+_SPLITS = json.loads(SPLITS_FILE.read_text(encoding="utf-8"))
+READER_TRAIN_DEV_ARTICLES = tuple(a for a in _SPLITS["squad"]["reader_train"] if not a.startswith("*"))
+READER_VAL_DEV_ARTICLES = tuple(_SPLITS["squad"]["reader_val"])
+READER_TRAIN_HOTPOT = tuple(_SPLITS["hotpotqa"]["reader_train"])
+READER_VAL_HOTPOT = tuple(_SPLITS["hotpotqa"]["reader_val"])
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,6 @@ class Question:
     answers: tuple[str, ...]
     answer_start: int  # char offset of answers[0] in context, -1 if unanswerable
     source: str  # "squad" | "hotpotqa"
-
-
-def hotpot_bucket(question_id: str) -> int:
-    return int(hashlib.sha256(question_id.encode()).hexdigest(), 16) % HOTPOT_BUCKETS
 
 
 def squad_questions(path: Path, articles: tuple[str, ...] | None) -> list[Question]:
