@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models bundle qemu demo test chromium lint bench router reader calibrate clean
+.PHONY: install models bundle system-packages demo test lint bench router reader calibrate clean
 
 install: $(VENV)/.installed
 
@@ -42,25 +42,22 @@ models: install
 bundle: models
 	$(BIN)/python -m convert bundle --profile $(PROFILE) --archive dist/edge-rag-$(PROFILE).tar
 
-# The suite also verifies the encoder under `qemu-x86_64 -cpu Haswell` (AVX2 only, no AVX-512/VNNI).
-qemu:
-	@command -v qemu-x86_64 >/dev/null || { \
+# System packages the suite uses, installed with one `apt-get update` when missing (root + apt only):
+# qemu-user (the encoder verified under `qemu-x86_64 -cpu Haswell`: AVX2 only, no AVX-512/VNNI) and Debian's
+# chromium (the kiosk page driven through Playwright, no browser download). Without them those tests skip and say so.
+SYSTEM_PACKAGES := $(if $(shell command -v qemu-x86_64),,qemu-user) $(if $(shell command -v chromium),,chromium)
+system-packages:
+	@[ -z "$(strip $(SYSTEM_PACKAGES))" ] || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null; \
-	  else echo "qemu-user missing and not root: the emulated AVX2-only encoder check will be skipped"; fi; }
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; } \
+	      || echo "could not install $(strip $(SYSTEM_PACKAGES)): the tests that need them will be skipped"; \
+	  else echo "$(strip $(SYSTEM_PACKAGES)) missing and not root: the tests that need them will be skipped"; fi; }
 
 demo: models
 	$(BIN)/edge-rag demo --profile $(PROFILE)
 
-test: models qemu chromium
+test: models system-packages
 	EDGE_RAG_WHEELS=$(WHEELS) $(BIN)/python tests/isolated.py $(ARGS)
-
-# The kiosk page test drives Debian's chromium through Playwright (no browser download); where it cannot
-# be installed (not root, no apt) the test skips and says so.
-chromium:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
-		echo "chromium could not be installed (needs root and apt-get): the browser test will be skipped"
 
 # Benchmarks: quick (100 questions per dataset) or FULL=1 (all); extra options via ARGS="--threads 2 ...".
 bench: models

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from edge_rag import Config
-from edge_rag.read import READER_ASSET
+from edge_rag.reader import READER_ASSET
 
 _OFF = dict(router=False, correction=False, rerank=False, compression=False, cgr=False)
 

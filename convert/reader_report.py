@@ -158,12 +158,14 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
     seconds = history["checkpoints"][-1]["seconds"]
     lines = [
         "# Reader training report", "",
-        f"Produced by `make reader` (`python -m convert train-reader --epochs {args.epochs} --lr {args.lr} "
-        f"--examples {args.examples} --seed {args.seed}`).", "",
+        f"Produced by `make reader` (`python -m convert train-reader --lr {args.lr} "
+        f"--epochs {args.epochs} --checkpoints {args.checkpoints} --examples {args.examples} --swaps {args.swaps} "
+        f"--seed {args.seed}`).", "",
         "## Data (reader-train part only)", "",
         "| source | windows |", "|---|---|",
         *[f"| {k} | {v} |" for k, v in history["counts"].items()], "",
-        "Sources are described in `convert/reader_data.py`; the subset is a seeded sample of all windows.", "",
+        "Sources are described in `convert/reader_data.py`" + ("; the subset is a seeded sample of all windows." if args.examples
+                                                          else "; every window of the reader-train part."), "",
         "## Training", "",
         f"MiniLM-L6 (all-MiniLM-L6-v2 weights) + Linear(384→2); max {T.MAX_SEQ_LEN} tokens, stride {T.STRIDE}, "
         f"batch {T.BATCH}, AdamW lr {args.lr}, warm-up {T.WARMUP:.0%} then linear decay, weight decay "

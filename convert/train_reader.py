@@ -1,6 +1,6 @@
 """Train the extractive reader (MiniLM + span head + [CLS] no-answer) and ship ``edge_rag/assets/reader.onnx``.
 
-``python -m convert train-reader [--epochs 1] [--checkpoints 1] [--examples 6000] [--lr 1.5e-4] [--seed 0] [--work DIR] [--skip-train]``
+``python -m convert train-reader [--epochs 2] [--checkpoints 2] [--examples 0] [--swaps 0.4] [--lr 1.5e-4] [--seed 0] [--work DIR] [--skip-train]``
 (``make reader``). Steps: build examples from the reader-train part (``convert.reader_data``), fine-tune
 the all-MiniLM-L6-v2 weights the bundle's encoder comes from plus a fresh Linear(384 → 2) head with
 cross-entropy on start and end positions (SQuAD-2 style: an unanswerable window points at [CLS]), AdamW
@@ -24,22 +24,20 @@ from transformers import AutoModel
 
 from convert import reader_data as D
 from edge_rag.models import ENCODER, home
-from edge_rag.reader import Windows, best_span, passage_context
+from edge_rag.reader import MAX_ANSWER_TOKENS, MAX_SEQ_LEN, STRIDE, Windows, best_span, passage_context
 from evaluation.metrics import best_em, best_f1
 
 from .bundle import fetch
 
-MAX_SEQ_LEN = 256
-STRIDE = 128  # tokens shared by consecutive windows
-MAX_ANSWER_TOKENS = 30
 NEGATIVES_PER_ANSWERABLE = 0.3  # sampled no-answer pairs per answerable question (half same article, half other)
+SWAPS_PER_ANSWERABLE = 0.4  # share of answerable SQuAD questions also asked with a swapped name/number (no answer)
 BATCH = 16
 LR = 1.5e-4  # lr 5e-5 barely moved a fresh head in one epoch on this data size
 WARMUP = 0.1  # fraction of all steps
 WEIGHT_DECAY = 0.01
 THREADS = 2
 LOG_EVERY = 20  # steps
-EXAMPLES = 6000  # seeded subset of the 8,927 windows: one epoch = 17 min on the shared 2-core box (0 = all)
+EXAMPLES = 0  # 0 = every window; a seeded subset of N windows for a quicker run
 
 
 class SpanReader(nn.Module):
@@ -143,7 +141,7 @@ def train(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(THREADS)
     tok = windowing()
-    examples = D.build_examples(tok, D.reader_train(), NEGATIVES_PER_ANSWERABLE, args.seed)
+    examples = D.build_examples(tok, D.reader_train(), NEGATIVES_PER_ANSWERABLE, args.seed, args.swaps)
     if args.examples and args.examples < len(examples):  # a seeded subset, same mix of sources in expectation
         examples = random.Random(args.seed).sample(examples, args.examples)
     counts = {s: sum(e.source == s for e in examples) for s in sorted({e.source for e in examples})}
@@ -225,10 +223,12 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-reader", help="fine-tune the extractive reader, export reader.onnx, write its report",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--checkpoints", type=int, default=1, help="equally spaced checkpoints (each scored on reader-val)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--checkpoints", type=int, default=2, help="equally spaced checkpoints (each scored on reader-val)")
     p.add_argument("--lr", type=float, default=LR)
     p.add_argument("--examples", type=int, default=EXAMPLES, help="train on a seeded subset of this many windows (0 = all)")
+    p.add_argument("--swaps", type=float, default=SWAPS_PER_ANSWERABLE,
+                   help="share of answerable SQuAD questions also trained with a swapped name/number as no-answer")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=home() / "reader-train", help="checkpoints, logs, validation rows")
     p.add_argument("--skip-train", action="store_true", help="reuse the checkpoints in --work")

@@ -45,7 +45,7 @@ class CertifiedPath:
         if self._neural is None:
             self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
                                         threads=c.threads, batch_tokens=c.encode_batch_tokens)
-        return self._neural(question, paragraphs(passages, store, c.reader_passages))
+        return self._neural(question, paragraphs(passages, store, c.reader_passages, c.reader_window))
 
     def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:
         """Score the candidate with the calibrated combiner and route it against the certified threshold."""

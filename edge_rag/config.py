@@ -146,6 +146,7 @@ class Config:
     max_error_rate: float = 0.7
     delta: float = 0.05
     reader_passages: int = 2  # top hits, widened to their paragraph, the neural reader reads (latency: ~1 window each)
+    reader_window: int = 3  # sentences either side of a sentence hit that make up its paragraph for the reader
 
     # -- confidence-gated routing (EverydayGPT Def. 2). Distances are squared L2, d = 2 - 2 s, as the seeds'
     # FAISS IndexFlatL2; the certified path uses the out-of-domain floor of the calibration file instead.
@@ -222,6 +223,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "max_error_rate": (0.0, 1.0, False, True, _REAL),
     "delta": (0.0, 1.0, False, False, _REAL),
     "reader_passages": (1, None, True, True, _INT),
+    "reader_window": (0, None, True, True, _INT),
     "rag_confidence": (0.0, 1.0, True, True, _REAL),
     "top_k": (0, None, True, True, _INT),  # 0 = llama.cpp samples from the whole vocabulary
     "temperature": (0.0, None, True, True, _REAL),

@@ -15,12 +15,8 @@ from typing import Protocol
 from .bundle import Bundle
 from .errors import BundleError
 from .extract import extract
-from .memory.estimate import Estimate, encoder_estimate
-from .reader import READER_ASSET, Reader
+from .reader import Reader, reader_file
 from .types import Passage
-
-ROLE_READER = "reader"
-PARAGRAPH_WINDOW = 3  # sentences either side of a sentence hit that make up its paragraph for the reader
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,7 @@ class _Store(Protocol):
     def passages(self, ids: Sequence[int]) -> list[Passage]: ...
 
 
-def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int = PARAGRAPH_WINDOW) -> list[Passage]:
+def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int) -> list[Passage]:
     """The first ``limit`` distinct hits widened to their neighbourhood: for a sentence passage, the passages
     of the same document at positions within ``window`` of it (ids of one document are consecutive), joined
     in document order. Keeps the hit's id and score."""
@@ -68,16 +64,9 @@ def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:
     return Candidate(e.answer or None, e.passage_id, e.confidence, 0.0, e.confidence)
 
 
-def reader_estimate(onnx_bytes: int, dim: int = 384, batch_tokens: int = 2048, max_seq_len: int = 256) -> Estimate:
-    """Memory of the neural reader for the budget planner: the same MiniLM shape as the encoder, so the
-    encoder's measured model applies (weights x ONNX_FILE_FACTOR + session, and the activations of one
-    length-bounded batch of ``batch_tokens`` padded tokens, the Reader's default)."""
-    return Estimate("reader", encoder_estimate(onnx_bytes, dim, batch_tokens, max_seq_len).parts)
-
-
 def reader_path(bundle: Bundle) -> Path:
     """The bundle's reader ONNX, else the one shipped with the package."""
-    path = bundle.path(ROLE_READER) or READER_ASSET
+    path = reader_file(bundle)
     if not path.is_file():
         raise BundleError(f"no reader model: {path} is missing; use Config(reader='rules') or run `make reader`")
     return path

@@ -15,12 +15,17 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from . import bundle as B
 from .encode import length_batches, load_session, pad_batch
 from .errors import BundleError, InputError
+from .models import SHIPPED_ASSETS
 from .types import Passage
 
-READER_ASSET = Path(__file__).resolve().parent / "assets" / "reader.onnx"  # trained by `make reader`
+READER_ASSET = SHIPPED_ASSETS[B.ROLE_READER]  # trained by `make reader`
 CONTEXT_SEQUENCE = 1  # tokenizers' sequence id of the passage in a (question, passage) pair
+MAX_SEQ_LEN = 256  # window length the reader is trained and run with (tokens)
+STRIDE = 128  # tokens shared by consecutive windows
+MAX_ANSWER_TOKENS = 30
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ class Span:
 
 NO_SPAN = Span(text=None, passage_id=-1, score=float("-inf"), null_score=float("inf"),
                margin=float("-inf"), start=0, end=0)
+
+
+def reader_file(bundle: B.Bundle) -> Path:
+    """The bundle's reader ONNX, else the one shipped with the package (which may be absent)."""
+    return bundle.path(B.ROLE_READER) or READER_ASSET
 
 
 def passage_context(title: str, text: str) -> tuple[str, int]:
@@ -100,8 +110,8 @@ def best_span(start: np.ndarray, end: np.ndarray, window: Encoding, min_char: in
 class Reader:
     """Finds the answer span to a question in a few passages, with a no-answer score."""
 
-    def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, max_seq_len: int = 256,
-                 stride: int = 128, max_answer_tokens: int = 30, threads: int = 0,
+    def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, max_seq_len: int = MAX_SEQ_LEN,
+                 stride: int = STRIDE, max_answer_tokens: int = MAX_ANSWER_TOKENS, threads: int = 0,
                  batch_tokens: int = 2048) -> None:
         if max_answer_tokens < 1:
             raise InputError(f"reader max_answer_tokens must be >= 1, got {max_answer_tokens}")

@@ -18,6 +18,7 @@ from edge_rag.chunk import chunk, iter_files, read_documents
 from edge_rag.config import Config
 from edge_rag.errors import BudgetError, BundleError
 from edge_rag.memory import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
+from edge_rag.reader import reader_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
@@ -127,6 +128,19 @@ def test_plan_is_cheap_and_within_budget(bundle: B.Bundle, sample_passages: int)
     assert "generator" in str(p) and p.apply(Config()).n_ctx == p.n_ctx
 
 
+def test_plan_counts_the_neural_reader_only_where_it_runs(bundle: B.Bundle) -> None:
+    """The certified path loads reader.onnx (its own weights and batch activations): planned, else not."""
+    big = Config(memory_budget_mb=100_000)
+    names = {r: {c.name for c in fixed_plan(bundle, big.with_(certified=True, reader=r)).components}
+             for r in ("neural", "rules")}
+    assert "reader" in names["neural"] and "reader" not in names["rules"]
+    p = fixed_plan(bundle, big.with_(certified=True))
+    reader, encoder = p.component("reader"), p.component("encoder")
+    assert reader.parts["weights"] > reader_file(bundle).stat().st_size / 2**20  # at least the file itself
+    assert reader.parts["activations"] == pytest.approx(encoder.parts["activations"], rel=0.5)  # same shape
+    assert p.total_mb > fixed_plan(bundle, big).total_mb
+
+
 def test_plan_grows_with_n_ctx_and_passages(bundle: B.Bundle) -> None:
     big = Config(memory_budget_mb=100_000)
     totals = [fixed_plan(bundle, big.with_(n_ctx=n)).total_mb for n in (1024, 2048, 4096, 8192)]
@@ -176,7 +190,8 @@ def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: 
     """Budget = the plan at n_ctx 1024 (+10 MB slack); config asks for 2048. Worst order: llama.cpp
     loaded before indexing, then the 20 answerable sample questions at temperature 0 and 3 HARD-tier
     generations. Invariants, whatever this machine's RSS: peak RSS ≤ plan ≤ budget, and the plan keeps
-    2048 exactly when 2048 fits by its own estimate (with the runtime base the subprocess measured)."""
+    2048 exactly when 2048 fits by its own estimate at the encoder batch it chose (with the runtime base
+    the subprocess measured: where that base is higher, the batch shrinks before n_ctx does)."""
     at_1024 = fixed_plan(bundle, Config(memory_budget_mb=100_000), sample_passages)
     budget_mb = math.ceil(at_1024.total_mb) + 10
     code = "import sys; from benchmarks.memory import main; main(sys.argv[1:])"
@@ -189,7 +204,9 @@ def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: 
     assert result["questions"] == 20 and p["total_mb"] <= budget_mb
     assert result["peak_rss_mb"] <= budget_mb, result
     assert result["peak_rss_mb"] <= p["total_mb"], result
-    at_2048 = plan(bundle, Config(memory_budget_mb=100_000, n_ctx=2048), p["passages"], base_mb=p["runtime base"])
+    # the encoder batch is chosen first (largest that fits), then n_ctx: compare at the batch it chose
+    at_2048 = plan(bundle, Config(memory_budget_mb=100_000, n_ctx=2048, encode_batch_tokens=p["encode_batch_tokens"]),
+                   p["passages"], base_mb=p["runtime base"])
     assert (p["n_ctx"] == 2048) == (at_2048.total_mb <= budget_mb), (p, at_2048.total_mb)
 
 

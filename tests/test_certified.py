@@ -81,12 +81,13 @@ def test_off_topic_questions_are_refused_on_the_sample_corpus(sample_rag):
 
 def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
     """A sentence hit is widened to its document neighbours (same doc only, in order) for the reader."""
-    from edge_rag.read import PARAGRAPH_WINDOW, paragraphs
+    from edge_rag.read import paragraphs
 
+    window = sample_rag.config.reader_window
     hits = sample_rag.store.search(sample_rag.encoder.encode_one("When is the museum open on Sundays?"), 5)
-    wide = paragraphs(hits, sample_rag.store, limit=2)
+    wide = paragraphs(hits, sample_rag.store, limit=2, window=window)
     assert 1 <= len(wide) <= 2 and wide[0].id == hits[0].id and wide[0].score == hits[0].score
-    ids = [hits[0].id + k for k in range(-PARAGRAPH_WINDOW, PARAGRAPH_WINDOW + 1)]
+    ids = [hits[0].id + k for k in range(-window, window + 1)]
     same_doc = [p for p in sample_rag.store.passages(ids) if p.doc_id == hits[0].doc_id]
     assert wide[0].text == " ".join(p.text for p in same_doc) and hits[0].text in wide[0].text
     assert all(h.id not in {p.id for p in same_doc} for h in wide[1:])  # no window read twice

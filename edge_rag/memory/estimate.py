@@ -105,6 +105,12 @@ def encoder_estimate(onnx_bytes: int, dim: int, batch_tokens: int, max_seq_len: 
                                 "activations": ENCODER_ACT_FIXED_MB + act})
 
 
+def reader_estimate(onnx_bytes: int, dim: int, batch_tokens: int, max_seq_len: int) -> Estimate:
+    """The neural reader: the encoder's MiniLM shape with a span head, run in batches of the same
+    ``batch_tokens`` (NeuralReader is given the encoder's batch), so the encoder's measured model applies."""
+    return Estimate("reader", encoder_estimate(onnx_bytes, dim, batch_tokens, max_seq_len).parts)
+
+
 def generator_estimate(info: GGUFInfo, n_ctx: int) -> Estimate:
     """llama.cpp on a GGUF, as Generator runs it (mmap, n_batch = min(512, n_ctx), full-size SWA cache).
 

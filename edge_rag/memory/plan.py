@@ -14,6 +14,8 @@ from pathlib import Path
 from .. import bundle as B
 from ..config import Config
 from ..errors import BudgetError, BundleError
+from ..reader import MAX_SEQ_LEN as READER_SEQ_LEN
+from ..reader import reader_file
 from ..store import DB_FILE
 from .estimate import (
     ENCODER_HEADS,
@@ -22,6 +24,7 @@ from .estimate import (
     encoder_estimate,
     generator_estimate,
     index_estimate,
+    reader_estimate,
     runtime_base_estimate,
 )
 from .gguf import read_gguf
@@ -77,7 +80,8 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     max_seq_len. The batch is kept large first (indexing speed) because n_ctx above MIN_N_CTX buys
     nothing the tiers use. ``passages``: how many the store will hold (present + about to be added).
     Raises BudgetError naming the first component that overflows, in the order runtime base,
-    generator, encoder, index (largest fixed costs first, so the message names what dominates).
+    generator, encoder, index (largest fixed costs first, so the message names what dominates), then
+    the neural reader when the config uses it (certified path, reader "neural").
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
     ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
     """
@@ -90,11 +94,15 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     seq = min(config.max_seq_len, int(enc.get("max_seq_len", config.max_seq_len)))
     base = runtime_base_estimate() if base_mb is None else Estimate("runtime base", {"python + libraries": base_mb})
     index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, remote_index)
+    # The neural reader is loaded only on the certified path (on first use, but planned up front).
+    reader = reader_file(bundle) if config.certified and config.reader == "neural" else None
+    reader_bytes = reader.stat().st_size if reader is not None and reader.is_file() else 0
 
     def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
         encoder = encoder_estimate(onnx_bytes, dim, batch, seq, int(enc.get("heads", ENCODER_HEADS)),
                                    enc.get("ffn"))
-        return base, generator_estimate(info, n_ctx), encoder, index  # error names the first that overflows
+        parts = base, generator_estimate(info, n_ctx), encoder, index  # error names the first that overflows
+        return parts + ((reader_estimate(reader_bytes, dim, batch, READER_SEQ_LEN),) if reader_bytes else ())
 
     budget = config.memory_budget_mb
     ctxs = _n_ctx_candidates(config.n_ctx, info.context_length)

@@ -1,0 +1,91 @@
+"""What the neural reader should read: quality, abstention signal and latency per (reader_passages, reader_window).
+
+``python -m benchmarks.reader_sweep [--passages 1,2] [--windows 1,2,3] [--part reader_val] [--n N]``
+
+Every question of one split (default reader-val, never calibration or test) goes through ``EdgeRAG.decide`` on
+the certified path with the calibration switched off, so every candidate is recorded, over the pooled corpus of
+the SQuAD dev file (as `convert calibrate` and `make bench` build it). Per setting: answerable candidate F1 (the
+best span, answered or not), the share of candidates that are right (F1 >= 0.5 on an answerable question),
+the AUROC of the reader margin for right vs wrong candidates (unanswerable ones are all wrong), and the read
+stage's p50 / p95 ms. The Config defaults `reader_passages` / `reader_window` are chosen from this table.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from edge_rag import Config, EdgeRAG
+from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag.certify import F1_CORRECT
+from edge_rag.models import default_bundle, home
+from evaluation.metrics import best_f1
+
+from . import data, splits
+
+
+def auroc(positive: list[float], negative: list[float]) -> float | None:
+    """P(a random positive scores above a random negative), ties half; None without both kinds."""
+    if not positive or not negative:
+        return None
+    p, n = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
+    return float(np.mean((p > n) + 0.5 * (p == n)))
+
+
+def measure(rag: EdgeRAG, items: list, label: str) -> dict:
+    f1s, right, margins, read_ms = [], [], {True: [], False: []}, []
+    for q in tqdm(items, desc=label, unit="q"):
+        a = rag.decide(q.question)
+        read_ms.append(a.timings_ms.get("read", 0.0))
+        f1 = best_f1(a.candidate, q.answers) if a.candidate and not q.is_impossible else 0.0
+        if not q.is_impossible:
+            f1s.append(f1)
+        if a.candidate:
+            ok = not q.is_impossible and f1 >= F1_CORRECT
+            right.append(ok)
+            margins[ok].append(a.features["margin"])
+    return {"answerable_f1": float(np.mean(f1s)), "candidates_right": float(np.mean(right)) if right else 0.0,
+            "margin_auroc": auroc(margins[True], margins[False]),
+            "read_p50_ms": float(np.percentile(read_ms, 50)), "read_p95_ms": float(np.percentile(read_ms, 95))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.reader_sweep", description=__doc__.splitlines()[0])
+    ap.add_argument("--passages", type=ints, default=[1, 2])
+    ap.add_argument("--windows", type=ints, default=[1, 2, 3])
+    ap.add_argument("--part", default="reader_val", choices=[p for p in splits.PARTS if p != "test"])
+    ap.add_argument("--n", type=int, default=None, help="a seeded sample of the split's SQuAD questions")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--bundle", type=Path, default=None)
+    ap.add_argument("--index-cache", type=Path, default=home() / "bench")
+    args = ap.parse_args(argv)
+    bundle = Bundle.load(args.bundle or default_bundle("gemma"))
+    path = data.FILES["squad"]
+    docs, items = data.LOADERS["squad"](path)
+    ds = data.Dataset("squad", path, hashlib.sha256(path.read_bytes()).hexdigest(), docs, [], "all")
+    base = Config(temperature=0.0, cache_size=0, certified=True, threads=args.threads)
+    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    db, _ = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
+    part = data.sample(splits.select(items, args.part), args.n, 0)
+    print(f"{len(part)} {args.part} questions ({sum(not q.is_impossible for q in part)} answerable)")
+    lines = ["| reader_passages | reader_window | answerable F1 | candidates right | margin AUROC right/wrong "
+             "| read p50 ms | read p95 ms |", "|---|---|---|---|---|---|---|"]
+    for k in args.passages:
+        for w in args.windows:
+            with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader_passages=k, reader_window=w)) as rag:
+                rag.certified.calibration = rag.certified.certificate = None  # record every candidate
+                rag.decide(part[0].question)  # load the reader outside the timings
+                r = measure(rag, part, f"passages {k} window {w}")
+            auc = f"{r['margin_auroc']:.3f}" if r["margin_auroc"] is not None else "–"
+            lines.append(f"| {k} | {w} | {r['answerable_f1']:.3f} | {r['candidates_right']:.3f} | {auc} "
+                         f"| {r['read_p50_ms']:.1f} | {r['read_p95_ms']:.1f} |")
+            print(lines[-1], flush=True)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

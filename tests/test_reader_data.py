@@ -1,0 +1,75 @@
+"""The reader's training examples (convert/reader_data.py) on the real SQuAD-2 train articles: gold spans land
+on the answer's tokens, and swapped questions really lose their answer in the paragraph."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from tokenizers import Tokenizer
+
+from convert import reader_data as D
+from edge_rag import bundle as B
+from edge_rag.reader import CONTEXT_SEQUENCE, Windows, passage_context
+
+pytestmark = pytest.mark.skipif(not D.SQUAD_TRAIN.is_file(), reason=f"{D.SQUAD_TRAIN} not found (../shared/data)")
+
+
+@pytest.fixture(scope="module")
+def questions() -> list[D.Question]:
+    return D.squad_questions(D.SQUAD_TRAIN, None)
+
+
+@pytest.fixture(scope="module")
+def windows(bundle_dir) -> Windows:
+    return Windows(Tokenizer.from_file(str(B.Bundle.load(bundle_dir).require(B.ROLE_TOKENIZER))), 256, 128)
+
+
+def test_gold_labels_cover_the_answer_text(questions: list[D.Question], windows: Windows):
+    answerable = [q for q in questions if q.answer_start >= 0][:200]
+    for q in answerable:
+        text, prefix = passage_context(q.title, q.context)
+        labelled = [(ids, s, e) for ids, _, s, e in
+                    D.label_windows(windows, q.question, q.title, q.context, q.answer_start, q.answers[0]) if s]
+        assert labelled, q.id  # the answer is inside at least one window
+        for ws in windows(q.question, text):
+            if ws.ids == labelled[0][0]:
+                _, s, e = labelled[0]
+                assert ws.sequence_ids[s] == ws.sequence_ids[e] == CONTEXT_SEQUENCE
+                span = text[ws.offsets[s][0]:ws.offsets[e][1]]
+                assert q.answers[0].strip().lower() in span.lower() and len(span) <= len(q.answers[0]) + 20, (q.id, span)
+
+
+def test_swapped_questions_change_one_name_or_number_to_one_absent_from_the_paragraph(questions: list[D.Question]):
+    by_article: dict[str, list[str]] = {}
+    for q in questions:
+        if q.context not in by_article.setdefault(q.article, []):
+            by_article[q.article].append(q.context)
+    rng, swapped, tried = random.Random(0), 0, 0
+    for q in questions:
+        if q.answer_start < 0 or tried >= 400:
+            continue
+        tried += 1
+        new = D.swap_question(q.question, q.context, " ".join(by_article[q.article]), rng)
+        if new is None:
+            continue
+        swapped += 1
+        old_spans = set(D._SWAPPABLE.findall(q.question))
+        added = [s for s in D._SWAPPABLE.findall(new) if s not in old_spans]
+        assert new != q.question and added, (q.question, new)
+        assert any(s.lower() not in q.context.lower() for s in added), (q.question, new)
+    assert swapped > tried // 3  # most answerable SQuAD questions name something their paragraph names
+
+
+def test_build_examples_mix_and_determinism(questions: list[D.Question], windows: Windows):
+    part = questions[:300]
+    a = D.build_examples(windows, part, 0.3, seed=0, swaps_per_answerable=0.5)
+    b = D.build_examples(windows, part, 0.3, seed=0, swaps_per_answerable=0.5)
+    assert [(e.ids, e.start, e.end, e.source) for e in a] == [(e.ids, e.start, e.end, e.source) for e in b]
+    sources = {e.source for e in a}
+    assert {"answerable", "swapped"} <= sources
+    assert all(e.start == e.end == 0 for e in a if e.source in ("swapped", "impossible", "same_article",
+                                                                   "other_article", "window"))
+    assert all(0 < e.start <= e.end for e in a if e.source == "answerable")
+    # swaps draw from their own random stream: turning them off leaves every other example as it was
+    plain = D.build_examples(windows, part, 0.3, seed=0)
+    assert [e.ids for e in plain] == [e.ids for e in a if e.source != "swapped"]
