@@ -129,6 +129,10 @@ class Config:
     rerank_lexical_weight: float = 0.3
     rerank_title_weight: float = 0.1
 
+    # -- compression: sentences below this relevance (compress.py: term overlap + 0.5 x cosine) are dropped even
+    # when the tier's budget has room; chosen on the router's train/val part (convert/train_router.py)
+    compression_floor: float = 0.0
+
     # -- dedupe (EverydayGPT): passages whose first N normalised characters repeat are dropped
     dedupe_prefix_chars: int = 120
 
@@ -212,6 +216,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "rerank_dense_weight": (0.0, None, True, True, _REAL),
     "rerank_lexical_weight": (0.0, None, True, True, _REAL),
     "rerank_title_weight": (0.0, None, True, True, _REAL),
+    "compression_floor": (0.0, None, True, True, _REAL),
     "dedupe_prefix_chars": (1, None, True, True, _INT),
     "gate_delta": (0.0, 1.0, False, False, _REAL),
     "gate_threshold": (0.0, 1.0, True, True, _REAL),  # a mean relevance in [0, 1]
