@@ -217,7 +217,7 @@ class EdgeRAG:
                 hits = self.store.search(vector, search_width(c))
         scores = [p.score for p in hits]
         with stage("route"):
-            tier, spec, fallback = choose_tier(vector, scores, self.router, c)
+            tier, spec, fallback = choose_tier(vector, question, hits, self.router, c)
         passages, corrected = correct(hits, spec.k, tier, c)
         if c.retrieval and c.rerank and spec.rerank:
             with stage("rerank"):

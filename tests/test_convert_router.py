@@ -26,13 +26,14 @@ from convert.router import (
     random_router,
     save_router,
 )
+from edge_rag.route import PROFILE
 
 
 def test_architecture_matches_design():
     layers = [type(m).__name__ for m in RouterMLP().net]
     assert layers == ["Linear", "ReLU", "Dropout", "Linear", "ReLU", "Linear"]
     shapes = [tuple(p.shape) for p in RouterMLP().parameters()]
-    assert IN_DIM == EMBED_DIM + 3  # the embedding, then s1, s1 - s5, score entropy
+    assert IN_DIM == EMBED_DIM + len(PROFILE)  # the embedding, then the retrieval profile
     assert shapes == [(256, IN_DIM), (256,), (64, 256), (64,), (3, 64), (3,)]
 
 

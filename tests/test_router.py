@@ -19,6 +19,7 @@ from edge_rag.config import TIERS, Config, Tier, TierSpec
 from edge_rag.models import ROUTER_ASSET
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.route import PROFILE, PROFILE_K, Router, choose_tier, features, profile, search_width
+from edge_rag.types import Passage
 
 CLEAR_MARGIN = 1e-3  # logit gap above which batch and single-row inference must agree on any CPU
 
@@ -36,20 +37,33 @@ def held_out_rows(squad_default_rag) -> tuple[list[str], np.ndarray]:
     rows = []
     for q in questions:
         vector = rag.encoder.encode_one(q)
-        rows.append(features(vector, [p.score for p in rag.store.search(vector, search_width(rag.config))]))
+        rows.append(features(vector, q, rag.store.search(vector, search_width(rag.config))))
     return questions, np.array(rows)
+
+
+def _hits(*scores: float, texts: tuple[str, ...] = ()) -> list[Passage]:
+    texts = texts or tuple(f"Sentence number {i} about nothing." for i in range(len(scores)))
+    return [Passage(i, f"d{i}", "", t, score=s) for i, (s, t) in enumerate(zip(scores, texts))]
 
 
 # -- the retrieval profile -----------------------------------------------------------------------------
 def test_profile_reads_the_score_shape():
-    flat = profile([0.5] * PROFILE_K)
-    assert flat == pytest.approx([0.5, 0.0, 1.0])
-    peaked = profile([0.9] + [0.3] * (PROFILE_K - 1))
+    flat = profile("q?", _hits(*[0.5] * PROFILE_K))
+    assert flat[:3] == pytest.approx([0.5, 0.0, 1.0])
+    peaked = profile("q?", _hits(0.9, *[0.3] * (PROFILE_K - 1)))
     assert peaked[0] == pytest.approx(0.9) and peaked[1] == pytest.approx(0.6) and peaked[2] < 0.01
-    assert profile(np.linspace(0.8, 0.3, 30))[1] == pytest.approx(0.8 - np.linspace(0.8, 0.3, 30)[4])  # s5, not s30
-    assert profile([0.7, 0.6]).tolist() == pytest.approx([0.7, 0.1, profile([0.7, 0.6])[2]])  # < 5 hits: the last
-    assert profile([]).tolist() == [0.0] * len(PROFILE)  # no retrieval
-    assert 0.0 <= profile([0.6, 0.59, 0.2])[2] <= 1.0
+    many = np.linspace(0.8, 0.3, 30)
+    assert profile("q?", _hits(*many))[1] == pytest.approx(many[0] - many[4])  # s5, not s30
+    assert profile("q?", _hits(0.7, 0.6))[1] == pytest.approx(0.1)  # fewer than 5 hits: the last one
+    assert profile("q?", []).tolist() == [0.0] * len(PROFILE)  # no retrieval
+    assert 0.0 <= profile("q?", _hits(0.6, 0.59, 0.2))[2] <= 1.0
+
+
+def test_profile_overlap_finds_where_the_question_terms_are():
+    texts = ("Paris is large.", "London has a clock.", "Rome has a river.", "The Eiffel Tower was built in 1889.")
+    question = "When was the Eiffel Tower built?"
+    assert profile(question, _hits(0.9, 0.8, 0.7, 0.6, texts=texts))[3:].tolist() == pytest.approx([0, 0, 1])
+    assert profile(question, _hits(0.9, 0.8, texts=texts[2:]))[3:].tolist() == pytest.approx([0, 1, 1])
 
 
 def test_search_is_wide_enough_for_every_consumer():
@@ -62,6 +76,7 @@ def test_search_is_wide_enough_for_every_consumer():
 def test_shipped_router_takes_embedding_and_profile(router: Router, held_out_rows):
     _, rows = held_out_rows
     assert router.width == rows.shape[1] == 384 + len(PROFILE)
+    assert np.isfinite(rows).all() and (rows[:, 384:] >= 0).all()
 
 
 def test_router_is_deterministic(router: Router, held_out_rows) -> None:
@@ -104,28 +119,28 @@ def test_an_embedding_only_router_gets_the_embedding(tmp_path: Path) -> None:
     old = Router(tmp_path / "old.onnx")
     vector = np.ones(384, np.float32) / np.sqrt(384)
     assert old.width == 384
-    assert old(vector, [0.9, 0.5]) is TIERS[int(np.argmax(old.logits(vector)[0]))]
+    assert old(vector, "q?", _hits(0.9, 0.5)) is TIERS[int(np.argmax(old.logits(vector)[0]))]
 
 
 # -- choose_tier (EdgeRAG's tier step): router on, off, overridden, missing -----------------------------
 QUESTION = "Who founded the Harbourlight Science Museum?"
 
 
-def _scores(rag: EdgeRAG, vector: np.ndarray) -> list[float]:
-    return [p.score for p in rag.store.search(vector, search_width(rag.config))]
+def _hits_of(rag: EdgeRAG, vector: np.ndarray) -> list[Passage]:
+    return rag.store.search(vector, search_width(rag.config))
 
 
 def test_router_on_routes_by_the_model(sample_rag: EdgeRAG) -> None:
     vector = sample_rag.encoder.encode_one(QUESTION)
     answer = sample_rag.decide(QUESTION)
-    assert answer.tier is sample_rag.router(vector, _scores(sample_rag, vector)) and not answer.tier_fallback
+    assert answer.tier is sample_rag.router(vector, QUESTION, _hits_of(sample_rag, vector)) and not answer.tier_fallback
     assert answer.context_chars <= sample_rag.config.tier(answer.tier).context_chars
 
 
 def test_router_off_uses_baseline_k_and_the_fallback_tier(sample_rag: EdgeRAG) -> None:
     c = Config(router=False, baseline_k=3)
     vector = sample_rag.encoder.encode_one(QUESTION)
-    tier, spec, fallback = choose_tier(vector, _scores(sample_rag, vector), sample_rag.router, c)
+    tier, spec, fallback = choose_tier(vector, QUESTION, _hits_of(sample_rag, vector), sample_rag.router, c)
     base = c.tier(c.fallback_tier)
     assert (tier, fallback) == (c.fallback_tier, False)
     assert spec == TierSpec(3, base.context_chars, base.max_new_tokens, False)
@@ -135,12 +150,12 @@ def test_router_off_uses_baseline_k_and_the_fallback_tier(sample_rag: EdgeRAG) -
 def test_override_wins_over_the_router(sample_rag: EdgeRAG, tier: Tier) -> None:
     vector = sample_rag.encoder.encode_one(QUESTION)
     c = Config(tier_override=tier)
-    assert choose_tier(vector, _scores(sample_rag, vector), sample_rag.router, c) == (tier, c.tier(tier), False)
+    assert choose_tier(vector, QUESTION, _hits_of(sample_rag, vector), sample_rag.router, c) == (tier, c.tier(tier), False)
 
 
 def test_missing_router_falls_back_and_says_so(bundle_dir: Path, tmp_path: Path) -> None:
     """A bundle without router.onnx: every question gets the config's fallback tier, recorded in the Answer."""
-    assert choose_tier(np.zeros(384, np.float32), [], None, Config()) == (Tier.MEDIUM, Config().tier(Tier.MEDIUM), True)
+    assert choose_tier(np.zeros(384, np.float32), QUESTION, [], None, Config()) == (Tier.MEDIUM, Config().tier(Tier.MEDIUM), True)
     no_router = tmp_path / "bundle"
     no_router.mkdir()
     manifest = json.loads((bundle_dir / B.MANIFEST).read_text(encoding="utf-8"))
