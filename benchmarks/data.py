@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("EDGE_RAG_DATA", ROOT.parent / "shared" / "data"))  # env: for worktrees
 FILES = {"squad": DATA_DIR / "squad2_dev_subset.json", "hotpotqa": DATA_DIR / "hotpotqa_dev_subset.jsonl"}
 OOD_FILE = DATA_DIR / "squad2_unlabeled_20articles.json"  # out-of-domain questions (splits.json "ood")
-PARTS = ("benchmark", "all")
+PARTS = ("benchmark", "val", "all")  # the test split, the reader/router val split, the whole file
 LOADERS: dict[str, Callable[[str | Path], tuple[list[Document], list[QAItem]]]] = {
     "squad": load_squad,
     "hotpotqa": load_hotpot,
@@ -71,11 +71,12 @@ def held_out(items: list[QAItem]) -> list[QAItem]:
 
 def load(name: str, path: Path, n: int | None, seed: int, part: str = "benchmark") -> Dataset:
     """The dataset's pooled corpus (always every context of the file) and a sample of its questions,
-    drawn from the router's benchmark part when ``part`` is "benchmark" and the file has one."""
+    drawn from the test split when ``part`` is "benchmark", from reader_val when "val" (choices made
+    before a test run), and from the whole file when "all" or when the file has no such split."""
     docs, items = LOADERS[name](path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    kept = held_out(items) if part == "benchmark" else []
-    return Dataset(name, path, digest, docs, sample(kept or items, n, seed), "benchmark" if kept else "all")
+    kept = held_out(items) if part == "benchmark" else splits.select(items, "reader_val") if part == "val" else []
+    return Dataset(name, path, digest, docs, sample(kept or items, n, seed), part if kept else "all")
 
 
 def open_index(ds: Dataset, bundle: Path, encoder_sha: str, config: Config, cache: Path) -> tuple[Path, dict]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import scale_backends
+from . import routing, scale_backends
 
 
 def _n(x: float | None, digits: int = 1) -> str:
@@ -187,7 +187,7 @@ def write(results: dict, path: Path, plots: list[Path]) -> Path:
         if "skipped" in ds:
             parts.append(f"## {name}\n\nSkipped: {ds['skipped']}.\n")
             continue
-        part = ("the router's held-out benchmark part" if ds.get("part") == "benchmark" else "the whole file")
+        part = {"benchmark": "the test split", "val": "the val split"}.get(ds.get("part"), "the whole file")
         parts += [f"## {name} ({ds['n_questions']} questions from {part}, {ds['n_answerable']} answerable)\n",
                   _headline(ds, baseline), _fallback_note(ds, results["systems"]),
                   "### Decision layer: who is answered, and how often wrongly\n",
@@ -195,6 +195,7 @@ def write(results: dict, path: Path, plots: list[Path]) -> Path:
                   "OOD-test: questions on articles absent from the corpus (decide only; a GPT route counts as "
                   "answered). read p50 = the read stage (neural reader or rule extractor).\n", _decision(ds),
                   "### Context and answer quality\n", _detail(ds),
+                  "### Router: tier choices against tier labels\n", routing.report(ds.get("router")),
                   "### Stage latency, ms: mean over all questions (p50 / p95 where the stage ran)\n", _stages(ds)]
     parts += ["## Retrieval (dense index, document-level gold evidence)\n", _retrieval(results),
               "## Peer comparison\n", _peer(results["peer"]), "## Scale\n", _scale(results["scale"]),

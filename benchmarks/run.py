@@ -21,7 +21,7 @@ from edge_rag import EdgeRAG, EdgeRAGError, Route
 from edge_rag.bundle import ROLE_ENCODER, Bundle
 from edge_rag.models import default_bundle, home
 
-from . import data, decision, hardware, peer, plots, report, scale, scale_backends
+from . import data, decision, hardware, peer, plots, report, routing, scale, scale_backends
 from . import metrics as M
 from .systems import BASELINE, SYSTEMS, available, bench_config, preset
 
@@ -38,7 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hotpot", type=Path, default=data.FILES["hotpotqa"], help="HotpotQA JSONL file")
     p.add_argument("--n", type=int, default=100, help="questions per dataset in the quick run")
     p.add_argument("--part", default="benchmark", choices=data.PARTS,
-                   help="questions from the router's held-out benchmark part (default) or from the whole file")
+                   help="questions from the test split (default), the router/reader val split (for choices"
+                        " made before a test run), or the whole file")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="0 = all cores")
     p.add_argument("--memory-mb", type=int, default=None, help="memory budget for the pipeline")
@@ -217,6 +218,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
                          if s in rows_by_system else errors[s] for s in args.systems}
     for s, o in ood.items():
         result["systems"][s]["ood"] = o
+    result["router"] = routing.router_confusion(db, bundle.root, base, ds.items, rows_by_system)
     certified = {s: r for s, r in rows_by_system.items() if SYSTEMS[s].get("certified")}
     result["risk_coverage"] = {s: decision.risk_coverage(r) for s, r in certified.items()}
     return result, db, {"vectors": vectors, "queries": qvecs}

@@ -1,8 +1,11 @@
-"""Router MLP → ONNX: the thesis' tier classifier on the 384-d query embedding, checked with onnxruntime.
+"""Router MLP → ONNX: the tier classifier on the query embedding and its retrieval profile, checked
+with onnxruntime.
 
 ``python -m convert router --checkpoint router.pt --out router.onnx`` (or ``--random-init --seed 0``).
-The graph takes ``embedding`` (batch, 384) float32 and returns ``logits`` (batch, 3) in the order of
-``edge_rag.config.TIERS`` (cost order), which is also stored in the model's ``labels`` metadata.
+The graph takes ``features`` (batch, 384 + 3) float32 — ``edge_rag.route.features``: the embedding, then
+s1, s1 - s5 and the score entropy — and returns ``logits`` (batch, 3) in the order of
+``edge_rag.config.TIERS`` (cost order), which is also stored in the model's ``labels`` metadata. The
+input standardisation fitted on the training set is part of the graph (``shift``/``scale`` buffers).
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ import torch.nn as nn
 from convert.report import write_report
 from edge_rag.config import TIERS
 from edge_rag.errors import EdgeRAGError
+from edge_rag.route import PROFILE
 
 EMBED_DIM = 384  # all-MiniLM-L6-v2
+IN_DIM = EMBED_DIM + len(PROFILE)
 HIDDEN = (256, 64)
 DROPOUT = 0.3
 LABELS = tuple(t.value for t in TIERS)  # class index → tier
 
-INPUT_NAME = "embedding"
+INPUT_NAME = "features"
 OUTPUT_NAME = "logits"
 OPSET = 17
 LABELS_KEY = "labels"  # ONNX metadata_props entry: comma-separated class names
@@ -41,16 +46,19 @@ class RouterError(EdgeRAGError, ValueError):
 
 
 class RouterMLP(nn.Module):
-    """384 → 256 → ReLU → Dropout(0.3) → 64 → ReLU → 3 (thesis §4.3.2)."""
+    """(x - shift) / scale → 256 → ReLU → Dropout(0.3) → 64 → ReLU → 3 (thesis §4.3.2, plus the profile
+    inputs). The standardisation puts cosines (~0.5) and embedding coordinates (~0.05) on one scale."""
 
     def __init__(
         self,
-        in_dim: int = EMBED_DIM,
+        in_dim: int = IN_DIM,
         hidden: tuple[int, int] = HIDDEN,
         n_classes: int = len(LABELS),
         dropout: float = DROPOUT,
     ):
         super().__init__()
+        self.register_buffer("shift", torch.zeros(in_dim))
+        self.register_buffer("scale", torch.ones(in_dim))
         self.net = nn.Sequential(
             nn.Linear(in_dim, hidden[0]),
             nn.ReLU(),
@@ -60,8 +68,14 @@ class RouterMLP(nn.Module):
             nn.Linear(hidden[1], n_classes),
         )
 
-    def forward(self, embedding: torch.Tensor) -> torch.Tensor:
-        return self.net(embedding)
+    def standardise(self, x: torch.Tensor) -> None:
+        """Fit shift/scale to the training rows ``x`` (constant columns keep scale 1)."""
+        std = x.std(0)
+        self.shift.copy_(x.mean(0))
+        self.scale.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net((features - self.shift) / self.scale)
 
 
 def random_router(seed: int = 0) -> RouterMLP:
@@ -84,9 +98,12 @@ def load_router(path: str | Path) -> RouterMLP:
     labels = obj.get("labels", list(LABELS))
     if list(labels) != list(LABELS):
         raise RouterError(f"{path}: labels {labels} differ from the runtime's tiers {list(LABELS)}")
-    model = RouterMLP()
+    first = state.get("net.0.weight")
+    in_dim = first.shape[1] if isinstance(first, torch.Tensor) and first.dim() == 2 else IN_DIM
+    model = RouterMLP(in_dim=in_dim)
     want = model.state_dict()
-    for name, tensor in want.items():
+    for name in sorted(want, key=lambda n: not n.startswith("net.")):  # weights first: the likelier mistake
+        tensor = want[name]
         if name not in state:
             raise RouterError(f"{path}: missing tensor {name!r}")
         if state[name].shape != tensor.shape:
@@ -109,7 +126,7 @@ def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> d
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
             model,
-            (torch.zeros(1, EMBED_DIM),),
+            (torch.zeros(1, model.shift.shape[0]),),
             str(out_path),
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
@@ -126,8 +143,7 @@ def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> d
     rng = np.random.default_rng(seed)
     max_diff = 0.0
     for batch in PARITY_BATCHES:
-        x = rng.standard_normal((batch, EMBED_DIM)).astype(np.float32)
-        x /= np.linalg.norm(x, axis=1, keepdims=True)  # the encoder's output is L2-normalised
+        x = _parity_rows(rng, batch, model.shift.shape[0])
         with torch.no_grad():
             ref = model(torch.from_numpy(x)).numpy()
         (got,) = session.run([OUTPUT_NAME], {INPUT_NAME: x})
@@ -150,6 +166,13 @@ def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> d
     }
     write_report(out_path, report)
     return report
+
+
+def _parity_rows(rng: np.random.Generator, batch: int, width: int) -> np.ndarray:
+    """Rows like the runtime's: an L2-normalised embedding, then profile values in [0, 1]."""
+    emb = rng.standard_normal((batch, EMBED_DIM)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    return np.hstack([emb, rng.uniform(0, 1, (batch, width - EMBED_DIM)).astype(np.float32)])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

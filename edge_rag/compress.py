@@ -3,6 +3,8 @@ tier's character budget by keeping the most question-relevant sentences (thesis 
 
 Compression is where the thesis gets most of its token reduction, so it must never exceed the budget
 (``len(context.text) <= budget_chars`` always) and it must stay cheap: no model, only keyword overlap.
+A relevance floor makes it filter as well as cap: sentences below it are dropped even when room is left
+(without one, a budget above what the passages hold changes nothing).
 """
 from __future__ import annotations
 
@@ -37,7 +39,9 @@ class Context:
     truncated: bool  # True when no whole sentence fitted and the first passage was cut to the budget
 
 
-class _Sentence(NamedTuple):
+class Scored(NamedTuple):
+    """A sentence of the compressor's input and its relevance to the question."""
+
     rank: int  # index of its passage in the (reranked) input
     index: int  # position inside its passage
     text: str
@@ -63,39 +67,29 @@ def dedupe(passages: Sequence[Passage], prefix_chars: int) -> list[Passage]:
 
 
 def compress(
-    question: str, passages: Sequence[Passage], budget_chars: int, prior_weight: float = PRIOR_WEIGHT
+    question: str, passages: Sequence[Passage], budget_chars: int, floor: float = 0.0,
+    prior_weight: float = PRIOR_WEIGHT,
 ) -> Context:
     """Keep the most relevant sentences that fit ``budget_chars``, rendered in reading order.
 
-    relevance(s) = idf-weighted share of the question's terms found in s
-                   + prior_weight * clip(cosine of s's passage, 0, 1).
-    Sentences are taken greedily by relevance; one that does not fit is skipped, so a shorter one
-    further down can still use the room. The kept sentences are then put back in reading order and
-    grouped by document, one line per document: "Title: s1 s2\\nTitle2: s3". Documents appear in the
-    rank order of their best kept passage, sentences in document order (passage position, then index),
-    so sentence-level passages of one document share one title instead of repeating it.
+    Relevance is ``score_sentences``. Only sentences with relevance >= ``floor`` are candidates, so the
+    budget is a ceiling, not a target: room left over stays empty. When no sentence reaches the floor,
+    the single most relevant one is the only candidate (the retriever's best guess beats an empty
+    context: a small generator cannot tell "nothing relevant" from "no context"). Candidates are taken
+    greedily by relevance; one that does not fit is skipped, so a shorter one further down can still use
+    the room. The kept sentences are then put back in reading order and grouped by document, one line
+    per document: "Title: s1 s2\nTitle2: s3". Documents appear in the rank order of their best kept
+    passage, sentences in document order (passage position, then index), so sentence-level passages of
+    one document share one title instead of repeating it.
     """
-    q = _terms(question)
-    units = [
-        (rank, index, " ".join(s.split()), _terms(s), min(max(p.score, 0.0), 1.0))
-        for rank, p in enumerate(passages)
-        for index, s in enumerate(split_sentences(p.text))
-    ]
-    # A question term found in every candidate (the article's topic) cannot tell them apart: weight
-    # each term by its rarity among the candidate sentences, idf = ln(1 + n / (1 + df)).
-    df = Counter(t for *_, terms, _ in units for t in q & terms)
-    weight = {t: math.log(1 + len(units) / (1 + df[t])) for t in q}
-    total = sum(weight.values()) or 1.0
-    sentences = [
-        _Sentence(rank, index, s, sum(weight[t] for t in q & terms) / total + prior_weight * prior)
-        for rank, index, s, terms, prior in units
-    ]
+    sentences = score_sentences(question, passages, prior_weight)
     if not sentences:
         return Context("", [], 0, 0, False)
 
-    groups: dict[tuple[str, str], list[_Sentence]] = {}
+    groups: dict[tuple[str, str], list[Scored]] = {}
     used = 0
-    for s in sorted(sentences, key=lambda s: (-s.relevance, s.rank, s.index)):
+    ranked = sorted(sentences, key=lambda s: (-s.relevance, s.rank, s.index))
+    for s in [s for s in ranked if s.relevance >= floor] or ranked[:1]:
         p = passages[s.rank]
         group = groups.get((p.doc_id, p.title))
         # a new group costs its header (and the newline before it); joining one costs a space
@@ -117,6 +111,24 @@ def compress(
     text = "\n".join(lines)
     assert len(text) == used <= budget_chars
     return Context(text, ids, sum(len(g) for g in groups.values()), len(sentences), False)
+
+
+def score_sentences(question: str, passages: Sequence[Passage], prior_weight: float = PRIOR_WEIGHT) -> list[Scored]:
+    """Every sentence of ``passages`` with its relevance to ``question``, in input order:
+    idf-weighted share of the question's terms found in the sentence + prior_weight * clip(cosine, 0, 1)."""
+    q = _terms(question)
+    units = [
+        (rank, index, " ".join(s.split()), _terms(s), min(max(p.score, 0.0), 1.0))
+        for rank, p in enumerate(passages)
+        for index, s in enumerate(split_sentences(p.text))
+    ]
+    # A question term found in every candidate (the article's topic) cannot tell them apart: weight
+    # each term by its rarity among the candidate sentences, idf = ln(1 + n / (1 + df)).
+    df = Counter(t for *_, terms, _ in units for t in q & terms)
+    weight = {t: math.log(1 + len(units) / (1 + df[t])) for t in q}
+    total = sum(weight.values()) or 1.0
+    return [Scored(rank, index, s, sum(weight[t] for t in q & terms) / total + prior_weight * prior)
+            for rank, index, s, terms, prior in units]
 
 
 def _terms(text: str) -> set[str]:

@@ -69,9 +69,9 @@ class Tiers(Mapping[Tier, TierSpec]):
 
 
 DEFAULT_TIERS = Tiers({
-    Tier.EASY: TierSpec(k=2, context_chars=600, max_new_tokens=64, rerank=False),
-    Tier.MEDIUM: TierSpec(k=5, context_chars=1200, max_new_tokens=96, rerank=True),
-    Tier.HARD: TierSpec(k=10, context_chars=2000, max_new_tokens=128, rerank=True),
+    Tier.EASY: TierSpec(k=1, context_chars=300, max_new_tokens=64, rerank=False),
+    Tier.MEDIUM: TierSpec(k=3, context_chars=500, max_new_tokens=96, rerank=True),
+    Tier.HARD: TierSpec(k=10, context_chars=900, max_new_tokens=128, rerank=True),
 })
 GATES = ("none", "distance", "hoeffding", "azuma", "bernstein", "betting")  # evidence gates (edge_rag.gate)
 PASSAGE_MODES = ("sentence", "paragraph")
@@ -128,6 +128,10 @@ class Config:
     rerank_dense_weight: float = 0.6
     rerank_lexical_weight: float = 0.3
     rerank_title_weight: float = 0.1
+
+    # -- compression: sentences below this relevance (compress.py: term overlap + 0.5 x cosine) are dropped even
+    # when the tier's budget has room; chosen on the router's train/val part (convert/train_router.py)
+    compression_floor: float = 0.3
 
     # -- dedupe (EverydayGPT): passages whose first N normalised characters repeat are dropped
     dedupe_prefix_chars: int = 120
@@ -213,6 +217,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "rerank_dense_weight": (0.0, None, True, True, _REAL),
     "rerank_lexical_weight": (0.0, None, True, True, _REAL),
     "rerank_title_weight": (0.0, None, True, True, _REAL),
+    "compression_floor": (0.0, None, True, True, _REAL),
     "dedupe_prefix_chars": (1, None, True, True, _INT),
     "gate_delta": (0.0, 1.0, False, False, _REAL),
     "gate_threshold": (0.0, 1.0, True, True, _REAL),  # a mean relevance in [0, 1]

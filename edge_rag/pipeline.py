@@ -34,7 +34,7 @@ from .memory import plan, stored_passages
 from .models import default_bundle
 from .policy import decide
 from .rerank import rerank
-from .route import Router, choose_tier
+from .route import Router, choose_tier, search_width
 from .stores import open_store
 from .types import Answer, Document, Passage, Route
 from .verify import select_encoder
@@ -211,23 +211,21 @@ class EdgeRAG:
         c = self.config
         with stage("encode"):
             vector = self.encoder.encode_one(question)
-        with stage("route"):
-            tier, spec, fallback = choose_tier(vector, self.router, c)
-        passages: list[Passage] = []
-        scores: list[float] = []
-        corrected = False
-        if c.retrieval:
+        hits: list[Passage] = []
+        if c.retrieval:  # one search wide enough for any tier: the router reads its score profile
             with stage("retrieve"):
-                hits = self.store.search(vector, max(spec.k + c.correction_extra_k, c.gate_max_n))
-                scores = [p.score for p in hits]
-                passages, corrected = correct(hits, spec.k, tier, c)
-            if c.rerank and spec.rerank:
-                with stage("rerank"):
-                    passages = rerank(question, passages, c)
+                hits = self.store.search(vector, search_width(c))
+        scores = [p.score for p in hits]
+        with stage("route"):
+            tier, spec, fallback = choose_tier(vector, question, hits, self.router, c)
+        passages, corrected = correct(hits, spec.k, tier, c)
+        if c.retrieval and c.rerank and spec.rerank:
+            with stage("rerank"):
+                passages = rerank(question, passages, c)
         with stage("compress"):
             if c.compression:
                 passages = dedupe(passages, c.dedupe_prefix_chars)
-                packed = compress(question, passages, spec.context_chars)
+                packed = compress(question, passages, spec.context_chars, c.compression_floor)
                 kept = set(packed.passage_ids)
                 context, used = packed.text, [p for p in passages if p.id in kept]
             else:

@@ -1,31 +1,79 @@
-"""Router (thesis §4.3): which budget tier a question needs, from its embedding alone.
+"""Router (thesis §4.3): which budget tier a question needs, from its embedding and what retrieval found.
 
-``router.onnx`` is the MLP 384 → 256 → ReLU → Dropout → 64 → ReLU → 3 exported by
-``python -m convert router``; its logits are in ``config.TIERS`` order.
+``router.onnx`` is one small MLP exported by ``python -m convert router``; its logits are in
+``config.TIERS`` order. Its input (``features``) is the query embedding followed by the retrieval
+profile: the cosine profile of the top 10 hits (s1, s1 - s5, score entropy: does one passage stand out?)
+and how much of the question the best of them cover (the compressor's term overlap, without the cosine
+prior, at the top 1 / 3 / 10 hits: is the answer sentence likely among them?). On the router's val part
+the embedding alone scores the majority class; the cosine profile and then the overlap each add points
+(edge_rag/assets/router_report.md). Training (convert/train_router.py) calls the same ``features`` on the
+same search, so the router sees at run time exactly what it was trained on. A router whose input is the
+embedding alone (bundles made before the profile existed) gets only that.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from .compress import score_sentences
 from .config import TIERS, Config, Tier, TierSpec
 from .encode import load_session
+from .types import Passage
+
+PROFILE = ("s1", "s1-s5", "entropy", "overlap@1", "overlap@3", "overlap@10")  # input order after the embedding
+PROFILE_K = 10  # top hits the profile reads (the search returns at least this many: search_width)
+PROFILE_TEMPERATURE = 0.05  # softmax temperature over cosines: gaps of a few hundredths decide the entropy
+
+
+def profile(question: str, hits: Sequence[Passage]) -> np.ndarray:
+    """s1, s1 - s5, the entropy of softmax(top-10 cosines / T) divided by ln 10 (1 = flat, 0 = one hit
+    stands out), then the best term overlap of a sentence of the top 1 / 3 / 10 hits with the question.
+    Fewer hits than 5 use the last one; no hits (no retrieval, empty store) = zeros."""
+    top = list(hits)[:PROFILE_K]
+    if not top:
+        return np.zeros(len(PROFILE), np.float32)
+    s = np.array([p.score for p in top], dtype=np.float64)
+    p = np.exp((s - s.max()) / PROFILE_TEMPERATURE)
+    p /= p.sum()
+    entropy = -float(np.sum(p * np.log(np.maximum(p, 1e-12)))) / np.log(PROFILE_K)
+    overlap = [0.0] * len(top)  # best sentence of each hit
+    for sentence in score_sentences(question, top, prior_weight=0.0):
+        overlap[sentence.rank] = max(overlap[sentence.rank], sentence.relevance)
+    best = [max(overlap[:n]) for n in (1, 3, PROFILE_K)]
+    return np.array([s[0], s[0] - s[min(4, len(s) - 1)], entropy, *best], np.float32)
+
+
+def features(vector: np.ndarray, question: str, hits: Sequence[Passage]) -> np.ndarray:
+    """The router's input row: the query embedding, then ``profile(question, hits)``."""
+    return np.concatenate([np.asarray(vector, np.float32).ravel(), profile(question, hits)])
+
+
+def search_width(config: Config) -> int:
+    """Passages one search fetches: enough for any tier plus correction, the gate, and the profile."""
+    c = config
+    most = max([c.baseline_k] + [c.tier(t).k for t in TIERS])
+    return max(most + c.correction_extra_k, c.gate_max_n, PROFILE_K)
 
 
 class Router:
     def __init__(self, onnx_path: str | Path, threads: int = 1) -> None:
         self.session = load_session(Path(onnx_path), threads)
         self.input = self.session.get_inputs()[0].name
+        self.width = int(self.session.get_inputs()[0].shape[1])
 
-    def logits(self, vectors: np.ndarray) -> np.ndarray:
-        return self.session.run(None, {self.input: np.atleast_2d(vectors).astype(np.float32)})[0]
+    def logits(self, rows: np.ndarray) -> np.ndarray:
+        """Logits of ``features`` rows (batch, width)."""
+        return self.session.run(None, {self.input: np.atleast_2d(rows).astype(np.float32)})[0]
 
-    def __call__(self, vector: np.ndarray) -> Tier:
-        return TIERS[int(np.argmax(self.logits(vector)[0]))]
+    def __call__(self, vector: np.ndarray, question: str = "", hits: Sequence[Passage] = ()) -> Tier:
+        row = features(vector, question, hits)
+        return TIERS[int(np.argmax(self.logits(row[: self.width])[0]))]
 
 
-def choose_tier(vector: np.ndarray, router: Router | None, config: Config) -> tuple[Tier, TierSpec, bool]:
+def choose_tier(vector: np.ndarray, question: str, hits: Sequence[Passage], router: Router | None,
+                config: Config) -> tuple[Tier, TierSpec, bool]:
     """The tier, its budget, and whether it is a fallback. The router decides unless it is switched off
     (the fixed-k baseline: k = baseline_k, other limits as the fallback tier, no rerank), a tier is
     forced (tier_override), or the bundle has no router (the config's fallback tier, recorded as such)."""
@@ -37,5 +85,5 @@ def choose_tier(vector: np.ndarray, router: Router | None, config: Config) -> tu
         return c.tier_override, c.tier(c.tier_override), False
     if router is None:
         return c.fallback_tier, c.tier(c.fallback_tier), True
-    tier = router(vector)
+    tier = router(vector, question, hits)
     return tier, c.tier(tier), False

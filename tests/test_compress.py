@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag.compress import Context, compress, dedupe
+from edge_rag.compress import Context, compress, dedupe, score_sentences
 from edge_rag.text import normalize
 from edge_rag.types import Passage
 from evaluation.datasets import load_squad
@@ -94,15 +94,7 @@ def test_budget_is_never_exceeded_property():
     rng = random.Random(0)
     vocab = "the tower of paris was built in 1889 by eiffel london clock big ben river museum".split()
     for _ in range(500):
-        passages = []
-        for i in range(rng.randint(0, 6)):
-            sentences = [
-                " ".join(rng.choices(vocab, k=rng.randint(1, 25))).capitalize() + "."
-                for _ in range(rng.randint(1, 5))
-            ]
-            title = rng.choice(["", "Paris", "A rather long title for a document"])
-            doc_id = rng.choice("ab") + str(i % 3)  # some passages share a document
-            passages.append(_p(i, " ".join(sentences), title, rng.random(), doc_id=doc_id))
+        passages = _random_passages(rng)
         question = " ".join(rng.choices(vocab, k=rng.randint(0, 6))) + "?"
         budget = rng.randint(0, 400)
         ctx = compress(question, passages, budget)
@@ -111,6 +103,62 @@ def test_budget_is_never_exceeded_property():
         assert set(ctx.passage_ids) <= {p.id for p in passages}
         if ctx.sentences_kept:  # every kept line is "title: sentences" of passages in the input
             assert not ctx.truncated and all(line.strip() for line in ctx.text.split("\n"))
+
+
+# -- the relevance floor
+
+
+def test_floor_drops_irrelevant_sentences_even_with_room_left():
+    question = "When was the Eiffel Tower built?"
+    wide = compress(question, PASSAGES, 10_000)
+    assert wide.sentences_kept == 7  # no floor: a budget above the input keeps everything
+    ctx = compress(question, PASSAGES, 10_000, floor=0.6)
+    assert ctx.text == "Eiffel Tower: The Eiffel Tower was built in 1889."
+    scored = {s.text: s.relevance for s in score_sentences(question, PASSAGES)}
+    assert scored["The Eiffel Tower was built in 1889."] >= 0.6 > max(
+        r for t, r in scored.items() if t != "The Eiffel Tower was built in 1889.")
+
+
+def test_nothing_above_the_floor_keeps_the_single_best_sentence():
+    ctx = compress("Which river flows through Rome?", PASSAGES, 10_000, floor=5.0)  # no sentence reaches 5
+    best = max(score_sentences("Which river flows through Rome?", PASSAGES), key=lambda s: (s.relevance, -s.rank))
+    assert ctx.sentences_kept == 1 and ctx.text.endswith(best.text)
+
+
+def _random_passages(rng: random.Random) -> list[Passage]:
+    """Random passages; sentence j of passage i ends with the tag "x{i}y{j}." so a test can see it kept."""
+    vocab = "the tower of paris was built in 1889 by eiffel london clock big ben river museum".split()
+    passages = []
+    for i in range(rng.randint(0, 6)):
+        sentences = [
+            " ".join(rng.choices(vocab, k=rng.randint(1, 25))).capitalize() + f" x{i}y{j}."
+            for j in range(rng.randint(1, 5))
+        ]
+        title = rng.choice(["", "Paris", "A rather long title for a document"])
+        doc_id = rng.choice("ab") + str(i % 3)  # some passages share a document
+        passages.append(_p(i, " ".join(sentences), title, rng.random(), doc_id=doc_id))
+    return passages
+
+
+def test_floor_invariants_property():
+    """With any floor: within the budget, and every kept sentence reaches the floor, unless none does:
+    then only the single most relevant sentence can be kept (whole, or cut by the truncation fallback)."""
+    rng = random.Random(1)
+    vocab = "tower paris built 1889 eiffel london clock river museum".split()
+    for _ in range(500):
+        passages = _random_passages(rng)
+        question = " ".join(rng.choices(vocab, k=rng.randint(0, 4))) + "?"
+        budget, floor = rng.randint(0, 600), rng.choice([0.0, 0.2, 0.5, 0.8, 1.2])
+        ctx = compress(question, passages, budget, floor)
+        assert len(ctx.text) <= budget
+        scored = score_sentences(question, passages)
+        kept = [s for s in scored if s.text.split()[-1] in ctx.text]
+        assert ctx.truncated or len(kept) == ctx.sentences_kept
+        if any(s.relevance >= floor for s in scored):
+            assert ctx.truncated or all(s.relevance >= floor for s in kept)
+        elif scored and not ctx.truncated:
+            assert kept == [min(scored, key=lambda s: (-s.relevance, s.rank, s.index))]
+        assert compress(question, passages, budget, floor) == ctx  # deterministic
 
 
 # -- compress on real data

@@ -13,6 +13,7 @@ import torch
 from convert.__main__ import main
 from convert.router import (
     EMBED_DIM,
+    IN_DIM,
     INPUT_NAME,
     LABELS,
     LABELS_KEY,
@@ -25,13 +26,31 @@ from convert.router import (
     random_router,
     save_router,
 )
+from edge_rag.route import PROFILE
 
 
 def test_architecture_matches_design():
     layers = [type(m).__name__ for m in RouterMLP().net]
     assert layers == ["Linear", "ReLU", "Dropout", "Linear", "ReLU", "Linear"]
     shapes = [tuple(p.shape) for p in RouterMLP().parameters()]
-    assert shapes == [(256, 384), (256,), (64, 256), (64,), (3, 64), (3,)]
+    assert IN_DIM == EMBED_DIM + len(PROFILE)  # the embedding, then the retrieval profile
+    assert shapes == [(256, IN_DIM), (256,), (64, 256), (64,), (3, 64), (3,)]
+
+
+def test_standardisation_is_part_of_the_model(tmp_path):
+    """shift/scale fitted on training rows travel in the checkpoint and the ONNX graph."""
+    x = torch.randn(50, IN_DIM) * 3 + 1
+    model = random_router(2)
+    model.standardise(x)
+    z = (x - model.shift) / model.scale
+    assert torch.allclose(z.mean(0), torch.zeros(IN_DIM), atol=1e-4) and torch.allclose(z.std(0), torch.ones(IN_DIM))
+    save_router(model, tmp_path / "router.pt")
+    assert torch.equal(load_router(tmp_path / "router.pt").shift, model.shift)
+    export_router(model, tmp_path / "r.onnx")
+    session = ort.InferenceSession(str(tmp_path / "r.onnx"), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        ref = model(x[:5]).numpy()
+    assert np.abs(session.run(None, {INPUT_NAME: x[:5].numpy()})[0] - ref).max() <= 1e-4
     assert RouterMLP().net[2].p == 0.3
     assert LABELS == ("EASY", "MEDIUM", "HARD")
 
@@ -59,7 +78,7 @@ def test_export_parity_and_dynamic_batch(tmp_path):
 
     rng = np.random.default_rng(7)
     for batch in (1, 17):
-        x = rng.standard_normal((batch, EMBED_DIM)).astype(np.float32)
+        x = rng.standard_normal((batch, IN_DIM)).astype(np.float32)
         (got,) = session.run([OUTPUT_NAME], {INPUT_NAME: x})
         with torch.no_grad():
             ref = model(torch.from_numpy(x)).numpy()
@@ -71,7 +90,7 @@ def test_dropout_is_off_in_export(tmp_path):
     model = random_router(3).train()  # export must not bake in training-mode dropout
     out = tmp_path / "r.onnx"
     export_router(model, out)
-    x = np.full((4, EMBED_DIM), 1 / np.sqrt(EMBED_DIM), np.float32)
+    x = np.full((4, IN_DIM), 1 / np.sqrt(EMBED_DIM), np.float32)
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     a = session.run(None, {INPUT_NAME: x})[0]
     assert np.allclose(a, session.run(None, {INPUT_NAME: x})[0])
