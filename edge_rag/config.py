@@ -145,12 +145,16 @@ class Config:
     azuma_c: float = 1.0  # bound on martingale differences: 1 is the only value [0, 1] scores guarantee
 
     # -- certified selective answering: among answered questions error <= max_error_rate w.p. >= 1 - delta
-    # alpha: the smallest the calibration split certifies for the shipped reader at delta 0.05 (CP upper 0.69 at
-    # 33% coverage; nothing below). Lower it after a better reader is calibrated (README "Decision layer").
+    # alpha: the smallest the calibration split certifies for the shipped reader at delta 0.05 (threshold 0.211,
+    # 49.9% answered, 66.8% wrong, CP upper 0.698; nothing at 0.5 or below). Lower it only after a better reader
+    # is calibrated to certify less (README "Decision layer").
     max_error_rate: float = 0.7
     delta: float = 0.05
-    reader_passages: int = 2  # top hits, widened to their paragraph, the neural reader reads (latency: ~1 window each)
-    reader_window: int = 3  # sentences either side of a sentence hit that make up its paragraph for the reader
+    # What the neural reader reads: the top `reader_passages` hits, each widened by `reader_window` sentences either
+    # side (same document). Chosen on reader-val by `python -m benchmarks.reader_sweep` (README "The extractive
+    # reader"): 1 hit +-1 sentence is the fastest (read p50 21 ms) and its margin ranks right above wrong best.
+    reader_passages: int = 1
+    reader_window: int = 1
 
     # -- confidence-gated routing (EverydayGPT Def. 2). Distances are squared L2, d = 2 - 2 s, as the seeds'
     # FAISS IndexFlatL2; the certified path uses the out-of-domain floor of the calibration file instead.

@@ -230,14 +230,15 @@ class EdgeRAG:
                 context, used = packed.text, [p for p in passages if p.id in kept]
             else:
                 context, used = build_context(passages), passages
-        d_min = min((p.distance for p in passages), default=math.nan)
+        d_min = min((p.distance for p in hits), default=math.nan)  # the nearest passage, whatever the tier kept
 
         route, reason, gate, extraction, verdict = Route.GPT, None, None, None, None
         if c.cgr and c.certified:
             with stage("read"):
-                candidate = self.certified.read(question, passages, used, self.store)
+                # from the search's own top hits, not the tier's passages: what the calibration measured
+                candidate = self.certified.read(question, hits, used, self.store)
             with stage("certify"):
-                verdict = self.certified.decide(question, d_min, candidate, passages)
+                verdict = self.certified.decide(question, d_min, candidate, hits)
             route, reason = verdict.route, verdict.reason
         elif c.cgr:
             with stage("gate"):
