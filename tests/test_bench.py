@@ -14,7 +14,6 @@ import pytest
 from benchmarks import data, run
 from benchmarks import metrics as M
 from benchmarks.systems import BASELINE, SYSTEMS, available, bench_config, preset
-from edge_rag.models import ROUTER_ASSET
 from evaluation.datasets import QAItem
 
 
@@ -114,7 +113,11 @@ def test_tiny_run_writes_every_output(tiny_run):
     assert "## squad" in report and "## Retrieval" in report and "## Hardware" in report
     assert {p.name for p in out.glob("*.png")} >= {"latency_stages.png", "tokens.png", "route_mix.png",
                                                    "f1_vs_tokens.png"}
-    assert "### Decision layer" in report
+    assert "### Decision layer" in report and "### Router: tier choices against tier labels" in report
+    for ds in on_disk["datasets"].values():  # the router's confusion on the run's answerable questions
+        r = ds["router"]
+        assert r["system"] == "full" and len(r["confusion"]) == 3 and all(len(row) == 3 for row in r["confusion"])
+        assert sum(map(sum, r["confusion"])) == r["labelled"] <= r["answerable"] <= ds["n_answerable"]
 
 
 def test_tiny_run_measures_what_each_system_does(tiny_run):
@@ -144,18 +147,20 @@ def test_tiny_run_measures_what_each_system_does(tiny_run):
         assert r["route"] == "GPT" or r["completion_tokens"] == 0
 
 
-def test_benchmark_part_is_the_routers_held_out_questions(squad_path: Path):
+def test_benchmark_part_is_the_test_split(squad_path: Path):
+    from benchmarks.splits import SPLITS_FILE
     from evaluation.datasets import load_squad
 
     docs, items = load_squad(squad_path)
     held = data.held_out(items)
-    router_split = json.loads(ROUTER_ASSET.with_name("split.json").read_text(encoding="utf-8"))
-    assert held and {q.group for q in held} == set(router_split["benchmark_articles"])  # one test split for all
-    assert {q.id for q in held} == set(router_split["benchmark"]) & {q.id for q in items}
+    test_articles = json.loads(SPLITS_FILE.read_text(encoding="utf-8"))["squad"]["test"]
+    assert held and {q.group for q in held} == {a.replace("_", " ") for a in test_articles}  # one split for all
     ds = data.load("squad", squad_path, 40, seed=0)
     assert ds.part == "benchmark" and len(ds.items) == 40 and {q.id for q in ds.items} <= {q.id for q in held}
     assert len(ds.documents) == len(docs)  # the corpus stays open: every context of the file
     assert data.load("squad", squad_path, 40, seed=0, part="all").part == "all"
+    val = data.load("squad", squad_path, None, seed=0, part="val")
+    assert val.part == "val" and {q.group for q in val.items} == {"Imperialism"}
 
 
 def test_scale_sizes_accept_what_help_shows():
