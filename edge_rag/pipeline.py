@@ -244,7 +244,7 @@ class EdgeRAG:
             with stage("gate"):
                 gate = sequential_gate(scores[: c.gate_max_n], c)
             with stage("extract"):
-                extraction = extract(question, used)
+                extraction = extract(question, hits[: c.baseline_k])  # the search's top k, as the certified reader
             route, reason = decide(d_min, gate, extraction, c)
         return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction, verdict)
 

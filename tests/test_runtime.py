@@ -84,8 +84,7 @@ def test_sample_questions_are_answered_and_off_topic_ones_refused(sample_rag):
     from evaluation.metrics import best_f1
 
     items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))
-    # The seed decision path: the certified default (reader at alpha 0.7) answers only 9 of the 20, 4 right
-    # (tests/test_certified.py covers it); this bar is the rule extractor's.
+    # The seed decision path (the default, certified=False); tests/test_certified.py covers the certified one.
     with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,
                  config=Config(temperature=0.0, certified=False, reader="rules")) as seed:
         answers = {q["question"]: seed.ask(q["question"]) for q in items}
