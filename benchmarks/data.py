@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_rag import Config, Document, EdgeRAG
+from edge_rag.bundle import ROLE_ENCODER, Bundle
 from evaluation.datasets import QAItem, load_hotpot, load_squad
 
 from . import splits
@@ -77,6 +78,14 @@ def load(name: str, path: Path, n: int | None, seed: int, part: str = "benchmark
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     kept = held_out(items) if part == "benchmark" else splits.select(items, "reader_val") if part == "val" else []
     return Dataset(name, path, digest, docs, sample(kept or items, n, seed), part if kept else "all")
+
+
+def pooled_index(name: str, path: Path, bundle: Bundle, config: Config, cache: Path) -> tuple[Path, list[QAItem]]:
+    """The pooled index of every context of ``path`` (built once, then reused) and all of the file's questions:
+    the corpus the calibration and the reader sweep run over."""
+    ds = load(name, path, None, 0, "all")
+    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    return open_index(ds, bundle.root, encoder_sha, config, cache)[0], ds.items
 
 
 def open_index(ds: Dataset, bundle: Path, encoder_sha: str, config: Config, cache: Path) -> tuple[Path, dict]:

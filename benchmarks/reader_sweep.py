@@ -12,14 +12,13 @@ stage's p50 / p95 ms. The Config defaults `reader_passages` / `reader_window` ar
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from edge_rag import Config, EdgeRAG
-from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag.bundle import Bundle
 from edge_rag.certify import F1_CORRECT
 from edge_rag.models import default_bundle, home
 from evaluation.metrics import best_f1
@@ -64,12 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--index-cache", type=Path, default=home() / "bench")
     args = ap.parse_args(argv)
     bundle = Bundle.load(args.bundle or default_bundle("gemma"))
-    path = data.FILES["squad"]
-    docs, items = data.LOADERS["squad"](path)
-    ds = data.Dataset("squad", path, hashlib.sha256(path.read_bytes()).hexdigest(), docs, [], "all")
     base = Config(temperature=0.0, cache_size=0, certified=True, threads=args.threads)
-    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
-    db, _ = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
+    db, items = data.pooled_index("squad", data.FILES["squad"], bundle, base, args.index_cache)
     part = data.sample(splits.select(items, args.part), args.n, 0)
     print(f"{len(part)} {args.part} questions ({sum(not q.is_impossible for q in part)} answerable)")
     lines = ["| reader_passages | reader_window | answerable F1 | candidates right | margin AUROC right/wrong "

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from benchmarks import data, splits
 from edge_rag import Config, EdgeRAG
-from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag.bundle import Bundle
 from edge_rag.certify import CALIBRATION_ASSET, F1_CORRECT, FEATURES, Combiner, RiskTable
 from edge_rag.config import Tier
 from edge_rag.models import default_bundle, home
@@ -156,11 +156,8 @@ def measure_gpt(rag: EdgeRAG, rows: list[dict], items: dict[str, QAItem], ood: l
 
 def run(args: argparse.Namespace) -> int:
     bundle = Bundle.load(args.bundle or default_bundle(args.profile))
-    docs, items = data.LOADERS["squad"](args.squad)
-    ds = data.Dataset("squad", args.squad, hashlib.sha256(args.squad.read_bytes()).hexdigest(), docs, [], "all")
     base = Config(temperature=0.0, cache_size=0, certified=True)
-    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
-    db, _ = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
+    db, items = data.pooled_index("squad", args.squad, bundle, base, args.index_cache)
     val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")
     ood = splits.ood_questions("calibration", data.OOD_FILE)
     ood = [ood[i] for i in sorted(np.random.default_rng(SEED).permutation(len(ood))[: args.ood_sample])]
