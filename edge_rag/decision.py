@@ -35,6 +35,16 @@ class Decision:
     gate: GateResult | None
     extraction: Extraction | None
     verdict: Verdict | None = None  # the certified path's candidate, route and certificate (Config.certified)
+    hits: list[Passage] = field(default_factory=list)  # the search's top hits, which the reader/extractor read
+
+    def cited(self) -> list[Passage]:
+        """The passages an Answer names: the context's; on the RAG route the answer's own passage first when
+        the context lacks it (reader and extractor read the search's top hits, not the tier's context)."""
+        source = self.verdict.candidate.passage_id if self.verdict else (
+            self.extraction.passage_id if self.extraction else None)
+        if self.route is not Route.RAG or source in {p.id for p in self.used}:
+            return self.used
+        return [p for p in self.hits if p.id == source][:1] + self.used
 
     def answer(self, question: str, stages: Stages, gen: Generation | None = None) -> Answer:
         """The Answer, built once: the extractive answer on RAG, the generated text on GPT."""
@@ -52,7 +62,7 @@ class Decision:
             lower_bound=gate.lower_bound if gate else math.nan,
             threshold=gate.threshold if gate else math.nan,
             d_min=self.d_min,
-            passages=[PassageRef(p.id, p.title, p.score) for p in self.used],
+            passages=[PassageRef(p.id, p.title, p.score) for p in self.cited()],
             context_chars=len(self.context),
             prompt_tokens=gen.prompt_tokens if gen else 0,
             completion_tokens=gen.completion_tokens if gen else 0,

@@ -246,7 +246,8 @@ class EdgeRAG:
             with stage("extract"):
                 extraction = extract(question, hits[: c.baseline_k])  # the search's top k, as the certified reader
             route, reason = decide(d_min, gate, extraction, c)
-        return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction, verdict)
+        return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction, verdict,
+                        hits)
 
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""

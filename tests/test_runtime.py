@@ -92,3 +92,18 @@ def test_sample_questions_are_answered_and_off_topic_ones_refused(sample_rag):
     right = [q["question"] for q in answerable if best_f1(answers[q["question"]].answer, [q["answer"]]) >= 0.5]
     assert len(right) >= 0.8 * len(answerable), sorted(set(answers) - set(right))
     assert all(answers[q["question"]].route is Route.REFUSE for q in items if not q["answer"])
+
+
+def test_extractive_answers_cite_the_passage_they_come_from(sample_rag):
+    """The rule extractor reads the search's top k, the tier's context may keep fewer passages: an extractive
+    answer's sources must still name the passage it was taken from (first, when the context lacked it)."""
+    from edge_rag.cli import SAMPLE_DIR
+
+    items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))
+    with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,
+                 config=Config(temperature=0.0, certified=False, reader="rules")) as seed:
+        answered = [a for a in (seed.decide(q["question"]) for q in items) if a.route is Route.RAG]
+        assert len(answered) >= 10
+        for a in (a for a in answered if a.answer.lower() not in ("yes", "no")):  # yes/no are not spans
+            cited = seed.store.passages([p.id for p in a.passages])
+            assert any(a.answer in p.text for p in cited), (a.question, a.answer, [p.text[:60] for p in cited])
