@@ -22,6 +22,7 @@ Writes the JSON, a risk-coverage plot and a short report beside it; prints the f
 from __future__ import annotations
 
 import argparse
+import filecmp
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ from edge_rag.config import Tier
 from edge_rag.models import default_bundle, home
 from edge_rag.policy import generative
 from edge_rag.read import reader_path
+from edge_rag.reader import READER_ASSET
 from evaluation.datasets import QAItem
 from evaluation.metrics import best_f1
 
@@ -156,6 +158,10 @@ def measure_gpt(rag: EdgeRAG, rows: list[dict], items: dict[str, QAItem], ood: l
 
 def run(args: argparse.Namespace) -> int:
     bundle = Bundle.load(args.bundle or default_bundle(args.profile))
+    used = reader_path(bundle) if "neural" in args.readers else READER_ASSET
+    if READER_ASSET.is_file() and used != READER_ASSET and not filecmp.cmp(used, READER_ASSET, shallow=False):
+        print(f"warning: calibrating {used}, which differs from the shipped {READER_ASSET} "
+              "(after `make reader`, run `make models` or `make calibrate` so the bundle holds the new reader)")
     base = Config(temperature=0.0, cache_size=0, certified=True)
     db, items = data.pooled_index("squad", args.squad, bundle, base, args.index_cache)
     val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")

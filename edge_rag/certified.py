@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import bundle as B
-from .certify import CALIBRATION_ASSET, Calibration, Certificate
+from .certify import CALIBRATION_ASSET, Calibration, Certificate, ReaderCalibration
 from .config import Config
+from .fileio import sha256_file
 from .policy import decide_certified
 from .read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
+from .reader import reader_file
 from .types import Passage, Route
 
 
@@ -27,14 +30,17 @@ class Verdict:
 class CertifiedPath:
     """The shipped calibration, the reader (loaded on first use) and this config's certificate."""
 
-    def __init__(self, bundle: B.Bundle, config: Config) -> None:
+    def __init__(self, bundle: B.Bundle, config: Config, calibration: Path = CALIBRATION_ASSET) -> None:
         self.bundle, self.config = bundle, config
         # A missing calibration file refuses every question (with that reason), never answers uncertified.
-        self.calibration = Calibration.load(CALIBRATION_ASSET) if CALIBRATION_ASSET.is_file() else None
+        self.calibration = Calibration.load(calibration) if calibration.is_file() else None
         self.certificate: Certificate | None = None
+        self.uncertified = "not calibrated: run `python -m convert calibrate`"  # why every question is refused
         if self.calibration is not None:
-            table = self.calibration.reader(config.reader).table
-            self.certificate = table.choose(config.max_error_rate, config.delta)
+            rc = self.calibration.reader(config.reader)
+            self.uncertified = stale_reader(bundle, rc) if config.reader == "neural" else None
+            if self.uncertified is None:
+                self.certificate = rc.table.choose(config.max_error_rate, config.delta)
         self._neural: NeuralReader | None = None
 
     def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store) -> Candidate:
@@ -52,8 +58,7 @@ class CertifiedPath:
         c, cert = self.config, self.certificate
         features = candidate.features(passages)
         if cert is None or self.calibration is None:
-            return Verdict(candidate, Route.REFUSE, "not calibrated: run `python -m convert calibrate`",
-                           {"features": features})
+            return Verdict(candidate, Route.REFUSE, self.uncertified, {"features": features})
         rc = self.calibration.reader(c.reader)
         score = rc.combiner(features) if candidate.text else math.nan
         route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score,
@@ -62,3 +67,18 @@ class CertifiedPath:
             "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
             "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,
             "cal_error": cert.error})
+
+
+def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None:
+    """Why the calibration does not certify this bundle's reader (None when it does): its risk table was
+    measured with one reader model, and a retrained reader (``make reader`` without ``make calibrate``)
+    makes other mistakes at the same scores. The bundle's manifest already holds its reader's sha256."""
+    path = reader_file(bundle)
+    if calibration.model_sha256 is None or not path.is_file():
+        return None  # an old calibration file records no model; a missing reader fails when it loads
+    entry = next((f for f in bundle.files() if f["role"] == B.ROLE_READER), None)
+    sha = entry["sha256"] if entry and bundle.root / entry["name"] == path else sha256_file(path)
+    if sha == calibration.model_sha256:
+        return None
+    return (f"not calibrated for this reader model ({path.name} sha256 {sha[:12]}, calibrated with "
+            f"{calibration.model_sha256[:12]}): run `make calibrate`")

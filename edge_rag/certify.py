@@ -154,6 +154,7 @@ class ReaderCalibration:
     ood_distance: float  # squared-L2 floor: d_min = 2 - 2 s_max above this is out of domain, refused first
     gpt_n: int  # generated answers measured on calibration why/how questions
     gpt_errors: int
+    model_sha256: str | None = None  # the reader ONNX the table was measured with (None: rules, or an old file)
 
     def gpt_allowed(self, alpha: float, delta: float) -> bool:
         """The GPT route may answer only if its measured error is certified <= alpha too."""
@@ -178,7 +179,7 @@ class Calibration:
                              tuple(r["combiner"]["scale"])),
                     RiskTable(tuple(r["table"]["thresholds"]), tuple(r["table"]["n_answered"]),
                               tuple(r["table"]["n_errors"]), r["table"]["n_cal"]),
-                    float(r["ood_distance"]), r["gpt"]["n"], r["gpt"]["errors"])
+                    float(r["ood_distance"]), r["gpt"]["n"], r["gpt"]["errors"], r.get("model_sha256"))
                 for name, r in raw["readers"].items()
             }
             return cls(readers, raw.get("source", {}))

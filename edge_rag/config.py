@@ -91,7 +91,7 @@ class Config:
     compression: bool = True  # dedupe + sentence-level compression to the tier's char budget
     cgr: bool = True  # decide RAG | GPT | REFUSE (else always GPT)
     # Certified selective answering (certify.py) is opt-in until the shipped reader certifies a useful error
-    # rate: today the calibration certifies nothing below max_error_rate 0.7 (README "Decision layer").
+    # rate: today the smallest certified max_error_rate is 0.5, answering ~1 question in 4 (README "Decision layer").
     certified: bool = False  # True: reader + calibrated threshold; False: the seeds' CGR (Eq. 1 tau, gate)
     reader: str = "neural"  # "neural" (trained extractive reader, reader.onnx) | "rules" (EverydayGPT extractor)
 

@@ -104,3 +104,28 @@ def test_calibration_is_for_the_shipped_reader():
     if "neural" not in raw or not READER_ASSET.is_file():
         pytest.skip("no neural reader shipped or calibrated yet")
     assert raw["neural"]["model_sha256"] == hashlib.sha256(READER_ASSET.read_bytes()).hexdigest()
+
+
+
+def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sample_rag, tmp_path):
+    """Retrained reader, old calibration: the risk table says nothing about the new model's mistakes, so
+    the certified path refuses everything and says why, instead of answering under a stale certificate."""
+    import json
+
+    from edge_rag.certified import CertifiedPath
+    from edge_rag.read import Candidate
+
+    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))
+    if raw["readers"].get("neural", {}).get("model_sha256") is None:
+        pytest.skip("no neural calibration shipped yet")
+    config = Config(temperature=0.0, certified=True, reader="neural")
+    assert CertifiedPath(sample_rag.bundle, config).certificate is not None  # the shipped pair matches
+
+    raw["readers"]["neural"]["model_sha256"] = "0" * 64
+    stale = tmp_path / "calibration.json"
+    stale.write_text(json.dumps(raw), encoding="utf-8")
+    path = CertifiedPath(sample_rag.bundle, config, stale)
+    confident = Candidate("Ada Lovelace", 0, 30.0, -30.0, 60.0)
+    verdict = path.decide("Who founded it?", 0.1, confident, sample_rag.store.passages([0, 1]))
+    assert path.certificate is None and verdict.route is Route.REFUSE
+    assert "reader model" in verdict.reason and "make calibrate" in verdict.reason
