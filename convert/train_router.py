@@ -31,7 +31,7 @@ import argparse
 import copy
 import hashlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -103,10 +103,21 @@ def label_config() -> Config:
     return preset(bench_config(), LABEL_SYSTEM)
 
 
+# Config fields that only shape the answer decision or the run (the labelled ``full`` system has cgr off and
+# generates nothing): a change to them keeps the cached labels. Every other field, new ones too, is in the key.
+ANSWER_ONLY_FIELDS = frozenset({
+    "certified", "reader", "max_error_rate", "delta", "reader_passages", "reader_window", "refuse_distance",
+    "gpt_distance", "rag_confidence", "gate", "gate_delta", "gate_threshold", "azuma_c", "top_k", "temperature",
+    "repeat_ngram", "repeat_window", "n_ctx", "seed", "cache_size", "persistent_cache", "memory_budget_mb",
+    "rss_per_stage", "threads"})
+
+
 def settings_key(encoder_sha: str, config: Config, corpora: list[Corpus]) -> str:
-    """What a label depends on: the encoder, the Config (tiers, floor, stages), the data files."""
+    """What a label depends on: the encoder, the Config fields that shape contexts (tiers, floor, stages,
+    retrieval), the data files."""
     files = ",".join(c.dataset.sha256 for c in corpora)
-    return _digest(f"{encoder_sha}|{config!r}|{files}")[:16]
+    shaping = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ANSWER_ONLY_FIELDS}
+    return _digest(f"{encoder_sha}|{shaping!r}|{files}")[:16]
 
 
 def read_labels(path: Path, key: str) -> dict[str, dict]:

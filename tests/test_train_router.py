@@ -11,18 +11,23 @@ from conftest import DATA
 
 from benchmarks.splits import hotpot_bucket
 from convert.train_router import (
+    LABELS_FILE,
     class_weights,
     evaluate,
+    label_config,
     load_corpora,
     read_labels,
     route_features,
     router_part,
     select,
+    settings_key,
     train,
     train_router,
     write_labels,
 )
+from edge_rag import bundle as B
 from edge_rag.config import TIERS, Tier
+from edge_rag.models import ROUTER_ASSET
 from edge_rag.route import PROFILE, Router, features, search_width
 from evaluation.datasets import QAItem
 from evaluation.tiers import contains_answer, label, serves
@@ -70,6 +75,20 @@ def test_label_cache_round_trip_and_settings_key(tmp_path):
     assert read_labels(path, "k1") == {r["id"]: r for r in rows}
     assert read_labels(path, "k2") == {}  # other settings: everything is labelled again
     assert read_labels(tmp_path / "absent.csv", "k1") == {}
+
+
+
+def test_shipped_labels_are_for_the_current_config(bundle, squad_path, hotpot_path):
+    """`make router` re-labels nothing: the shipped cache was made with today's encoder, contexts and data.
+    Fails when a change shapes the labelled contexts: re-run `make router` and commit router_labels.csv."""
+    corpora = load_corpora(squad_path, squad_path.parent / "squad2_train_subset.json", hotpot_path)
+    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == B.ROLE_ENCODER)
+    key = settings_key(encoder_sha, label_config(), corpora)
+    shipped = read_labels(ROUTER_ASSET.parent / LABELS_FILE, key)
+    assert len(shipped) == sum(len(c.dataset.items) for c in corpora)
+    # a field that only shapes the answer keeps the labels; one that shapes contexts does not
+    assert settings_key(encoder_sha, label_config().with_(max_error_rate=0.2, reader="rules"), corpora) == key
+    assert settings_key(encoder_sha, label_config().with_(compression_floor=0.5), corpora) != key
 
 
 # -- the split -----------------------------------------------------------------------------------
