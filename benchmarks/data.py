@@ -70,14 +70,18 @@ def held_out(items: list[QAItem]) -> list[QAItem]:
     return splits.select(items, "test")
 
 
-def load(name: str, path: Path, n: int | None, seed: int, part: str = "benchmark") -> Dataset:
+def load(name: str, path: Path, n: int | None, seed: int, part: str = "benchmark",
+         answerable: bool = False) -> Dataset:
     """The dataset's pooled corpus (always every context of the file) and a sample of its questions,
     drawn from the test split when ``part`` is "benchmark", from reader_val when "val" (choices made
-    before a test run), and from the whole file when "all" or when the file has no such split."""
+    before a test run), and from the whole file when "all" or when the file has no such split.
+    ``answerable``: answerable questions only (F1 is measured on them alone, so comparing systems that
+    always generate spends nothing on the others)."""
     docs, items = LOADERS[name](path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     kept = held_out(items) if part == "benchmark" else splits.select(items, "reader_val") if part == "val" else []
-    return Dataset(name, path, digest, docs, sample(kept or items, n, seed), part if kept else "all")
+    pool = [q for q in kept or items if not (answerable and q.is_impossible)]
+    return Dataset(name, path, digest, docs, sample(pool, n, seed), part if kept else "all")
 
 
 def pooled_index(name: str, path: Path, bundle: Bundle, config: Config, cache: Path) -> tuple[Path, list[QAItem]]:

@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--part", default="benchmark", choices=data.PARTS,
                    help="questions from the test split (default), the router/reader val split (for choices"
                         " made before a test run), or the whole file")
+    p.add_argument("--answerable", action="store_true",
+                   help="answerable questions only: F1 comparisons of generating systems at half the generations")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="0 = all cores")
     p.add_argument("--memory-mb", type=int, default=None, help="memory budget for the pipeline")
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"skipping {name}: {paths[name]} not found (see ../shared/data/README.md)")
                 results["datasets"][name] = {"skipped": f"{paths[name]} not found"}
                 continue
-            ds = data.load(name, paths[name], n, args.seed, args.part)
+            ds = data.load(name, paths[name], n, args.seed, args.part, args.answerable)
             results["datasets"][name], dbs[name], arr = run_dataset(ds, args, bundle, out_rows)
             arrays.append(arr)
             items[name] = ds.items

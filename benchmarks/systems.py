@@ -10,6 +10,7 @@ SYSTEMS: dict[str, dict[str, bool | str]] = {
     "gpt_only": {"retrieval": False, "cgr": False},
     "fixed_k": _OFF,  # thesis baseline: k = baseline_k passages, unconditionally (LangChain-style)
     "routing": {**_OFF, "router": True},
+    "compression": {**_OFF, "compression": True},  # fixed k = baseline_k, compressed to the fallback tier's budget
     "routing_compression": {**_OFF, "router": True, "compression": True},
     "full": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True},
     # the seeds' decision: rule extractor, Eq. 1 tau, evidence-gate heuristic, distance ceiling

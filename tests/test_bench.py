@@ -71,6 +71,8 @@ def test_presets_switch_stages():
     fixed = preset(base, "fixed_k")
     assert not (fixed.router or fixed.rerank or fixed.compression or fixed.correction or fixed.cgr)
     assert preset(base, "full_cgr").cgr and not preset(base, "full").cgr
+    alone = preset(base, "compression")  # compression measured without the router (issue #16)
+    assert alone.compression and not (alone.router or alone.rerank or alone.correction or alone.cgr)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +135,8 @@ def test_tiny_run_measures_what_each_system_does(tiny_run):
         systems = ds["systems"]
         assert systems["gpt_only"]["context_chars"] == 0 and systems["fixed_k"]["context_chars"] > 0
         assert systems["gpt_only"]["prompt_tokens"] < systems["fixed_k"]["prompt_tokens"]
+        budget = bench_config().tier(bench_config().fallback_tier).context_chars  # no router: the fallback's
+        assert [r["context_chars"] <= budget for r in rows if r["system"] == "compression"] == [True] * 4
         for system, s in systems.items():
             if not SYSTEMS[system].get("cgr", True):
                 assert s["route_mix"] == {"GPT": 1.0}, (name, system)
@@ -159,6 +163,9 @@ def test_benchmark_part_is_the_test_split(squad_path: Path):
     assert ds.part == "benchmark" and len(ds.items) == 40 and {q.id for q in ds.items} <= {q.id for q in held}
     assert len(ds.documents) == len(docs)  # the corpus stays open: every context of the file
     assert data.load("squad", squad_path, 40, seed=0, part="all").part == "all"
+    answerable = data.load("squad", squad_path, None, seed=0, answerable=True)  # --answerable: F1 runs
+    assert answerable.items and all(not q.is_impossible for q in answerable.items)
+    assert {q.id for q in answerable.items} == {q.id for q in held if not q.is_impossible}
     val = data.load("squad", squad_path, None, seed=0, part="val")
     assert val.part == "val" and {q.group for q in val.items} == {"Imperialism"}
 
