@@ -1,11 +1,12 @@
-"""Router MLP → ONNX: the tier classifier on the query embedding and its retrieval profile, checked
-with onnxruntime.
+"""Router MLP → ONNX: the tier classifier on the question's retrieval profile, checked with onnxruntime.
 
 ``python -m convert router --checkpoint router.pt --out router.onnx`` (or ``--random-init --seed 0``).
-The graph takes ``features`` (batch, 384 + 3) float32 — ``edge_rag.route.features``: the embedding, then
-s1, s1 - s5 and the score entropy — and returns ``logits`` (batch, 3) in the order of
-``edge_rag.config.TIERS`` (cost order), which is also stored in the model's ``labels`` metadata. The
-input standardisation fitted on the training set is part of the graph (``shift``/``scale`` buffers).
+The graph takes ``features`` (batch, 6) float32 — the profile columns of ``edge_rag.route.features``:
+s1, s1 - s5, the score entropy and the term overlap at the top 1 / 3 / 10 hits — and returns ``logits``
+(batch, 3) in the order of ``edge_rag.config.TIERS`` (cost order), which is also stored in the model's
+``labels`` metadata. The input standardisation fitted on the training set is part of the graph
+(``shift``/``scale`` buffers). A checkpoint of another width (an older router that also read the
+embedding) loads and exports as it is; ``edge_rag.route.columns`` feeds it its columns.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from edge_rag.config import TIERS
 from edge_rag.errors import EdgeRAGError
 from edge_rag.route import PROFILE
 
-EMBED_DIM = 384  # all-MiniLM-L6-v2
-IN_DIM = EMBED_DIM + len(PROFILE)
+IN_DIM = len(PROFILE)  # the profile only: the embedding made the router worse (convert/train_router.py --cv)
 HIDDEN = (256, 64)
 DROPOUT = 0.3
 LABELS = tuple(t.value for t in TIERS)  # class index → tier
@@ -46,8 +46,8 @@ class RouterError(EdgeRAGError, ValueError):
 
 
 class RouterMLP(nn.Module):
-    """(x - shift) / scale → 256 → ReLU → Dropout(0.3) → 64 → ReLU → 3 (thesis §4.3.2, plus the profile
-    inputs). The standardisation puts cosines (~0.5) and embedding coordinates (~0.05) on one scale."""
+    """(x - shift) / scale → 256 → ReLU → Dropout(0.3) → 64 → ReLU → 3 (thesis §4.3.2, on the profile
+    instead of the embedding). The standardisation puts cosines, gaps and overlaps on one scale."""
 
     def __init__(
         self,
@@ -169,10 +169,12 @@ def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> d
 
 
 def _parity_rows(rng: np.random.Generator, batch: int, width: int) -> np.ndarray:
-    """Rows like the runtime's: an L2-normalised embedding, then profile values in [0, 1]."""
-    emb = rng.standard_normal((batch, EMBED_DIM)).astype(np.float32)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    return np.hstack([emb, rng.uniform(0, 1, (batch, width - EMBED_DIM)).astype(np.float32)])
+    """Rows like the runtime's: profile values in [0, 1], led by an L2-normalised embedding for a router
+    wider than the profile (an older one)."""
+    lead = max(width - len(PROFILE), 0)
+    emb = rng.standard_normal((batch, lead)).astype(np.float32)
+    emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return np.hstack([emb, rng.uniform(0, 1, (batch, width - lead)).astype(np.float32)])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

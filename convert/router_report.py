@@ -69,6 +69,18 @@ def _plots(out: Path, report: dict) -> list[str]:
     return ["router_training.png", "router_confusion.png", "router_labels.png"]
 
 
+def _cv_lines(cv: dict) -> list[str]:
+    """The cross-validation table (``--cv``): why the router reads what it reads."""
+    if not cv:
+        return []
+    first = next(iter(cv.values()))
+    return [f"\n## What the router reads: article-grouped {first['folds']}-fold cross-validation on train + val\n",
+            f"{first['n']} labelled questions in {first['groups']} groups (SQuAD articles, HotpotQA buckets); every"
+            " fold's accuracy is on articles its router never saw. best = the best epoch (optimistic), last = the"
+            " last.\n",
+            _table(cv, ["majority_accuracy", "best", "best_epoch", "last"]), ""]
+
+
 def write_report(out: Path, report: dict) -> None:
     """router_report.json (every figure) and router_report.md (the same, readable)."""
     (out / "router_report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -89,11 +101,13 @@ def write_report(out: Path, report: dict) -> None:
         " figures only). Calibration articles are left to the certified threshold.\n",
         "## Labels\n",
         _table(report["labels"], NAMES + ["none"]),
-        "\n## Router accuracy on genuine labels (the shipped ONNX through `edge_rag.route.Router`)\n",
+        f"\n## Router accuracy on genuine labels (the shipped ONNX through `edge_rag.route.Router`; inputs:"
+        f" {report['inputs']})\n",
         _table({k: m[k] for k in m}, metric_cols),
         f"\nSelection on val: {', '.join(f'{k} {v:.3f}' for k, v in report['selection'].items())} → kept"
         f" {'weighted' if h['weighted'] else 'unweighted'}, epoch {h['best_epoch']} of {len(h['val_acc'])}"
         " (val is optimistic for that reason; test is not used for any choice).\n",
+        *_cv_lines(report["cv"]),
         "Test recall per class: " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a"
                                               for k, v in m["test"]["recall"].items()),
         "\nTest confusion (rows = label, columns = router):\n",

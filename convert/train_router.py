@@ -1,7 +1,8 @@
 """Train the tier router on context labels and ship it as ``edge_rag/assets/router.onnx``.
 
 ``python -m convert train-router [--squad PATH] [--squad-train PATH] [--hotpot PATH] [--out DIR]
-[--labels FILE] [--epochs 60] [--seed 0] [--bundle DIR] [--agreement N] [--floors 0,0.4,...]``
+[--labels FILE] [--epochs 60] [--seed 0] [--bundle DIR] [--inputs profile] [--cv 5] [--agreement N]
+[--floors 0,0.4,...]``
 
 1. Split: the project's one split file, ``edge_rag/assets/splits.json``. Router train = its reader_train part
    (the 10 SQuAD-2 train-file articles, 4 dev articles, HotpotQA buckets 2-3), router val = reader_val
@@ -17,7 +18,10 @@
    out of training and of the accuracy (more budget cannot help it). Labels are cached in
    ``router_labels.csv`` beside the report, keyed by the encoder, the Config and the data files.
 4. Features (``edge_rag.route.features``): ``encode_one`` and ``store.search(search_width)``, the calls the
-   pipeline makes, so training and run time see the same numbers.
+   pipeline makes, so training and run time see the same numbers. The router reads the retrieval profile
+   (``--inputs profile``); ``--cv K`` measures why: article-grouped K-fold cross-validation over train + val
+   (SQuAD folds never split an article, HotpotQA folds keep buckets whole) for each input layout. The val
+   part is one article and one bucket, too few questions to compare layouts on; the folds are 20 groups.
 5. Train RouterMLP (AdamW lr 1e-3, wd 1e-4, batch 64, inputs standardised on train) with and without
    class weights w_c = N / (C·N_c); the epoch and weighting with the best val accuracy are kept.
 6. Report: test accuracy on genuine labels beside the majority class, per-class recall, confusion matrix,
@@ -46,7 +50,7 @@ from edge_rag import bundle as B
 from edge_rag.config import TIERS, Config
 from edge_rag.models import ROUTER_ASSET, default_bundle, home
 from edge_rag.pipeline import EdgeRAG, check_question
-from edge_rag.route import Router, features, search_width
+from edge_rag.route import PROFILE, Router, columns, features, search_width
 from evaluation.datasets import QAItem, load_hotpot, load_squad
 from evaluation.metrics import best_em, best_f1
 from evaluation.tiers import label, open_tiers, tier_contexts
@@ -55,6 +59,7 @@ ROUTER_PARTS = {"reader_train": "train", "reader_val": "val", "test": "test"}  #
 LABEL_SYSTEM = "full"  # the benchmark system whose contexts are labelled (and whose cost the router sets)
 LABELS_FILE = "router_labels.csv"
 F1_CORRECT = 0.6  # generated answer "correct": EM or token F1 >= 0.6 (thesis rule; --agreement only)
+INPUTS = ("profile", "embedding+profile")  # what the router reads of a features row; the shipped one first
 
 # -- training (thesis §2.5.3)
 LR = 1e-3
@@ -301,10 +306,37 @@ def evaluate(pred: np.ndarray, y: np.ndarray, y_train: np.ndarray) -> dict:
     }
 
 
+def input_columns(inputs: str, row_width: int) -> slice:
+    """The columns of a features row the router reads: the profile alone, or the embedding too."""
+    if inputs not in INPUTS:
+        raise ValueError(f"unknown router inputs {inputs!r}; choose from {', '.join(INPUTS)}")
+    return columns(len(PROFILE) if inputs == "profile" else row_width, row_width)
+
+
+def cross_validate(x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int, epochs: int,
+                   seed: int) -> dict:
+    """Article-grouped K-fold accuracy per epoch (unweighted training, every fold's questions pooled): how
+    the router does on articles it never saw, measured on many more of them than val holds."""
+    correct, n = np.zeros(epochs), 0
+    names = np.unique(groups)
+    fold_of = {g: i % folds for i, g in enumerate(sorted(names, key=lambda g: _digest(f"{seed}:{g}")))}
+    fold = np.array([fold_of[g] for g in groups])
+    for k in range(folds):
+        held = fold == k
+        t = [torch.from_numpy(a) for a in (x[~held], y[~held], x[held], y[held])]
+        _, history = train(*t, epochs=epochs, seed=seed, weighted=False)
+        correct += np.array(history["val_acc"]) * held.sum()
+        n += int(held.sum())
+    acc = correct / n
+    return {"n": n, "groups": len(names), "folds": folds, "majority_accuracy": float(np.mean(y == np.bincount(y).argmax())),
+            "best": float(acc.max()), "best_epoch": int(acc.argmax()) + 1, "last": float(acc[-1])}
+
+
 # -- the whole run -------------------------------------------------------------------------------
 def train_router(squad: Path, squad_train: Path, hotpot: Path, out: Path, labels: Path | None = None,
                  bundle_dir: Path | None = None, epochs: int = 60, seed: int = 0, agreement_n: int = 0,
-                 floors: tuple[float, ...] = (), config: Config | None = None) -> dict:
+                 floors: tuple[float, ...] = (), config: Config | None = None, inputs: str = INPUTS[0],
+                 cv_folds: int = 0) -> dict:
     """Split, index, label, train, select, export, report; returns the report dict."""
     from convert.router_report import write_report  # matplotlib: only when a report is written
 
@@ -332,7 +364,8 @@ def train_router(squad: Path, squad_train: Path, hotpot: Path, out: Path, labels
     pick = {p: (part == p) & (y_all >= 0) for p in ("train", "val", "test")}
     if not pick["train"].any() or not pick["val"].any():
         raise SystemExit(f"too few labelled questions: {pick['train'].sum()} train, {pick['val'].sum()} val")
-    t = {p: (torch.from_numpy(x_all[m]), torch.from_numpy(y_all[m])) for p, m in pick.items()}
+    cols = input_columns(inputs, x_all.shape[1])
+    t = {p: (torch.from_numpy(x_all[m][:, cols]), torch.from_numpy(y_all[m])) for p, m in pick.items()}
     model, history, selection = select(*t["train"], *t["val"], epochs, seed)
     onnx_path = out / ROUTER_ASSET.name
     parity = export_router(model, onnx_path, seed=seed)
@@ -340,12 +373,19 @@ def train_router(squad: Path, squad_train: Path, hotpot: Path, out: Path, labels
     # the shipped artefact through the runtime's Router: genuine-label accuracy on val and test
     router = Router(onnx_path)
     picks = router.logits(x_all).argmax(1)
+    cv = {}
+    if cv_folds:
+        fit = pick["train"] | pick["val"]
+        groups = cv_groups(rows, corpora)[fit]
+        cv = {layout: cross_validate(x_all[fit][:, input_columns(layout, x_all.shape[1])], y_all[fit], groups,
+                                     cv_folds, epochs, seed) for layout in INPUTS}
     metrics = {p: evaluate(picks[pick[p]], y_all[pick[p]], y_all[pick["train"]]) for p in ("val", "test")}
     for dataset in sorted(set(r["dataset"] for r in rows)):
         m = pick["test"] & (np.array([r["dataset"] for r in rows]) == dataset)
         metrics[f"test {dataset}"] = evaluate(picks[m], y_all[m], y_all[pick["train"]])
     report = {
         "bundle": str(bundle_dir), "settings_key": key, "config": repr(config), "seed": seed, "epochs": epochs,
+        "inputs": inputs, "cv": cv,
         "labels": label_stats(rows), "labels_file": str(labels), "selection": selection, "history": history,
         "metrics": metrics, "test_mix": bench_mix(corpora, dbs, bundle_dir, config, router),
         "onnx": str(onnx_path), "parity": parity,
@@ -357,6 +397,13 @@ def train_router(squad: Path, squad_train: Path, hotpot: Path, out: Path, labels
     print(f"test accuracy {m['accuracy']:.3f} (majority {m['majority_accuracy']:.3f}, n={m['n']});"
           f" report: {out / 'router_report.md'}")
     return report
+
+
+def cv_groups(rows: list[dict], corpora: list[Corpus]) -> np.ndarray:
+    """Each row's cross-validation group: its SQuAD article, or its HotpotQA bucket."""
+    article = {q.id: q.group for c in corpora for q in c.dataset.items}
+    return np.array([f"hotpotqa {splits.hotpot_bucket(r['id'])}" if r["dataset"] == "hotpotqa" else article[r["id"]]
+                     for r in rows])
 
 
 def label_stats(rows: list[dict]) -> dict[str, dict[str, int]]:
@@ -404,6 +451,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bundle", type=Path, help="model bundle (default: the gemma profile's)")
     p.add_argument("--agreement", type=int, default=0, metavar="N",
                    help="generate for N val questions at every tier and compare with the context labels")
+    p.add_argument("--inputs", choices=INPUTS, default=INPUTS[0], help="what of a features row the router reads")
+    p.add_argument("--cv", type=int, default=0, metavar="K",
+                   help="also report article-grouped K-fold accuracy on train + val for every input layout")
     p.add_argument("--floors", type=lambda s: tuple(float(f) for f in s.split(",") if f), default=(),
                    help="comma-separated compression floors to tabulate on val (how the default was chosen)")
     p.set_defaults(func=_run)
@@ -411,5 +461,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     report = train_router(args.squad, args.squad_train, args.hotpot, args.out, args.labels, args.bundle,
-                          args.epochs, args.seed, args.agreement, args.floors)
+                          args.epochs, args.seed, args.agreement, args.floors, inputs=args.inputs, cv_folds=args.cv)
     return 0 if report["parity"]["passed"] else 1

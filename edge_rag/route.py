@@ -1,14 +1,16 @@
-"""Router (thesis §4.3): which budget tier a question needs, from its embedding and what retrieval found.
+"""Router (thesis §4.3): which budget tier a question needs, from what retrieval found.
 
 ``router.onnx`` is one small MLP exported by ``python -m convert router``; its logits are in
-``config.TIERS`` order. Its input (``features``) is the query embedding followed by the retrieval
-profile: the cosine profile of the top 10 hits (s1, s1 - s5, score entropy: does one passage stand out?)
-and how much of the question the best of them cover (the compressor's term overlap, without the cosine
-prior, at the top 1 / 3 / 10 hits: is the answer sentence likely among them?). On the router's val part
-the embedding alone scores the majority class; the cosine profile and then the overlap each add points
-(edge_rag/assets/router_report.md). Training (convert/train_router.py) calls the same ``features`` on the
-same search, so the router sees at run time exactly what it was trained on. A router whose input is the
-embedding alone (bundles made before the profile existed) gets only that.
+``config.TIERS`` order. ``features`` builds the row it is trained and run on: the query embedding
+followed by the retrieval profile of the one search the pipeline makes — the cosine profile of the top
+10 hits (s1, s1 - s5, score entropy: does one passage stand out?) and how much of the question the best
+of them cover (the compressor's term overlap, without the cosine prior, at the top 1 / 3 / 10 hits: is
+the answer sentence likely among them?). The shipped router reads the profile only: in cross-validation
+over 20 training articles the embedding made it worse (it learns the topics of the training articles,
+not difficulty; edge_rag/assets/router_report.md). Routers of older bundles read the embedding (384
+wide) or embedding and profile (390): ``Router`` gives each the columns of its width. Training
+(convert/train_router.py) calls the same ``features`` on the same search, so the router sees at run time
+exactly what it was trained on.
 """
 from __future__ import annotations
 
@@ -57,6 +59,13 @@ def search_width(config: Config) -> int:
     return max(most + c.correction_extra_k, c.gate_max_n, PROFILE_K)
 
 
+def columns(width: int, row_width: int) -> slice:
+    """The columns of a ``features`` row (``row_width`` wide) that a router with ``width`` inputs reads:
+    the profile (the last ``len(PROFILE)``), else the leading ``width`` — the embedding (384) or the
+    embedding and profile (390) of routers shipped before the profile-only one."""
+    return slice(row_width - len(PROFILE), row_width) if width == len(PROFILE) else slice(0, width)
+
+
 class Router:
     def __init__(self, onnx_path: str | Path, threads: int = 1) -> None:
         self.session = load_session(Path(onnx_path), threads)
@@ -64,12 +73,12 @@ class Router:
         self.width = int(self.session.get_inputs()[0].shape[1])
 
     def logits(self, rows: np.ndarray) -> np.ndarray:
-        """Logits of ``features`` rows (batch, width)."""
-        return self.session.run(None, {self.input: np.atleast_2d(rows).astype(np.float32)})[0]
+        """Logits of ``features`` rows (batch, embedding + profile); the model gets the columns it reads."""
+        rows = np.atleast_2d(rows).astype(np.float32)
+        return self.session.run(None, {self.input: rows[:, columns(self.width, rows.shape[1])]})[0]
 
     def __call__(self, vector: np.ndarray, question: str = "", hits: Sequence[Passage] = ()) -> Tier:
-        row = features(vector, question, hits)
-        return TIERS[int(np.argmax(self.logits(row[: self.width])[0]))]
+        return TIERS[int(np.argmax(self.logits(features(vector, question, hits))[0]))]
 
 
 def choose_tier(vector: np.ndarray, question: str, hits: Sequence[Passage], router: Router | None,

@@ -12,7 +12,6 @@ import torch
 
 from convert.__main__ import main
 from convert.router import (
-    EMBED_DIM,
     IN_DIM,
     INPUT_NAME,
     LABELS,
@@ -33,7 +32,7 @@ def test_architecture_matches_design():
     layers = [type(m).__name__ for m in RouterMLP().net]
     assert layers == ["Linear", "ReLU", "Dropout", "Linear", "ReLU", "Linear"]
     shapes = [tuple(p.shape) for p in RouterMLP().parameters()]
-    assert IN_DIM == EMBED_DIM + len(PROFILE)  # the embedding, then the retrieval profile
+    assert IN_DIM == len(PROFILE)  # the retrieval profile alone (the embedding made it worse: train-router --cv)
     assert shapes == [(256, IN_DIM), (256,), (64, 256), (64,), (3, 64), (3,)]
 
 
@@ -90,7 +89,7 @@ def test_dropout_is_off_in_export(tmp_path):
     model = random_router(3).train()  # export must not bake in training-mode dropout
     out = tmp_path / "r.onnx"
     export_router(model, out)
-    x = np.full((4, IN_DIM), 1 / np.sqrt(EMBED_DIM), np.float32)
+    x = np.full((4, IN_DIM), 0.5, np.float32)
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     a = session.run(None, {INPUT_NAME: x})[0]
     assert np.allclose(a, session.run(None, {INPUT_NAME: x})[0])
@@ -104,6 +103,16 @@ def test_checkpoint_round_trip_and_bare_state_dict(tmp_path):
     for name in ("router.pt", "bare.pt"):
         loaded = load_router(tmp_path / name)
         assert all(torch.equal(x, y) for x, y in zip(model.parameters(), loaded.parameters(), strict=True))
+
+
+def test_an_older_wider_checkpoint_loads_and_exports(tmp_path):
+    """Routers trained before the profile-only one read the embedding and profile (390 inputs): still converted."""
+    torch.manual_seed(0)
+    old = RouterMLP(in_dim=384 + len(PROFILE)).eval()
+    save_router(old, tmp_path / "old.pt")
+    loaded = load_router(tmp_path / "old.pt")
+    assert loaded.shift.shape == (384 + len(PROFILE),)
+    assert export_router(loaded, tmp_path / "old.onnx")["passed"]
 
 
 def test_checkpoint_errors_name_the_tensor(tmp_path):

@@ -1,5 +1,5 @@
-"""The shipped router.onnx and its input (the query embedding + the retrieval profile), and how EdgeRAG picks
-a tier with the router on, off, overridden or missing.
+"""The shipped router.onnx and its input (the retrieval profile of the question's search; older routers also
+read the query embedding), and how EdgeRAG picks a tier with the router on, off, overridden or missing.
 
 Questions come from the test split of edge_rag/assets/splits.json, which the router was not trained or
 selected on; what it scores there is in edge_rag/assets/router_report.md.
@@ -73,10 +73,14 @@ def test_search_is_wide_enough_for_every_consumer():
 
 
 # -- the shipped router --------------------------------------------------------------------------------
-def test_shipped_router_takes_embedding_and_profile(router: Router, held_out_rows):
+def test_shipped_router_reads_the_profile_only(router: Router, held_out_rows):
     _, rows = held_out_rows
-    assert router.width == rows.shape[1] == 384 + len(PROFILE)
+    assert rows.shape[1] == 384 + len(PROFILE) and router.width == len(PROFILE)
     assert np.isfinite(rows).all() and (rows[:, 384:] >= 0).all()
+    other = rows.copy()
+    other[:, :384] = other[::-1, :384]  # another question's embedding, the same search profile
+    assert np.array_equal(router.logits(rows), router.logits(other))
+    assert np.array_equal(router.logits(rows), router.logits(rows[:, 384:]))
 
 
 def test_router_is_deterministic(router: Router, held_out_rows) -> None:
@@ -109,17 +113,22 @@ def test_pipeline_routes_on_the_features_training_uses(squad_default_rag, router
         rag.router = installed
 
 
-def test_an_embedding_only_router_gets_the_embedding(tmp_path: Path) -> None:
-    """Bundles made before the profile hold a 384-wide router: it is fed the embedding alone."""
+@pytest.mark.parametrize("width", [384, 384 + len(PROFILE)])
+def test_an_older_router_gets_the_columns_it_was_trained_on(tmp_path: Path, width: int) -> None:
+    """Older bundles hold a 384-wide router (the embedding alone) or a 390-wide one (embedding, then profile):
+    each is fed the leading columns of the features row."""
     torch = pytest.importorskip("torch")
     from convert.router import RouterMLP, export_router
 
     torch.manual_seed(0)
-    export_router(RouterMLP(in_dim=384).eval(), tmp_path / "old.onnx")
+    export_router(RouterMLP(in_dim=width).eval(), tmp_path / "old.onnx")
     old = Router(tmp_path / "old.onnx")
     vector = np.ones(384, np.float32) / np.sqrt(384)
-    assert old.width == 384
-    assert old(vector, "q?", _hits(0.9, 0.5)) is TIERS[int(np.argmax(old.logits(vector)[0]))]
+    hits = _hits(0.9, 0.5)
+    row = features(vector, "q?", hits)
+    assert old.width == width
+    assert old(vector, "q?", hits) is TIERS[int(np.argmax(old.logits(row[:width])[0]))]
+    assert np.array_equal(old.logits(row), old.logits(row[:width]))
 
 
 # -- choose_tier (EdgeRAG's tier step): router on, off, overridden, missing -----------------------------

@@ -11,9 +11,12 @@ from conftest import DATA
 
 from benchmarks.splits import hotpot_bucket
 from convert.train_router import (
+    INPUTS,
     LABELS_FILE,
     class_weights,
+    cross_validate,
     evaluate,
+    input_columns,
     label_config,
     load_corpora,
     read_labels,
@@ -142,6 +145,26 @@ def test_training_is_deterministic_and_keeps_the_best_epoch():
     assert sum(map(sum, metrics["confusion"])) == 40 == metrics["n"]
 
 
+def test_input_columns_pick_the_profile_or_everything():
+    assert input_columns("profile", 384 + len(PROFILE)) == slice(384, 384 + len(PROFILE))
+    assert input_columns("embedding+profile", 390) == slice(0, 390)
+    with pytest.raises(ValueError, match="embedding"):
+        input_columns("embedding", 390)
+
+
+def test_cross_validation_never_splits_a_group():
+    """Each group is held out whole exactly once: a group whose rows could be learnt by heart (same features,
+    same label) scores like chance, not like memory, when the others say otherwise."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 4)).astype(np.float32)
+    groups = np.repeat(np.arange(6), 50).astype(str)
+    y = np.where(groups == "0", 2, (x[:, 0] > 0).astype(int))  # group 0 alone is all HARD
+    a = cross_validate(x, y, groups, folds=3, epochs=6, seed=1)
+    assert a == cross_validate(x, y, groups, folds=3, epochs=6, seed=1)  # deterministic
+    assert a["n"] == 300 and a["groups"] == 6 and a["folds"] == 3 and 1 <= a["best_epoch"] <= 6
+    assert 0.0 <= a["last"] <= a["best"] <= 5 / 6 + 1e-9  # group 0 is never right: no other group is HARD
+
+
 def test_selection_keeps_the_better_val_run():
     x, y = _toy(1)
     model, hist, scores = select(x[:200], y[:200], x[200:], y[200:], epochs=5, seed=0)
@@ -176,7 +199,7 @@ def test_train_router_end_to_end(bundle_dir, squad_path, hotpot_path, tmp_path, 
     squad, train_file, hotpot = _small_data(squad_path, hotpot_path, tmp_path)
     out = tmp_path / "out"
     report = train_router(squad, train_file, hotpot, out, bundle_dir=bundle_dir, epochs=5, agreement_n=2,
-                          floors=(0.0, 0.5))
+                          floors=(0.0, 0.5), cv_folds=2)
     assert report["parity"]["passed"]
     rows = read_labels(out / "router_labels.csv", report["settings_key"])
     assert {r["part"] for r in rows.values()} == {"train", "val", "test"}
@@ -186,6 +209,9 @@ def test_train_router_end_to_end(bundle_dir, squad_path, hotpot_path, tmp_path, 
                  "router_labels.png", "router.onnx.parity.json"):
         assert (out / name).is_file(), name
     assert [f["floor"] for f in report["floors"]] == [0.0, 0.5] and report["agreement"]["n"] == 2
+    fit = sum(r["part"] in ("train", "val") and label(r["served"]) is not None for r in rows.values())
+    assert set(report["cv"]) == set(INPUTS) and all(c["n"] == fit and 0 <= c["best"] <= 1 for c in report["cv"].values())
+    assert "cross-validation" in (out / "router_report.md").read_text()
     assert set(report["test_mix"]) == {"squad", "hotpotqa"}
 
     # labels are cached: a second run re-labels nothing and trains the same router
@@ -194,7 +220,7 @@ def test_train_router_end_to_end(bundle_dir, squad_path, hotpot_path, tmp_path, 
     assert again["metrics"] == report["metrics"]
 
     router = Router(out / "router.onnx")
-    assert router.width == 384 + len(PROFILE)
+    assert router.width == len(PROFILE)
     assert isinstance(router(np.ones(384, dtype=np.float32) / np.sqrt(384), "Who?", []), Tier)
 
 
