@@ -48,7 +48,7 @@ def run(db: Path, dataset: str, items: list[QAItem], bundle: Bundle, args: argpa
         return {"skipped": f"MiniLM weights not found at {model_dir} (run `edge-rag models pull`)"}
     work = args.out / "peer"
     work.mkdir(parents=True, exist_ok=True)
-    config = bench_config(args.threads, args.memory_mb)
+    config = bench_config(args.threads, args.memory_mb, args.passages)
     with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
         ids = sorted(rag.store.index.get_ids_list())
         passages = [{"title": p.title, "text": p.text} for p in rag.store.passages(ids)]

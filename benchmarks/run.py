@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from edge_rag import EdgeRAG, EdgeRAGError, Route
 from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag.config import PASSAGE_MODES
 from edge_rag.models import default_bundle, home
 
 from . import data, decision, hardware, peer, plots, report, routing, scale, scale_backends
@@ -45,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="0 = all cores")
     p.add_argument("--memory-mb", type=int, default=None, help="memory budget for the pipeline")
+    p.add_argument("--passages", choices=PASSAGE_MODES, default="sentence",
+                   help="passage unit of the pooled corpus: sentences (default, the router's training unit) or paragraphs")
     p.add_argument("--profile", default="gemma", help="bundle profile: gemma | tiny")
     p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: the profile's)")
     p.add_argument("--out", type=Path, default=Path("bench-results"))
@@ -185,7 +188,7 @@ def retrieval(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray) -> dict:
 def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
                 out_rows: TextIO) -> tuple[dict, Path, dict]:
     """All systems on one dataset; returns its results, its index folder and arrays for the scale test."""
-    base = bench_config(args.threads, args.memory_mb)
+    base = bench_config(args.threads, args.memory_mb, args.passages)
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
     with EdgeRAG(db, bundle=bundle.root, config=base) as rag:

@@ -30,9 +30,10 @@ def available() -> list[str]:
     return [s for s, flags in SYSTEMS.items() if flags.get("reader") != "neural" or READER_ASSET.is_file()]
 
 
-def bench_config(threads: int = 0, memory_mb: int | None = None) -> Config:
-    """Deterministic decoding, no answer cache (each system must do its own work), the given resources."""
-    config = Config(temperature=0.0, cache_size=0, threads=threads)
+def bench_config(threads: int = 0, memory_mb: int | None = None, passage_mode: str = "sentence") -> Config:
+    """Deterministic decoding, no answer cache (each system must do its own work), the given resources and
+    passages (sentences, as the router was trained on, or whole paragraphs)."""
+    config = Config(temperature=0.0, cache_size=0, threads=threads, passage_mode=passage_mode)
     return config if memory_mb is None else config.with_(memory_budget_mb=memory_mb)
 
 

@@ -170,6 +170,14 @@ def test_benchmark_part_is_the_test_split(squad_path: Path):
     assert val.part == "val" and {q.group for q in val.items} == {"Imperialism"}
 
 
+def test_passage_unit_reaches_the_config():
+    assert run.parse_args([]).passages == "sentence"
+    args = run.parse_args(["--passages", "paragraph"])
+    assert bench_config(passage_mode=args.passages).passage_mode == "paragraph"
+    with pytest.raises(SystemExit):
+        run.parse_args(["--passages", "page"])
+
+
 def test_scale_sizes_accept_what_help_shows():
     assert run.parse_args(["--scale-sizes", "1k,10k,100k,1M"]).sizes == [1_000, 10_000, 100_000, 1_000_000]
     assert run.parse_args(["--scale-sizes", "2500"]).sizes == [2500]
