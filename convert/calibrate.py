@@ -77,13 +77,13 @@ def collect_all(rag: EdgeRAG, parts: dict[str, list[QAItem]], reader: str) -> di
 
 
 def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict]) -> dict:
-    """The per-question rows, kept in ``cache`` so re-fitting is cheap. Keyed by reader model, bundle and
-    splits only: use a fresh cache folder after changing the Config or --ood-sample."""
+    """The per-question rows, kept in ``cache`` so re-fitting is cheap. Keyed by reader model, bundle, splits
+    and the combiner's features only: use a fresh cache folder after changing the Config or --ood-sample."""
     if cache is None:
         return make()
     model = hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else ""
     key = hashlib.sha1(json.dumps([reader, *([model] if model else []), sorted(f["sha256"] for f in bundle.files()),
-                                   Path(CALIBRATION_ASSET).with_name("splits.json").read_text()]).encode())
+                                   Path(CALIBRATION_ASSET).with_name("splits.json").read_text(), FEATURES]).encode())
     path = cache / f"rows-{reader}-{key.hexdigest()[:12]}.json"
     if path.is_file():
         return json.loads(path.read_text())
@@ -105,7 +105,7 @@ def fit_combiner(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50) 
         grad = z.T @ (p - y) + ridge @ w
         hess = z.T @ (z * (p * (1 - p))[:, None]) + ridge
         w -= np.linalg.solve(hess, grad)
-    return Combiner(tuple(map(float, w[:-1])), float(w[-1]), tuple(map(float, mean)), tuple(map(float, scale)))
+    return Combiner(tuple(map(float, w[:-1])), float(w[-1]), tuple(map(float, mean)), tuple(map(float, scale)), FEATURES)
 
 
 def _matrix(rows: list[dict]) -> np.ndarray:
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
                                 grid(scores(rows["reader_val"], combiner, math.inf)))
         cal_in = rows["calibration"]
         out["readers"][reader] = {
-            "combiner": {"features": list(FEATURES), "weights": list(combiner.weights), "bias": combiner.bias,
+            "combiner": {"features": list(combiner.features), "weights": list(combiner.weights), "bias": combiner.bias,
                          "mean": list(combiner.mean), "scale": list(combiner.scale)},
             "table": {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
                       "n_errors": list(table.n_errors), "n_cal": table.n_cal},

@@ -56,7 +56,7 @@ class CertifiedPath:
     def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:
         """Score the candidate with the calibrated combiner and route it against the certified threshold."""
         c, cert = self.config, self.certificate
-        features = candidate.features(passages)
+        features = candidate.features(question, passages)
         if cert is None or self.calibration is None:
             return Verdict(candidate, Route.REFUSE, self.uncertified, {"features": features})
         rc = self.calibration.reader(c.reader)

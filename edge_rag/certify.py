@@ -2,7 +2,8 @@
 error rate among answered questions is <= alpha with probability >= 1 - delta (Learn-then-Test).
 
 One score per candidate answer: a logistic combiner of the reader's span score and no-answer margin and the
-retrieval evidence (top cosine), fitted on the reader-val split only (``python -m convert calibrate``).
+retrieval evidence (top cosine, and how much of the question the top hit covers), fitted on the reader-val
+split only (``python -m convert calibrate``).
 The calibration split (questions no training or tuning touched) gives, for every threshold of a grid fixed
 before calibration (strict -> permissive), n answered and n errors; an error is an answer with F1 < 0.5 to
 an answerable question, or any answer to an unanswerable one. ``choose`` runs fixed-sequence testing: walk
@@ -28,7 +29,7 @@ import numpy as np
 from .errors import BundleError
 
 CALIBRATION_ASSET = Path(__file__).resolve().parent / "assets" / "calibration.json"
-FEATURES = ("span_score", "margin", "top_cosine")  # what the combiner sees, in this order
+FEATURES = ("span_score", "margin", "top_cosine", "overlap@1")  # what a newly fitted combiner sees, in order
 F1_CORRECT = 0.5  # an answer with F1 >= this against a gold answer counts as right
 _BISECT_STEPS = 60  # 2^-60: far below any proportion a calibration set can resolve
 
@@ -75,15 +76,17 @@ def clopper_pearson_upper(errors: int, n: int, delta: float) -> float:
 
 @dataclass(frozen=True)
 class Combiner:
-    """score = sigmoid(w . (x - mean) / scale + b): one number in [0, 1] per candidate answer."""
+    """score = sigmoid(w . (x - mean) / scale + b): one number in [0, 1] per candidate answer. ``features``
+    names its inputs in order: a calibration file fitted on fewer features keeps working."""
 
     weights: tuple[float, ...]
     bias: float
     mean: tuple[float, ...]
     scale: tuple[float, ...]
+    features: tuple[str, ...] = FEATURES
 
     def __call__(self, features: dict[str, float]) -> float:
-        x = (np.array([features[f] for f in FEATURES]) - np.array(self.mean)) / np.array(self.scale)
+        x = (np.array([features[f] for f in self.features]) - np.array(self.mean)) / np.array(self.scale)
         z = float(np.dot(self.weights, x) + self.bias)
         return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
@@ -176,7 +179,7 @@ class Calibration:
             readers = {
                 name: ReaderCalibration(
                     Combiner(tuple(r["combiner"]["weights"]), r["combiner"]["bias"], tuple(r["combiner"]["mean"]),
-                             tuple(r["combiner"]["scale"])),
+                             tuple(r["combiner"]["scale"]), tuple(r["combiner"]["features"])),
                     RiskTable(tuple(r["table"]["thresholds"]), tuple(r["table"]["n_answered"]),
                               tuple(r["table"]["n_errors"]), r["table"]["n_cal"]),
                     float(r["ood_distance"]), r["gpt"]["n"], r["gpt"]["errors"], r.get("model_sha256"))

@@ -16,6 +16,7 @@ from .bundle import Bundle
 from .errors import BundleError
 from .extract import extract
 from .reader import Reader, reader_file
+from .route import PROFILE, profile
 from .types import Passage
 
 
@@ -29,11 +30,14 @@ class Candidate:
     null_score: float  # the reader's no-answer score (rules: none, 0)
     margin: float  # span_score - null_score: how much the span beats "no answer"
 
-    def features(self, passages: Sequence[Passage]) -> dict[str, float]:
+    def features(self, question: str, passages: Sequence[Passage]) -> dict[str, float]:
         """The combiner's inputs (certify.FEATURES). d_min = 2 - 2 s_max is the top cosine in another unit,
-        so only the cosine is used."""
+        so only the cosine is used. overlap@1 is the router's: how much of the question the top hit's best
+        sentence covers (a hit on the article's topic vs one holding the asked-about names); on reader-val it
+        raised the share of right answers among the 20% best scored from 0.50 to 0.58 (5-fold CV)."""
         top = max((p.score for p in passages), default=0.0)
-        return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top}
+        overlap = float(profile(question, passages)[PROFILE.index("overlap@1")])
+        return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top, "overlap@1": overlap}
 
 
 class _Store(Protocol):

@@ -92,9 +92,18 @@ def test_risk_table_counts_nan_as_never_answered():
 
 
 def test_combiner_is_monotone_in_a_positive_weight():
-    c = Combiner((2.0, 0.0, 1.0), -0.5, (0.5, 0.0, 0.5), (0.1, 1.0, 0.1))
-    low, high = (c({"span_score": s, "margin": 0.0, "top_cosine": 0.5}) for s in (0.4, 0.6))
-    assert 0.0 < low < c({"span_score": 0.5, "margin": 0.0, "top_cosine": 0.5}) < high < 1.0
+    c = Combiner((2.0, 0.0, 1.0, 0.5), -0.5, (0.5, 0.0, 0.5, 0.5), (0.1, 1.0, 0.1, 0.2))
+    x = {"span_score": 0.5, "margin": 0.0, "top_cosine": 0.5, "overlap@1": 0.5}
+    low, high = (c({**x, "span_score": s}) for s in (0.4, 0.6))
+    assert 0.0 < low < c(x) < high < 1.0
+    assert c({**x, "overlap@1": 0.3}) < c(x) < c({**x, "overlap@1": 0.9})
+
+
+def test_a_combiner_reads_the_features_it_was_fitted_on():
+    """A calibration file from before overlap@1 names three features: it scores without the fourth."""
+    old = Combiner((2.0, 0.0, 1.0), -0.5, (0.5, 0.0, 0.5), (0.1, 1.0, 0.1), ("span_score", "margin", "top_cosine"))
+    x = {"span_score": 0.6, "margin": 0.0, "top_cosine": 0.5}
+    assert old(x) == old({**x, "overlap@1": 0.9}) > 0.5
 
 
 def test_malformed_calibration_names_the_file(tmp_path):
