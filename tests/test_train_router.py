@@ -94,6 +94,23 @@ def test_shipped_labels_are_for_the_current_config(bundle, squad_path, hotpot_pa
     assert settings_key(encoder_sha, label_config().with_(compression_floor=0.5), corpora) != key
 
 
+def test_shipped_router_beats_the_majority_on_held_out_labels(bundle, squad_path, hotpot_path, squad_default_rag):
+    """On the test split's genuine SQuAD labels the shipped router beats always-EASY by a clear margin (measured
+    0.829 vs 0.740): a router whose input learns the training articles' topics — as the query embedding did —
+    falls back to the majority class and fails here."""
+    corpora = load_corpora(squad_path, squad_path.parent / "squad2_train_subset.json", hotpot_path)
+    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == B.ROLE_ENCODER)
+    rows = read_labels(ROUTER_ASSET.parent / LABELS_FILE, settings_key(encoder_sha, label_config(), corpora))
+    rag, items = squad_default_rag
+    test = [(q, TIERS.index(t)) for q in items if (r := rows.get(q.id)) and r["part"] == "test"
+            and (t := label(r["served"])) is not None]
+    assert len(test) > 300
+    x = np.array([route_features(rag, q.question) for q, _ in test])
+    y = np.array([t for _, t in test])
+    accuracy = float(np.mean(Router(ROUTER_ASSET).logits(x).argmax(1) == y))
+    assert accuracy >= float(np.mean(y == np.bincount(y).argmax())) + 0.05
+
+
 # -- the split -----------------------------------------------------------------------------------
 def test_router_parts_follow_splits_json():
     assert router_part(_item(group="Imperialism"), False) == "val"
