@@ -21,7 +21,7 @@
    pipeline makes, so training and run time see the same numbers. The router reads the retrieval profile
    (``--inputs profile``); ``--cv K`` measures why: article-grouped K-fold cross-validation over train + val
    (SQuAD folds never split an article, HotpotQA folds keep buckets whole) for each input layout. The val
-   part is one article and one bucket, too few questions to compare layouts on; the folds are 20 groups.
+   part is one article and one bucket, too few questions to compare layouts on; the folds hold 18 groups.
 5. Train RouterMLP (AdamW lr 1e-3, wd 1e-4, batch 64, inputs standardised on train) with and without
    class weights w_c = N / (C·N_c); the epoch and weighting with the best val accuracy are kept.
 6. Report: test accuracy on genuine labels beside the majority class, per-class recall, confusion matrix,

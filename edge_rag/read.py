@@ -34,7 +34,8 @@ class Candidate:
         """The combiner's inputs (certify.FEATURES). d_min = 2 - 2 s_max is the top cosine in another unit,
         so only the cosine is used. overlap@1 is the router's: how much of the question the top hit's best
         sentence covers (a hit on the article's topic vs one holding the asked-about names); on reader-val it
-        raised the share of right answers among the 20% best scored from 0.50 to 0.58 (5-fold CV)."""
+        raised the share of right answers among the 20% best scored from 0.50 to 0.58 (5-fold CV, an ad-hoc
+        script; the calibration split moved less: README)."""
         top = max((p.score for p in passages), default=0.0)
         overlap = float(profile(question, passages)[PROFILE.index("overlap@1")])
         return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top, "overlap@1": overlap}

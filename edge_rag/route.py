@@ -6,7 +6,7 @@ followed by the retrieval profile of the one search the pipeline makes — the c
 10 hits (s1, s1 - s5, score entropy: does one passage stand out?) and how much of the question the best
 of them cover (the compressor's term overlap, without the cosine prior, at the top 1 / 3 / 10 hits: is
 the answer sentence likely among them?). The shipped router reads the profile only: in cross-validation
-over 20 training articles the embedding made it worse (it learns the topics of the training articles,
+over 18 groups of training questions (SQuAD articles, HotpotQA buckets) the embedding made it worse (it learns the topics of the training articles,
 not difficulty; edge_rag/assets/router_report.md). Routers of older bundles read the embedding (384
 wide) or embedding and profile (390): ``Router`` gives each the columns of its width. Training
 (convert/train_router.py) calls the same ``features`` on the same search, so the router sees at run time
