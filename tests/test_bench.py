@@ -183,3 +183,18 @@ def test_scale_sizes_accept_what_help_shows():
     assert run.parse_args(["--scale-sizes", "2500"]).sizes == [2500]
     with pytest.raises(SystemExit):
         run.parse_args(["--scale-sizes", "10q"])
+
+
+def test_reader_sweep_precision_is_cross_fitted():
+    """The sweep's 'right among the best-scored 25%' ranks by a combiner fitted on the other folds: a feature
+    that decides rightness gives 1.0 when rightness is common enough, and pure noise gives about the base rate."""
+    from benchmarks.reader_sweep import cross_fitted_precision
+    from edge_rag.certify import FEATURES
+
+    rng = np.random.default_rng(1)
+    right = rng.random(400) < 0.4
+    informative = [[float(r) + 0.1 * rng.standard_normal()] + [rng.standard_normal() for _ in FEATURES[1:]]
+                   for r in right]
+    assert cross_fitted_precision(informative, list(right), 400) == 1.0
+    noise = [[rng.standard_normal() for _ in FEATURES] for _ in right]
+    assert abs(cross_fitted_precision(noise, list(right), 400) - right.mean()) < 0.15
