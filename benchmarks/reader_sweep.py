@@ -8,8 +8,8 @@ the SQuAD dev file (as `convert calibrate` and `make bench` build it). Per setti
 best span, answered or not), the share of candidates that are right (F1 >= 0.5 on an answerable question),
 the AUROC of the reader margin for right vs wrong candidates (unanswerable ones are all wrong), the share of
 right answers among the best-scored 25% of questions (the certified score's combiner, 5-fold cross-fitted on
-the same questions: what decides how much a given alpha can answer), and the read stage's p50 / p95 ms. The Config defaults `reader_passages` / `reader_window` are
-chosen from this table.
+the same questions: what decides how much a given alpha can answer), and the read stage's p50 / p95 ms.
+The Config defaults `reader_passages` / `reader_window` are chosen by that share.
 """
 from __future__ import annotations
 

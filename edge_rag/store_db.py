@@ -6,6 +6,7 @@ A lost or emptied database beside an existing index is an error, never a silent 
 from __future__ import annotations
 
 import sqlite3
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,10 +78,27 @@ BUSY_TIMEOUT_S = 60.0  # how long an open or a statement waits for another proce
 def connect(folder: Path) -> sqlite3.Connection:
     """The checked database, schema up to date (older stores get the newer columns, NULL = unknown)."""
     path = folder / DB_FILE
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return _open(path)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
+            # SQLite fails at once, without waiting, when two connections set up a new store together (the
+            # WAL switch or a schema write meets the other's fresh commit): open again until the deadline.
+            if time.monotonic() >= deadline:
+                raise StoreError(f"{path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s: {exc}") from exc
+            time.sleep(0.05)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
+    # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
+    db = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
     try:
-        # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
-        # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
-        db = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
         db.execute("PRAGMA foreign_keys=ON")
@@ -94,10 +112,7 @@ def connect(folder: Path) -> sqlite3.Connection:
                 if name not in have:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         db.commit()
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise StoreError(f"{path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s: {exc}") from exc
-        raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
+    except BaseException:
+        db.close()
+        raise
     return db
