@@ -106,12 +106,14 @@ def _retrieval(results: dict) -> str:
     for name, ds in results["datasets"].items():
         if "skipped" in ds:
             continue
-        r, c = ds["retrieval"], ds["corpus"]
+        c = ds["corpus"]
         build = "reused" if c["reused"] else f"{c['build_s']:.0f} s"
-        rows.append([name, f"{c['documents']:,}", f"{c['passages']:,}", str(r["n"]), _pct(r["recall@5"], 1),
-                     _pct(r["recall@10"], 1), _pct(r["precision@5"], 1), _n(r["mrr@10"], 3), build])
-    return _table(["dataset", "documents", "passages", "questions", "Recall@5", "Recall@10", "Precision@5",
-                   "MRR@10", "index build"], rows)
+        for mode, r in ds["retrieval"].get("retrievers", {"dense": ds["retrieval"]}).items():
+            rows.append([name, mode, f"{c['passages']:,}", str(r["n"]), _pct(r.get("recall@1"), 1),
+                         _pct(r["recall@5"], 1), _pct(r["recall@10"], 1), _pct(r.get("both@5"), 1),
+                         _n(r["mrr@10"], 3), _n(r.get("search_p50_ms"), 2), build])
+    return _table(["dataset", "retriever", "passages", "questions", "R@1", "R@5", "R@10", "all gold in top 5", "MRR@10",
+                   "search p50 ms", "index build"], rows)
 
 
 def _peer(peer: dict) -> str:

@@ -7,7 +7,7 @@ from edge_rag.reader import READER_ASSET
 _OFF = dict(router=False, correction=False, rerank=False, compression=False, cgr=False)
 
 SYSTEMS: dict[str, dict[str, bool | str]] = {
-    "gpt_only": {"retrieval": False, "cgr": False},
+    "gpt_only": {"retrieval": "none", "cgr": False},
     "fixed_k": _OFF,  # thesis baseline: k = baseline_k passages, unconditionally (LangChain-style)
     "routing": {**_OFF, "router": True},
     "compression": {**_OFF, "compression": True},  # fixed k = baseline_k, compressed to the fallback tier's budget

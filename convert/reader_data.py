@@ -1,7 +1,9 @@
 """Reader training and validation examples: the article split, gold spans, and sampled no-answer pairs.
 
 One example = one (question, "title: paragraph") window with a start/end token label; label 0 ([CLS])
-means "no answer in this window". Sources, all in the reader-train part only:
+means "no answer in this window". Questions: SQuAD 1.1 train (87,599, all answerable; ``answer_start`` there is the
+answer text's first occurrence, ambiguous for ~11% of answers), the SQuAD-2 train unanswerables, the reader-train dev
+articles and HotpotQA buckets. Sources, all in the reader-train part only:
 - ``answerable``: the window of the gold paragraph that holds the first gold answer;
 - ``window``: the other windows of that paragraph (the answer is not in them);
 - ``impossible``: real SQuAD-2 unanswerable questions on their paragraph (written to look answerable);
@@ -17,6 +19,7 @@ by exactly such swaps of an entity or number, so ``swapped`` imitates them at sc
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -30,11 +33,12 @@ from edge_rag.reader import CONTEXT_SEQUENCE, Windows, passage_context
 # ../shared/data next to the checkout, unless $EDGE_RAG_DATA says otherwise (a git worktree sits elsewhere).
 DATA = Path(os.environ.get("EDGE_RAG_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 SQUAD_TRAIN = DATA / "squad2_train_subset.json"
+SQUAD11_TRAIN = DATA / "squad11_train.json"  # all 87,599 answerable SQuAD 1.1 train questions (442 articles)
 SQUAD_DEV = DATA / "squad2_dev_subset.json"
 HOTPOT = DATA / "hotpotqa_dev_subset.jsonl"
 
 # The reader's parts of the one split file (calibration / test / out-of-domain articles are never read here);
-# "*squad2_train_subset.json" there means the whole train file, which reader_train() reads as SQUAD_TRAIN.
+# "*squad2_train_subset.json" / "*squad11_train.json" there mean the whole train files (SQUAD_TRAIN, SQUAD11_TRAIN).
 _SPLITS = json.loads(SPLITS_FILE.read_text(encoding="utf-8"))
 READER_TRAIN_DEV_ARTICLES = tuple(a for a in _SPLITS["squad"]["reader_train"] if not a.startswith("*"))
 READER_VAL_DEV_ARTICLES = tuple(_SPLITS["squad"]["reader_val"])
@@ -88,8 +92,13 @@ def hotpot_questions(path: Path, buckets: tuple[int, ...]) -> list[Question]:
 
 
 def reader_train() -> list[Question]:
-    return (squad_questions(SQUAD_TRAIN, None) + squad_questions(SQUAD_DEV, READER_TRAIN_DEV_ARTICLES)
-            + hotpot_questions(HOTPOT, READER_TRAIN_HOTPOT))
+    """SQuAD 1.1 train (every question answerable), the unanswerable questions of the SQuAD-2 train articles (their
+    answerable ones are SQuAD 1.1's, not repeated), the reader-train dev articles and HotpotQA buckets."""
+    if not SQUAD11_TRAIN.is_file():
+        raise FileNotFoundError(f"{SQUAD11_TRAIN} not found: the reader trains on SQuAD 1.1 train (../shared/data)")
+    unanswerable = [q for q in squad_questions(SQUAD_TRAIN, None) if q.answer_start < 0]
+    return (squad_questions(SQUAD11_TRAIN, None) + unanswerable
+            + squad_questions(SQUAD_DEV, READER_TRAIN_DEV_ARTICLES) + hotpot_questions(HOTPOT, READER_TRAIN_HOTPOT))
 
 
 def reader_val() -> list[Question]:
@@ -112,9 +121,10 @@ def label_windows(windows: Windows, question: str, title: str, context: str,
     a, b = (prefix + answer_start, prefix + answer_start + len(answer)) if answer_start >= 0 else (-1, -1)
     out = []
     for w in windows(question, text):
+        offsets = w.offsets  # a property that builds a new list on every access: read it once
         tok = [k for k, s in enumerate(w.sequence_ids) if s == CONTEXT_SEQUENCE]
-        starts = [k for k in tok if w.offsets[k][0] <= a < w.offsets[k][1]] if a >= 0 else []
-        ends = [k for k in tok if w.offsets[k][0] < b <= w.offsets[k][1]] if a >= 0 else []
+        starts = [k for k in tok if offsets[k][0] <= a < offsets[k][1]] if a >= 0 else []
+        ends = [k for k in tok if offsets[k][0] < b <= offsets[k][1]] if a >= 0 else []
         s, e = (starts[0], ends[-1]) if starts and ends and ends[-1] >= starts[0] else (0, 0)
         out.append((w.ids, w.type_ids, s, e))
     return out
@@ -129,6 +139,12 @@ def _kind(span: str) -> str:
     return "number" if span[0].isdigit() else "name"
 
 
+@functools.lru_cache(maxsize=8)
+def _article_spans(article_text: str) -> frozenset[str]:
+    """Every name or number of an article (questions come article by article: a small cache suffices)."""
+    return frozenset(_SWAPPABLE.findall(article_text))
+
+
 def swap_question(question: str, context: str, article_text: str, rng: random.Random) -> str | None:
     """``question`` with one name or number that occurs in ``context`` replaced by one of the same kind and about
     the same number of words that occurs in ``article_text`` but not in ``context``; None when the question has no such span or no replacement exists."""
@@ -138,7 +154,7 @@ def swap_question(question: str, context: str, article_text: str, rng: random.Ra
     m = rng.choice(spans)
     low = context.lower()
     words = len(m.group().split())  # a like-sized replacement keeps the question fluent
-    pool = sorted({x for x in _SWAPPABLE.findall(article_text) if _kind(x) == _kind(m.group())
+    pool = sorted({x for x in _article_spans(article_text) if _kind(x) == _kind(m.group())
                    and abs(len(x.split()) - words) <= 1 and x.lower() not in low and len(x) > 1})
     if not pool:
         return None

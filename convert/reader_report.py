@@ -20,11 +20,11 @@ import numpy as np
 
 from convert import reader as X
 from convert import reader_data as D
-from convert import train_reader as T
+from convert import reader_model as M
 from convert.quantize import DEFAULT_SCHEME, quantize_int8
 from convert.report import write_report
 from edge_rag.encode import load_session, pad_batch
-from edge_rag.reader import READER_ASSET, Reader, passage_context
+from edge_rag.reader import MAX_SEQ_LEN, READER_ASSET, STRIDE, Reader, passage_context
 from edge_rag.types import Passage
 from evaluation.metrics import best_em, best_f1
 
@@ -35,17 +35,17 @@ LATENCY_REPEATS = 30
 
 
 def finish(args: argparse.Namespace) -> None:
-    history = json.loads((args.work / "history.json").read_text())
+    history = json.loads((args.run / "history.json").read_text())
     chosen = max(history["checkpoints"], key=lambda c: c["hasans_f1"])
-    model = T.load_model(args.work / chosen["checkpoint"])
-    tok_path = T.model_dir() / "tokenizer.json"
-    fp32 = X.export_fp32(model, args.work / "reader.fp32.onnx")
-    int8 = quantize_int8(fp32, args.work / "reader.int8.onnx")
+    model = M.load_model(args.run / chosen["checkpoint"])
+    tok_path = M.model_dir() / "tokenizer.json"
+    fp32 = X.export_fp32(model, args.run / "reader.fp32.onnx")
+    int8 = quantize_int8(fp32, args.run / "reader.int8.onnx")
     parity = check_parity(model, fp32, int8, tok_path, args)
     shutil.copyfile(int8, READER_ASSET)
     write_report(READER_ASSET, {**parity, "checkpoint": chosen["checkpoint"], "file_bytes": READER_ASSET.stat().st_size})
     val = evaluate_onnx(READER_ASSET, tok_path, args.seed)
-    (args.work / "val_onnx.json").write_text(json.dumps(val, indent=1))
+    (args.run / "val_onnx.json").write_text(json.dumps(val, indent=1))
     latency = measure_latency(READER_ASSET, tok_path)
     write_markdown(history, chosen, parity, val, latency, args)
 
@@ -56,7 +56,7 @@ def check_parity(model, fp32: Path, int8: Path, tok_path: Path, args: argparse.N
 
     val = D.reader_val()[:PARITY_QUESTIONS]
     inputs = X.sample_inputs(val, D.negative_pairs(val, args.seed)[: PARITY_QUESTIONS // 2])
-    tok = T.windowing()
+    tok = M.windowing()
     session = load_session(fp32, threads=2)
     diff = 0.0
     for row in inputs[:40]:
@@ -66,8 +66,8 @@ def check_parity(model, fp32: Path, int8: Path, tok_path: Path, args: argparse.N
             ref = model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
         got = session.run(list(X.OUTPUTS), feeds)
         diff = max(diff, *(float(np.abs(r.numpy() - g).max()) for r, g in zip(ref, got)))
-    reference = [T.read_one(model, tok, r["question"], r["title"], r["text"]) for r in inputs]
-    ref_file = args.work / "parity_reference.json"
+    reference = [M.read_one(model, tok, r["question"], r["title"], r["text"]) for r in inputs]
+    ref_file = args.run / "parity_reference.json"
     ref_file.write_text(json.dumps({"inputs": inputs, "torch": [
         {k: r[k] for k in ("text", "start", "end", "margin")} for r in reference]}))
     out = {"artifact": "reader", "precision": "int8", "scheme": DEFAULT_SCHEME, "opset": X.OPSET,
@@ -111,7 +111,7 @@ def evaluate_onnx(onnx: Path, tok_path: Path, seed: int) -> dict:
         span = reader.read(q.question, [Passage(0, "", title, context)])
         rows.append({"kind": "other_paragraph", "source": q.source, "margin": span.margin, "text": span.text,
                      "f1": 0.0, "em": 0.0})
-    return {"rows": rows, **T.summarise(rows)}
+    return {"rows": rows, **M.summarise(rows)}
 
 
 def measure_latency(onnx: Path, tok_path: Path) -> dict:
@@ -155,7 +155,7 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
     fig.tight_layout()
     fig.savefig(ASSETS / "reader_margins.png", dpi=90)
     plt.close("all")
-    seconds = history["checkpoints"][-1]["seconds"]
+    seconds, hp = history["checkpoints"][-1]["seconds"], history["settings"]
     lines = [
         "# Reader training report", "",
         f"Produced by `make reader` (`python -m convert train-reader --lr {args.lr} "
@@ -167,13 +167,14 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
         "Sources are described in `convert/reader_data.py`" + ("; the subset is a seeded sample of all windows." if args.examples
                                                           else "; every window of the reader-train part."), "",
         "## Training", "",
-        f"MiniLM-L6 (all-MiniLM-L6-v2 weights) + Linear(384→2); max {T.MAX_SEQ_LEN} tokens, stride {T.STRIDE}, "
-        f"batch {T.BATCH}, AdamW lr {args.lr}, warm-up {T.WARMUP:.0%} then linear decay, weight decay "
-        f"{T.WEIGHT_DECAY}, {history['steps']} steps, {T.THREADS} torch threads, {seconds / 60:.1f} min on the "
+        f"MiniLM-L6 (all-MiniLM-L6-v2 weights) + Linear(384→2); max {MAX_SEQ_LEN} tokens, stride {STRIDE}, "
+        f"batch {hp['batch']}, AdamW lr {args.lr}, warm-up {hp['warmup']:.0%} then linear decay, weight decay "
+        f"{hp['weight_decay']}, {history['steps']} steps, bf16 autocast {history['bf16']}, {hp['threads']} torch "
+        f"threads, {seconds / 60:.1f} min on the "
         "shared 2-core box.", "", "![loss](reader_training.png)", "",
-        "| checkpoint | HasAns F1 | HasAns EM | NoAns acc (impossible) | NoAns acc (other paragraph) |",
-        "|---|---|---|---|---|",
-        *[f"| {c['checkpoint']} | {c['hasans_f1']:.3f} | {c['hasans_em']:.3f} | {c['noans_acc_impossible']:.3f} | "
+        "| checkpoint | windows seen | HasAns F1 | HasAns EM | NoAns acc (impossible) | NoAns acc (other paragraph) |",
+        "|---|---|---|---|---|---|",
+        *[f"| {c['checkpoint']} | {c['examples_seen']} | {c['hasans_f1']:.3f} | {c['hasans_em']:.3f} | {c['noans_acc_impossible']:.3f} | "
           f"{c['noans_acc_other_paragraph']:.3f} |" for c in history["checkpoints"]], "",
         f"Shipped: {chosen['checkpoint']} (best HasAns F1 on reader-val, torch).", "",
         "## reader-val, shipped int8 ONNX (`edge_rag.reader.Reader`)", "",

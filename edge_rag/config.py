@@ -75,6 +75,7 @@ DEFAULT_TIERS = Tiers({
 })
 GATES = ("none", "distance", "hoeffding", "azuma", "bernstein", "betting")  # evidence gates (edge_rag.gate)
 PASSAGE_MODES = ("sentence", "paragraph")
+RETRIEVALS = ("hybrid", "dense", "lexical", "none")  # Config.retrieval
 READERS = ("neural", "rules")  # Config.reader: the trained extractive reader | the EverydayGPT rule extractor
 
 
@@ -84,7 +85,9 @@ class Config:
 
     # -- which stages run. All on = the adaptive, cautious pipeline; the benchmarks switch them off
     # one by one for the seeds' baselines (router=False and the rest off = the fixed-k baseline).
-    retrieval: bool = True  # False = GPT-only, no context
+    # "hybrid": the dense index and the full-text (BM25) index, fused (retrieve.py); "dense" | "lexical": one of
+    # them; "none": GPT-only, no context
+    retrieval: str = "hybrid"
     router: bool = True  # tier budgets from router.onnx (else fixed k = baseline_k, whole passages)
     correction: bool = True
     rerank: bool = True
@@ -114,6 +117,11 @@ class Config:
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 64
     baseline_k: int = 5  # the fixed-k baseline (thesis, LangChain-style)
+    # hybrid fusion (weighted reciprocal rank, retrieve.py), chosen on the reader-train/val questions only by
+    # `python -m benchmarks.fusion`: the best SQuAD paragraph R@1 (0.772; dense 0.713, BM25 0.711) among settings
+    # whose HotpotQA both-supporting-in-top-5 is no worse than dense's (0.453 vs 0.442)
+    fusion_k: int = 60
+    lexical_weight: float = 0.5
 
     # -- router tiers
     tiers: Tiers = DEFAULT_TIERS  # a plain dict is accepted and frozen into Tiers
@@ -205,7 +213,8 @@ class Config:
 
 
 # What each field allows. Numbers: (low, high, low inclusive, high inclusive, integer); None = unbounded.
-_CHOICES: dict[str, tuple[str, ...]] = {"gate": GATES, "passage_mode": PASSAGE_MODES, "reader": READERS}
+_CHOICES: dict[str, tuple[str, ...]] = {"gate": GATES, "passage_mode": PASSAGE_MODES, "reader": READERS,
+                                        "retrieval": RETRIEVALS}
 _INT, _REAL = True, False
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "memory_budget_mb": (1, None, True, True, _INT),
@@ -217,6 +226,8 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "hnsw_ef_construction": (1, None, True, True, _INT),
     "hnsw_ef_search": (1, None, True, True, _INT),
     "baseline_k": (1, None, True, True, _INT),
+    "fusion_k": (0, None, True, True, _INT),
+    "lexical_weight": (0.0, None, True, True, _REAL),
     "correction_threshold": (-1.0, 1.0, True, True, _REAL),  # a cosine
     "correction_extra_k": (0, None, True, True, _INT),
     "rerank_dense_weight": (0.0, None, True, True, _REAL),

@@ -24,6 +24,7 @@ import numpy as np
 
 from .dburl import mask_url, scrub
 from .errors import StoreError
+from .lexical import tsquery
 from .store_db import DocumentState, Part
 from .types import Passage
 
@@ -43,6 +44,15 @@ CREATE INDEX {PASSAGES}_doc ON {PASSAGES}(doc_id);
 CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops)
     WITH (m = {{m}}, ef_construction = {{ef_construction}});
 """
+# The full-text index: a tsvector of title and text computed by PostgreSQL on every insert (so it commits with the
+# passage), behind a GIN index. Stores made before it get both on open (one transaction, under the writers' lock).
+_FULL_TEXT = f"""
+ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector
+    GENERATED ALWAYS AS (to_tsvector('english', title || ' ' || text)) STORED;
+CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv);
+"""
+_SEARCH_TEXT = f"""SELECT id, ts_rank_cd(tsv, q) AS rank FROM {PASSAGES}, to_tsquery('english', %s) q
+WHERE tsv @@ q ORDER BY rank DESC, id LIMIT %s"""
 _SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
 FROM {PASSAGES} ORDER BY distance LIMIT %s"""
 _DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
@@ -74,6 +84,7 @@ class PgStore:
         self._write_lock = threading.RLock()
         self._writer = None  # the connection holding the writers' session lock during ``writing()``
         self._writer_thread: int | None = None
+        self.full_text = True  # False: the store predates the full-text column and this role may not add it
         with self._errors("cannot open"):
             with self._psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
@@ -120,6 +131,24 @@ class PgStore:
             else:
                 rows = conn.execute(_SEARCH, (query, k)).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
+
+    def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Top-k passage ids by full-text rank (``ts_rank_cd``) over title and text (any of ``terms``), best first."""
+        if not terms or k <= 0 or not self.full_text:
+            return []
+        with self._errors("cannot search"), self.pool.connection() as conn:
+            rows = conn.execute(_SEARCH_TEXT, (tsquery(list(terms)), k)).fetchall()
+        return [(int(i), float(r)) for i, r in rows]
+
+    def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
+        """Exact cosine similarity of the query to the stored vectors of ``ids``."""
+        if not ids:
+            return {}
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        with self._errors("cannot search"), self.pool.connection() as conn:
+            rows = conn.execute(f"SELECT id, embedding <=> %b FROM {PASSAGES} WHERE id = ANY(%s)",
+                                (query, [int(i) for i in ids])).fetchall()
+        return {int(i): 1.0 - float(d) for i, d in rows}
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:
         """Passages by id, in the order given."""
@@ -220,7 +249,20 @@ class PgStore:
                         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     conn.execute(_SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
                     self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
+        if not self._has_full_text(conn):
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
+                    if not self._has_full_text(conn):
+                        conn.execute(_FULL_TEXT)
+            except self._psycopg.errors.InsufficientPrivilege:
+                self.full_text = False  # a read-only role on a store from before it: dense search until a writer opens it
         return self._meta(conn)
+
+    @staticmethod
+    def _has_full_text(conn) -> bool:
+        return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_name = %s AND column_name = 'tsv'",
+                            (PASSAGES,)).fetchone() is not None
 
     def _lock(self, conn) -> dict[str, str]:
         """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: another

@@ -16,6 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from . import bundle as B
+from . import retrieve
 from .cache import AnswerCache
 from .certified import CertifiedPath
 from .chunk import make_document, read_files
@@ -34,6 +35,7 @@ from .memory import plan, stored_passages
 from .models import default_bundle
 from .policy import decide
 from .rerank import rerank
+from .retrieve import Retrieved
 from .route import Router, choose_tier, search_width
 from .stores import open_store
 from .types import Answer, Document, Passage, Route
@@ -211,15 +213,16 @@ class EdgeRAG:
         c = self.config
         with stage("encode"):
             vector = self.encoder.encode_one(question)
-        hits: list[Passage] = []
-        if c.retrieval:  # one search wide enough for any tier: the router reads its score profile
+        found = Retrieved([], math.nan)
+        if c.retrieval != "none":  # one search wide enough for any tier: the router reads its score profile
             with stage("retrieve"):
-                hits = self.store.search(vector, search_width(c))
+                found = retrieve.search(self.store, vector, question, search_width(c), c)
+        hits = found.passages
         scores = [p.score for p in hits]
         with stage("route"):
             tier, spec, fallback = choose_tier(vector, question, hits, self.router, c)
         passages, corrected = correct(hits, spec.k, tier, c)
-        if c.retrieval and c.rerank and spec.rerank:
+        if hits and c.rerank and spec.rerank:
             with stage("rerank"):
                 passages = rerank(question, passages, c)
         with stage("compress"):
@@ -230,7 +233,7 @@ class EdgeRAG:
                 context, used = packed.text, [p for p in passages if p.id in kept]
             else:
                 context, used = build_context(passages), passages
-        d_min = min((p.distance for p in hits), default=math.nan)  # the nearest passage, whatever the tier kept
+        d_min = found.d_min  # the nearest passage by the dense search, whatever the tier kept
 
         route, reason, gate, extraction, verdict = Route.GPT, None, None, None, None
         if c.cgr and c.certified:

@@ -31,7 +31,8 @@ import numpy as np
 from . import hnsw, writer_lock
 from .errors import StoreError
 from .fileio import fsync_dir, sha256_file
-from .store_db import DB_FILE, INDEX_GLOB, DocumentState, Part, check_files, connect, passage_crc
+from .lexical import fts5_query
+from .store_db import DB_FILE, FTS_TABLE, INDEX_GLOB, DocumentState, Part, check_files, connect, passage_crc
 from .types import Passage
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
@@ -39,6 +40,7 @@ __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 # Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
 COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
+TITLE_WEIGHT = 0.5  # BM25 weight of a passage's title against its text (1.0)
 
 
 class Store:
@@ -116,6 +118,30 @@ class Store:
             labels, dists = hnsw.knn(self.index, vector.reshape(1, -1).astype(np.float32), k, self.ef_search)
             scores = {int(i): 1.0 - float(d) for i, d in zip(labels, dists)}
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
+
+    def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Top-k passage ids by BM25 over title and text (any of ``terms``), best first, with the BM25 score
+        (higher is better)."""
+        if not terms or k <= 0:
+            return []
+        query = fts5_query(list(terms))
+        with self._lock:
+            self._follow()
+            rows = self.db.execute(
+                f"SELECT rowid, bm25({FTS_TABLE}, {TITLE_WEIGHT}, 1.0) AS s FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? "
+                "ORDER BY s LIMIT ?", (query, k)).fetchall()
+        return [(int(i), -float(s)) for i, s in rows]
+
+    def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
+        """Exact cosine similarity of the query to the stored vectors of ``ids`` (the lexical hits the dense search
+        did not return)."""
+        if not ids:
+            return {}
+        with self._lock:
+            stored = np.asarray(self.index.get_items(list(ids), return_type="numpy"), dtype=np.float32)
+        query = vector.reshape(-1).astype(np.float32)
+        return {int(i): float(v @ query / max(float(np.linalg.norm(v) * np.linalg.norm(query)), 1e-12))
+                for i, v in zip(ids, stored)}
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:
         """Passages by id, in the order given; a passage that fails its checksum raises StoreError."""

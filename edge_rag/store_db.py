@@ -30,6 +30,20 @@ CREATE TABLE IF NOT EXISTS deleted (id INTEGER PRIMARY KEY);
 # Columns added since the first store format; older stores get them on open (NULL = not recorded).
 _ADDED_COLUMNS = {"documents": {"sha": "TEXT", "complete": "INTEGER NOT NULL DEFAULT 1"}, "passages": {"crc": "INTEGER"}}
 
+# The full-text index (SQLite FTS5, BM25) over each passage's title and text. An external-content table kept in step
+# with ``passages`` by triggers, so every commit writes both in its one transaction (crash-safe like the rest); a
+# store from before it gets the table and a rebuild from its passages, once, in one transaction, when it is opened.
+FTS_TABLE = "passages_fts"
+_FTS = [
+    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(title, text, content='passages', content_rowid='id', "
+    "tokenize='porter unicode61')",
+    f"CREATE TRIGGER passages_fts_insert AFTER INSERT ON passages BEGIN "
+    f"INSERT INTO {FTS_TABLE}(rowid, title, text) VALUES (new.id, new.title, new.text); END",
+    f"CREATE TRIGGER passages_fts_delete AFTER DELETE ON passages BEGIN "
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, title, text) VALUES ('delete', old.id, old.title, old.text); END",
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')",
+]
+
 
 
 
@@ -94,6 +108,26 @@ def connect(folder: Path) -> sqlite3.Connection:
             raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
 
 
+def _has_fts(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FTS_TABLE,)).fetchone() is not None
+
+
+def _add_fts(db: sqlite3.Connection) -> None:
+    """The full-text index and its triggers, filled from the stored passages, all in one write transaction (two
+    processes opening an old store at once: the second finds it made)."""
+    if _has_fts(db):
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if not _has_fts(db):
+            for statement in _FTS:
+                db.execute(statement)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
 def _open(path: Path) -> sqlite3.Connection:
     # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
     # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
@@ -112,6 +146,7 @@ def _open(path: Path) -> sqlite3.Connection:
                 if name not in have:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         db.commit()
+        _add_fts(db)
     except BaseException:
         db.close()
         raise

@@ -1,7 +1,7 @@
 """The passage store the pipeline talks to, and which backend a ``--db`` value opens.
 
-Two backends keep the same contract: the embedded store (``store.py``: SQLite + an hnswlib file in a
-folder, the default) and PostgreSQL with pgvector (``pgstore.py``) for a fleet of devices sharing one
+Two backends keep the same contract, each with a vector index and a full-text index written in the same
+commit: the embedded store (``store.py``: SQLite with FTS5 + an hnswlib file in a folder, the default) and PostgreSQL with pgvector (``pgstore.py``) for a fleet of devices sharing one
 corpus, or a corpus larger than a device's memory budget. ``--db kiosk-db`` opens a folder,
 ``--db postgresql://user@host/dbname`` a database. Both refuse vectors from another encoder, commit a
 batch in one transaction (a crash mid-batch leaves the last committed state), record each document's
@@ -52,6 +52,14 @@ class PassageStore(Protocol):
 
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity, best first, with ``score`` set."""
+        ...
+
+    def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Top-k (passage id, full-text score) for passages holding any of ``terms``, best first (lexical.py)."""
+        ...
+
+    def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
+        """Exact cosine similarity of the query to the stored vectors of ``ids``."""
         ...
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:

@@ -67,7 +67,7 @@ def test_sample_mixes_answerable_and_unanswerable():
 def test_presets_switch_stages():
     base = bench_config()
     assert base.temperature == 0.0
-    assert preset(base, "gpt_only").retrieval is False
+    assert preset(base, "gpt_only").retrieval == "none"
     fixed = preset(base, "fixed_k")
     assert not (fixed.router or fixed.rerank or fixed.compression or fixed.correction or fixed.cgr)
     assert preset(base, "full_cgr").cgr and not preset(base, "full").cgr

@@ -21,6 +21,7 @@ from edge_rag.chunk import make_document
 from edge_rag.config import Config
 from edge_rag.dburl import is_remote, mask_url
 from edge_rag.errors import BudgetError, InputError, StoreError
+from edge_rag.lexical import query_terms
 from edge_rag.memory import RUNTIME_BASE_MB, plan
 from edge_rag.store import DocumentState, Part, Store
 
@@ -99,17 +100,20 @@ def test_round_trip_and_incremental_add(pg_url, encoder):
 
 
 def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
-    """Same passages, scores, route and answer from both backends for every sample question."""
+    """Same passages, scores, route and answer from both backends for every sample question (dense retrieval: the
+    full-text ranks differ by design, BM25 in SQLite and ts_rank_cd in PostgreSQL)."""
     import json
 
     from edge_rag.pipeline import EdgeRAG
 
     questions = [q["question"] for q in json.loads((SAMPLE_DOCS.parent / "questions.json").read_text())]
-    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as remote:
+    dense = Config(temperature=0.0, retrieval="dense")
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=dense) as remote, \
+            EdgeRAG(sample_rag.store.folder, bundle=bundle_dir, config=dense) as local:
         assert remote.add_files([SAMPLE_DOCS]) == sample_rag.store.count
         assert remote.add_files([SAMPLE_DOCS]) == 0  # already indexed
         for q in questions:
-            a, b = sample_rag.decide(q), remote.decide(q)
+            a, b = local.decide(q), remote.decide(q)
             assert [p.id for p in a.passages] == [p.id for p in b.passages], q
             assert np.allclose([p.score for p in a.passages], [p.score for p in b.passages], atol=1e-5)
             assert (a.route, a.answer, a.context) == (b.route, b.answer, b.context), q
@@ -357,3 +361,24 @@ def test_edited_file_is_synchronised_and_messages_mask_the_password(pg_url, bund
         with pytest.raises(InputError, match=masked):
             rag.remove(["nope"])
         assert rag.remove([second]) == added and rag.store.count == 0
+
+
+def test_full_text_index_commits_with_the_passages_and_old_stores_get_one(pg_url, encoder):
+    texts = [["The lighthouse guided ships", "It was built in 1887"], ["Adult tickets cost 16 pounds", "The cafe opens at 9"]]
+    ds = [make_document(". ".join(t), f"doc{i}") for i, t in enumerate(texts)]
+    store = PgStore(pg_url, encoder.dim, "enc-1")
+    vectors = encoder.encode([t for u in texts for t in u])
+    store.add(whole(ds, texts), vectors)
+    hits = store.search_text(query_terms("How much is an adult ticket?"), 5)
+    assert [p.text for p in store.passages([hits[0][0]])] == ["Adult tickets cost 16 pounds"] and hits[0][1] > 0
+    query = encoder.encode_one("tickets")
+    assert store.cosines(query, [hits[0][0]])[hits[0][0]] == pytest.approx(float(vectors[hits[0][0]] @ query), abs=1e-5)
+    store.remove([ds[1].doc_id])
+    assert store.search_text(["ticket"], 5) == []
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # a store written before the full-text index
+        conn.execute("ALTER TABLE edge_rag_passages DROP COLUMN tsv")
+    again = PgStore(pg_url, encoder.dim, "enc-1")
+    assert [p.text for p in again.passages([i for i, _ in again.search_text(["lighthouse"], 5)])] == [
+        "The lighthouse guided ships"]
+    again.close()

