@@ -56,9 +56,10 @@ def windowing() -> Windows:
     return Windows(Tokenizer.from_file(str(model_dir() / "tokenizer.json")), MAX_SEQ_LEN, STRIDE)
 
 
-def pad(rows: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
-    """A batch padded to its longest row (dynamic padding: short paragraphs cost short windows)."""
-    width = max(len(ids) for ids, _ in rows)
+def pad(rows: list[tuple[list[int], list[int]]], multiple: int = 1) -> dict[str, torch.Tensor]:
+    """A batch padded to its longest row, rounded up to ``multiple`` (dynamic padding: short paragraphs cost short
+    windows; training rounds to a few widths, as oneDNN keeps kernels and weight copies per input shape)."""
+    width = -(-max(len(ids) for ids, _ in rows) // multiple) * multiple
     ids = torch.zeros((len(rows), width), dtype=torch.long)
     types = torch.zeros_like(ids)
     mask = torch.zeros_like(ids)
