@@ -33,7 +33,9 @@ OFF_TOPIC = "How do I bake sourdough bread?"
 
 
 def test_config() -> Config:
-    c = Config(temperature=0.0)
+    """The seeds' decision (certified=False): it sends open questions to generation, which the server's lanes,
+    queue and streaming tests need; the certified default generates only where generation is certified."""
+    c = Config(temperature=0.0, certified=False)
     tiers = {t: replace(spec, max_new_tokens=min(spec.max_new_tokens, TEST_MAX_NEW_TOKENS))
              for t, spec in c.tiers.items()}
     assert set(tiers) == set(Tier)

@@ -80,8 +80,8 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     max_seq_len. The batch is kept large first (indexing speed) because n_ctx above MIN_N_CTX buys
     nothing the tiers use. ``passages``: how many the store will hold (present + about to be added).
     Raises BudgetError naming the first component that overflows, in the order runtime base,
-    generator, encoder, index (largest fixed costs first, so the message names what dominates), then
-    the neural reader when the config uses it (certified path, reader "neural").
+    generator, encoder, the neural reader when the config uses it (certified path, reader "neural"), index
+    (fixed costs first, largest first, so the message names what dominates, and a store too big names the index).
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
     ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
     """
@@ -101,8 +101,8 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
         encoder = encoder_estimate(onnx_bytes, dim, batch, seq, int(enc.get("heads", ENCODER_HEADS)),
                                    enc.get("ffn"))
-        parts = base, generator_estimate(info, n_ctx), encoder, index  # error names the first that overflows
-        return parts + ((reader_estimate(reader_bytes, dim, batch, READER_SEQ_LEN),) if reader_bytes else ())
+        reader_part = (reader_estimate(reader_bytes, dim, batch, READER_SEQ_LEN),) if reader_bytes else ()
+        return base, generator_estimate(info, n_ctx), encoder, *reader_part, index  # errors name the first over
 
     budget = config.memory_budget_mb
     ctxs = _n_ctx_candidates(config.n_ctx, info.context_length)

@@ -16,6 +16,8 @@ function plainReason(reason) {
   if (reason.startsWith("out of domain")) return "That does not seem to be covered by the documents here.";
   if (reason.startsWith("insufficient evidence")) return "The documents here do not say enough about that to answer.";
   if (reason.startsWith("no confident")) return "I found related text, but not a clear answer.";
+  if (reason.startsWith("not sure enough")) return "I found related text, but I am not sure enough of an answer to give one.";
+  if (reason.startsWith("the reader found no answer")) return "I found related text, but no answer to that in it.";
   return reason;
 }
 
