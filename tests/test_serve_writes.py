@@ -15,8 +15,9 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="httpx is in the dev extra: pip install 'edge-rag[dev,serve]'")
 pytest.importorskip("starlette", reason="the serve extra is not installed: pip install 'edge-rag[serve]'")
 
+import serving  # noqa: E402
 from conftest import SAMPLE_DOCS  # noqa: E402
-from serving import WRITE, running_server, test_config, wait_job  # noqa: E402
+from serving import WRITE, running_server, wait_job  # noqa: E402
 
 from edge_rag.errors import EdgeRAGError  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
@@ -35,7 +36,7 @@ def servers(bundle_dir, sample_db, tmp_path_factory):
     for name in ("writable", "read-only"):
         db = tmp_path_factory.mktemp(name) / "db"
         shutil.copytree(sample_db, db)
-        rags.append(EdgeRAG(db, bundle=bundle_dir, config=test_config()))
+        rags.append(EdgeRAG(db, bundle=bundle_dir, config=serving.test_config()))
     token = {"writable": "test-write-token", "read-only": None}
     with running_server(rags[0], ServeConfig(port=0, question_timeout_s=900, token=token["writable"])) as url, \
             running_server(rags[1], ServeConfig(port=0, question_timeout_s=900, token=None)) as ro_url:
