@@ -110,4 +110,4 @@ def _postgres(store, sample: int, seed: int) -> tuple[list[np.ndarray], Exact]:
                                  (np.asarray(vector, np.float32), k)).fetchall()
         return [int(r[0]) for r in found]
 
-    return [np.asarray(r[0], dtype=np.float32) for r in rows], exact
+    return [np.asarray(r[0].to_numpy(), dtype=np.float32) for r in rows], exact
