@@ -162,16 +162,18 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
             for n, line in enumerate(raw.splitlines(), 1):
                 try:
                     rows.append(json.loads(line)) if line.strip() else None
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}: line {n} is not valid JSON: {exc}") from exc
+                except (ValueError, RecursionError) as exc:  # + too deep, or a number too long to convert
+                    raise InputError(f"{path}: line {n} is not valid JSON: {_json_error(exc)}") from None
         else:
             data = json.loads(raw)
             rows = data.get("documents") if isinstance(data, dict) else data
             if not isinstance(rows, list):
                 found = f"an object with keys {sorted(data)[:5]}" if isinstance(data, dict) else _json_type(data)
                 raise InputError(f"{path}: expected {shape}, found {found}")
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON: {exc}") from exc
+    except InputError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path} is not valid JSON: {_json_error(exc)}") from None
     docs: dict[str, Document] = {}
     for n, row in enumerate(rows):
         text = row.get("text", row.get("content")) if isinstance(row, dict) else None
@@ -185,6 +187,10 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
             raise InputError(f"{path}: record {n} reuses id {doc.doc_id!r} with a different text")
         docs.setdefault(doc.doc_id, doc)
     return list(docs.values())
+
+
+def _json_error(exc: Exception) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
 
 
 def _json_type(value: object) -> str:

@@ -1,4 +1,4 @@
-"""``edge-rag`` command line: models pull|install|verify|list, index, remove, ask, demo, serve."""
+"""``edge-rag`` command line: models pull|install|verify|list, index, remove, ask, demo, doctor, serve."""
 from __future__ import annotations
 
 import argparse
@@ -134,6 +134,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """recall@10 of the store's search against exact search on a sample of its own vectors."""
+    from .doctor import check_recall
+
+    with _open(args, create=False) as rag:
+        report = check_recall(rag.store, sample=args.sample)
+    print(f"{rag.store.location}: {report.summary()}")
+    if not report.ok:
+        print("edge-rag: warning: the vector search misses passages exact search finds; raise hnsw_ef_search "
+              "(Config) or re-index into a new store", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     return serve.main(args, _open)
 
@@ -212,6 +226,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=8, help="number of sample questions")
     _common(p, db_required=False)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("doctor", help="check the store's search: recall@10 against exact search (warns below 0.95)")
+    p.add_argument("--sample", type=int, default=100, help="stored vectors used as queries (seeded)")
+    _common(p)
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("serve", help="HTTP API and kiosk page on 127.0.0.1 (needs the serve extra)")
     serve.add_arguments(p)

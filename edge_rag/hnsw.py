@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import hnswlib
 import numpy as np
 
 from .fileio import fsync_dir, sha256_file
+
+EF_BASE_COUNT = 1000  # up to this many vectors the configured ef_search is used as is
+EF_MAX = 1000  # pgvector's own ceiling for hnsw.ef_search; hnswlib gets the same
 
 
 def new(dim: int, m: int, ef_construction: int, capacity: int = 1024) -> hnswlib.Index:
@@ -29,10 +33,20 @@ def save(index: hnswlib.Index, path: Path) -> tuple[int, str]:
     return path.stat().st_size, sha256_file(path)
 
 
+def ef_for(count: int, k: int, ef_search: int) -> int:
+    """The search breadth for an index of ``count`` vectors: ``ef_search`` up to EF_BASE_COUNT vectors,
+    one more ``ef_search`` per doubling beyond (17.5k vectors at 64: 328; 100k: 489), at most EF_MAX, at
+    least ``k``. A fixed ef lets recall fall as the corpus grows, worst with many near-duplicates: the
+    candidate list fills with the duplicates' cluster and the search never leaves it."""
+    scale = 1.0 + max(0.0, math.log2(max(count, 1) / EF_BASE_COUNT))
+    return max(k, min(EF_MAX, round(ef_search * scale)))
+
+
 def knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k labels and distances; with many deleted vectors the graph may yield fewer than k: widen
-    ef, then ask for fewer."""
-    for width in (max(ef, k), 4 * max(ef, k)):
+    """Top-k labels and distances, searched with ``ef_for`` the index's size; with many deleted vectors
+    the graph may yield fewer than k: widen ef, then ask for fewer."""
+    ef = ef_for(index.get_current_count(), k, ef)
+    for width in (ef, 4 * ef):
         index.set_ef(width)
         with contextlib.suppress(RuntimeError):
             labels, dists = index.knn_query(query, k=k)

@@ -22,6 +22,7 @@ from contextlib import contextmanager, suppress
 
 import numpy as np
 
+from . import hnsw
 from .dburl import mask_url, scrub
 from .errors import StoreError
 from .lexical import tsquery
@@ -119,17 +120,16 @@ class PgStore:
             return [r[0] for r in conn.execute(f"SELECT doc_id FROM {DOCUMENTS} WHERE source = %s", (source,))]
 
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
-        """Top-k passages by cosine similarity (HNSW, ef_search ≥ k), best first, with ``score`` set."""
+        """Top-k passages by cosine similarity (HNSW, ``hnsw.ef_search`` scaled to the store's size and k
+        as for the embedded store: ``hnsw.ef_for``), best first, with ``score`` set."""
         if k <= 0:
             return []
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        with self._errors("cannot search"), self.pool.connection() as conn:
-            if k > self.ef_search:  # hnsw returns at most ef_search rows
-                with conn.transaction():
-                    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(k),))
-                    rows = conn.execute(_SEARCH, (query, k)).fetchall()
-            else:
-                rows = conn.execute(_SEARCH, (query, k)).fetchall()
+        with self._errors("cannot search"), self.pool.connection() as conn, conn.transaction():
+            count = conn.execute(f"SELECT value FROM {META} WHERE key = 'count'").fetchone()
+            ef = hnsw.ef_for(int(count[0]) if count else 0, k, self.ef_search)
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+            rows = conn.execute(_SEARCH, (query, k)).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
     def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
@@ -299,9 +299,14 @@ class PgStore:
                 yield conn
 
     def _configure(self, conn) -> None:
-        """Each pooled connection: the pgvector adapter and the HNSW search breadth."""
+        """Each pooled connection: the pgvector adapter, the HNSW search breadth (``search`` widens it per
+        query) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows
+        (deleted passages in the graph) goes on searching instead of returning short."""
         self._register(conn)
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self.ef_search),))
+        version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")
 
     def _check(self, meta: dict[str, str], encoder_id: str) -> None:
         if "dim" in meta and int(meta["dim"]) != self.dim:

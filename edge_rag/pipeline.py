@@ -63,7 +63,7 @@ class EdgeRAG:
         self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote)
         self.config = self.plan.apply(config)
         info = self.bundle.encoder
-        encoder_path = select_encoder(self.bundle, self.config.threads)  # verified on this CPU (cached)
+        encoder_path = self._encoder_path = select_encoder(self.bundle, self.config.threads)  # verified here
         self.encoder = Encoder(
             encoder_path,
             self.bundle.require(B.ROLE_TOKENIZER),
@@ -83,16 +83,21 @@ class EdgeRAG:
         self.certified = CertifiedPath(self.bundle, self.config)
 
     # -- indexing ------------------------------------------------------------------------------
-    def add_documents(self, documents: Iterable[Document | str], progress: bool | Progress = False) -> int:
+    def add_documents(self, documents: Iterable[Document | str], progress: bool | Progress = False,
+                      source: str = "", encoder: Encoder | None = None) -> int:
         """Chunk, embed and store documents (plain strings become untitled documents).
 
         Documents already in the store (same id and text) are skipped; one stored under the same id with
-        another text is replaced. ``progress``: a progress bar, or a callback (passages done, planned).
+        another text is replaced. ``source`` names where they all came from (an uploaded file's name):
+        documents stored from that source before and absent now are removed, as when a file is re-indexed.
+        ``progress``: a progress bar, or a callback (passages done, planned). ``encoder``: another session
+        of this encoder (``indexing_encoder``) so indexing does not share the question path's threads.
         Returns passages added."""
         docs = [_as_document(d) for d in documents]
         with self.store.writing():
             # Counted in full (they are in memory already); files are counted only up to what fits.
-            return self._index(*plan_changes(self.store, docs, self.config), self._room(), progress)
+            changes = plan_changes(self.store, docs, self.config, source)
+            return self._index(*changes, self._room(), progress, encoder)
 
     def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False, strict: bool = False,
                   on_skip: Callable[[Path, str], None] | None = None) -> int:
@@ -138,7 +143,14 @@ class EdgeRAG:
         """Passages the plan holds after ``new`` more (a remote store's index is on the server: new texts only)."""
         return new if self.plan.remote_index else self.store.count + new
 
-    def _index(self, todo: list[Todo], remove: list[str], room: int, progress: bool | Progress) -> int:
+    def indexing_encoder(self, threads: int) -> Encoder:
+        """A second session of the question encoder with ``threads`` threads, for indexing beside questions."""
+        e = self.encoder
+        return Encoder(self._encoder_path, self.bundle.require(B.ROLE_TOKENIZER), e.max_seq_len, e.batch_tokens,
+                       threads)
+
+    def _index(self, todo: list[Todo], remove: list[str], room: int, progress: bool | Progress,
+               encoder: Encoder | None = None) -> int:
         total = sum(t.units for t in todo)
         try:
             self.plan = self.plan.with_passages(self._held(total), self.config, self.encoder.dim)
@@ -153,7 +165,7 @@ class EdgeRAG:
                 if callable(progress):
                     progress(done, planned)
 
-            return index(self.store, self.encoder, self.config, todo, remove, report)
+            return index(self.store, encoder or self.encoder, self.config, todo, remove, report)
 
     # -- answering -----------------------------------------------------------------------------
     @property

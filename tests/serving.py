@@ -30,6 +30,8 @@ GPT_CANDIDATES = (
     "What facilities are there for disabled visitors?",
 )
 OFF_TOPIC = "How do I bake sourdough bread?"
+TOKEN = "test-write-token"  # the API token of the test servers (writes need it)
+WRITE = {"authorization": f"Bearer {TOKEN}"}
 
 
 def test_config() -> Config:
@@ -58,7 +60,7 @@ def running_server(rag: EdgeRAG, config: ServeConfig | None = None):
     sock.listen(64)
     # A generous per-question timeout: this box's llama.cpp speed varies with load; the timeout itself is
     # tested with the CLI server (test_cli_serve_token_timeout_and_sigterm).
-    config = config or ServeConfig(port=0, question_timeout_s=900)
+    config = config or ServeConfig(port=0, question_timeout_s=900, token=TOKEN)
     server = uvicorn.Server(uvicorn.Config(create_app(rag, config), log_level="warning",
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -75,6 +77,17 @@ def running_server(rag: EdgeRAG, config: ServeConfig | None = None):
         server.should_exit = True
         thread.join(timeout=60)
         sock.close()
+
+
+def wait_job(url: str, accepted: httpx.Response, timeout_s: float = 600) -> dict:
+    """The finished state of the job a 202 response started (polled over GET /api/jobs/{id})."""
+    assert accepted.status_code == 202, accepted.text
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = httpx.get(url + accepted.headers["location"], timeout=30).json()
+        if job["state"] in ("done", "failed") or time.monotonic() > deadline:
+            return job
+        time.sleep(0.1)
 
 
 def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:

@@ -65,6 +65,22 @@ def test_broken_manifest(bundle_copy):
         B.Bundle.load(bundle_copy)
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: [m], "holds a list where a JSON object is expected"),
+    (lambda m: {**m, "files": [{k: v for k, v in f.items() if k != "role"} for f in m["files"]]},
+     "file entry 0 lacks a valid role"),
+    (lambda m: {**m, "files": {"encoder.onnx": "encoder"}}, "'files' must be a list"),
+    (lambda m: {**m, "files": m["files"][:1] + ["encoder.onnx"]}, "file entry 1 lacks a valid name, role, size"),
+    (lambda m: {**m, "files": [{**f, "size": str(f["size"])} for f in m["files"]]}, "file entry 0 lacks a valid size"),
+])
+def test_malformed_manifest_is_a_bundle_error(bundle_copy, edit, message):
+    """Issue #26: a file entry without a role, or a manifest that is a list, gave a Python traceback."""
+    manifest = json.loads((bundle_copy / B.MANIFEST).read_text())
+    (bundle_copy / B.MANIFEST).write_text(json.dumps(edit(manifest)))
+    with pytest.raises(BundleError, match=message):
+        B.Bundle.load(bundle_copy)
+
+
 def test_an_older_format_version_is_rebuilt(bundle_copy, capsys):
     """`make models` / `models pull` rebuild a bundle whose manifest predates this format version."""
     from convert.bundle import _current

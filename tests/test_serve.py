@@ -21,7 +21,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed: pip i
 pytest.importorskip("pypdfium2", reason="the ingest extra is not installed: pip install 'edge-rag[ingest]'")
 
 from docmaker import HTML_PAGE, pdf_bytes  # noqa: E402
-from serving import OFF_TOPIC, iter_sse, sse_events  # noqa: E402
+from serving import OFF_TOPIC, WRITE, iter_sse, sse_events, wait_job  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T = httpx.Timeout(900.0, connect=10.0)
@@ -48,6 +48,14 @@ def test_health_and_page(served):
         assert httpx.get(f"{url}/static/{asset}", timeout=T).status_code == 200
     kiosk = httpx.get(f"{url}/api/kiosk", timeout=T).json()
     assert kiosk["questions"] and OFF_TOPIC not in kiosk["questions"]
+
+
+def test_deep_health_measures_search_recall(served):
+    url, _ = served
+    assert "recall" not in httpx.get(f"{url}/api/health", timeout=T).json()
+    recall = httpx.get(f"{url}/api/health", params={"deep": "1"}, timeout=T).json()["recall"]
+    assert recall["ok"] and recall["recall"] >= recall["floor"] == 0.95 and recall["k"] == 10
+    assert recall["queries"] == 100 and recall["passages"] > 400
 
 
 def test_ask_extractive_answer_with_sources(served):
@@ -136,8 +144,17 @@ def test_client_disconnect_mid_stream_loses_nothing(served):
     (lambda u: httpx.post(f"{u}/api/ask", content=b"{not json", timeout=T), 400),
     (lambda u: httpx.post(f"{u}/api/ask", json={"q": "wrong field"}, timeout=T), 400),
     (lambda u: httpx.post(f"{u}/api/ask", json={"question": "x" * 20000}, timeout=T), 413),
-    (lambda u: httpx.post(f"{u}/api/documents", files={"file": ("tool.exe", b"MZ")}, timeout=T), 415),
-    (lambda u: httpx.post(f"{u}/api/documents", data={"x": "1"}, timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/documents", files={"file": ("tool.exe", b"MZ")}, headers=WRITE, timeout=T), 415),
+    (lambda u: httpx.post(f"{u}/api/documents", data={"x": "1"}, headers=WRITE, timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/documents", files={"file": ("a" * 300 + ".txt", b"x")}, headers=WRITE,
+                          timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/ask", content=b"[" * 16000, timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/ask", content=b'{"":' * 3000 + b"1" + b"}" * 3000, timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/ask", content=b'{"question": ' + b"9" * 5000 + b"}", timeout=T), 400),
+    (lambda u: httpx.post(f"{u}/api/documents", files={"file": ("deep.json", b"[" * 100000)}, headers=WRITE,
+                          timeout=T), 422),
+    (lambda u: httpx.delete(f"{u}/api/documents/no-such-id", headers=WRITE, timeout=T), 404),
+    (lambda u: httpx.get(f"{u}/api/jobs/no-such-job", timeout=T), 404),
     (lambda u: httpx.get(f"{u}/api/nothing", timeout=T), 404),
     (lambda u: httpx.get(f"{u}/api/ask", timeout=T), 405),
 ])
@@ -155,19 +172,21 @@ def test_upload_pdf_and_html_then_ask(served, tmp_path):
     pdf = pdf_bytes([["Harbour ferry timetable."], ["The night ferry to Skerry Island leaves at 21:40 from pier four."]],
                     title="Ferry Guide")
     # One unreadable file in the batch: nothing from the batch is added.
-    bad = httpx.post(f"{url}/api/documents", timeout=T,
+    bad = httpx.post(f"{url}/api/documents", timeout=T, headers=WRITE,
                      files=[("file", ("ferry.pdf", pdf)), ("file", ("broken.pdf", b"%PDF-1.4 truncated"))])
     assert bad.status_code == 422 and "broken.pdf" in bad.json()["error"]
     assert httpx.get(f"{url}/api/health", timeout=T).json()["corpus"]["passages"] == before
-    # With progress as Server-Sent Events.
-    with httpx.stream("POST", f"{url}/api/documents", timeout=T, headers={"accept": "text/event-stream"},
+    # With the indexing job's progress as Server-Sent Events.
+    with httpx.stream("POST", f"{url}/api/documents", timeout=T, headers={"accept": "text/event-stream", **WRITE},
                       files=[("file", ("ferry.pdf", pdf)), ("file", ("aquarium.html", HTML_PAGE.encode()))]) as r:
         events = sse_events(r)
-    assert [e for e, _ in events] == ["progress", "done"]
+    names = [e for e, _ in events]
+    assert names[-1] == "done" and set(names[:-1]) == {"progress"}
     done = events[-1][1]
-    assert done["done"] == done["total"] == 2
+    assert done["state"] == "done" and done["files_total"] == 2
     assert [f["file"] for f in done["files"]] == ["ferry.pdf", "aquarium.html"]
     assert done["corpus_passages"] == before + sum(f["passages"] for f in done["files"]) > before
+    assert httpx.get(f"{url}/api/jobs/{done['id']}", timeout=T).json() == done
     a = httpx.post(f"{url}/api/ask", json={"question": "When does the night ferry to Skerry Island leave?"},
                    timeout=T).json()
     assert a["route"] != "REFUSE"
@@ -195,10 +214,11 @@ def test_cli_serve_token_timeout_and_sigterm(bundle_dir, sample_db, tmp_path):
         url = line.split(" on ")[1].strip().rstrip("/")
         doc = {"file": ("note.md", b"# Lockers\n\nCoin lockers are next to the cloakroom.")}
         assert httpx.post(f"{url}/api/documents", files=doc, timeout=T).status_code == 401
-        wrong = httpx.post(f"{url}/api/documents", files=doc, headers={"authorization": "Bearer nope"}, timeout=T)
-        assert wrong.status_code == 401
+        for sent in ("Bearer nope", "s3cret", "Basic s3cret", "Bearer s3cret0", "Bearers3cret"):
+            wrong = httpx.post(f"{url}/api/documents", files=doc, headers={"authorization": sent}, timeout=T)
+            assert wrong.status_code == 401, sent
         ok = httpx.post(f"{url}/api/documents", files=doc, headers={"authorization": "Bearer s3cret"}, timeout=T)
-        assert ok.status_code == 200 and ok.json()["files"][0]["passages"] == 1
+        assert wait_job(url, ok)["files"][0]["passages"] == 1
         assert httpx.post(f"{url}/api/ask", json={"question": RAG_QUESTION}, timeout=T).json()["route"] == "RAG"
         from serving import GPT_CANDIDATES
 

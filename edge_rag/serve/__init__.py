@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 from ..errors import EdgeRAGError
 from .config import TOKEN_ENV, ServeConfig
@@ -21,7 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=d.host, help="interface to listen on (default loopback only; "
                    f"anything else needs --token or ${TOKEN_ENV})")
     p.add_argument("--port", type=int, default=d.port, help="TCP port (0 = any free port, printed at start)")
-    p.add_argument("--token", help=f"API token required for uploads (default ${TOKEN_ENV})")
+    p.add_argument("--token", help=f"API token for uploads and removals (default ${TOKEN_ENV}); "
+                   "without one (or --token-file) the server is read-only")
+    p.add_argument("--token-file", type=Path, help="read the API token from this file; the first start "
+                   "creates it with a random token (mode 0600) and prints the token once")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="another Host name clients use for this server (a LAN name, a reverse proxy); repeatable")
     p.add_argument("--timeout", type=float, default=d.question_timeout_s, help="seconds per question")
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="generations that may wait in line")
     p.add_argument("--title", default=d.title, help="heading of the kiosk page")
@@ -34,11 +40,17 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
         import uvicorn
 
         from .app import create_app
+        from .auth import token_from_file
     except ImportError as exc:
         raise EdgeRAGError(f"edge-rag serve needs Starlette and uvicorn ({exc.name} is missing): "
                            "pip install 'edge-rag[serve]'") from exc
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token is None and args.token_file is not None:
+        token, created = token_from_file(args.token_file.expanduser())
+        if created:
+            print(f"edge-rag: new API token (saved in {args.token_file}, shown only now): {token}", flush=True)
     try:
-        config = ServeConfig(host=args.host, port=args.port, token=args.token or os.environ.get(TOKEN_ENV) or None,
+        config = ServeConfig(host=args.host, port=args.port, token=token, allowed_hosts=tuple(args.allow_host),
                              question_timeout_s=args.timeout, max_queue=args.max_queue, title=args.title,
                              idle_reset_s=args.idle_reset)
     except ValueError as exc:
@@ -48,7 +60,9 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     app = create_app(rag, config)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
-    print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages) on http://{url_host}:{port}/", flush=True)
+    writes = "writes need the API token" if config.token else "read-only: no API token"
+    print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages; {writes}) on "
+          f"http://{url_host}:{port}/", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
                                            timeout_graceful_shutdown=config.shutdown_grace_s))
     # uvicorn finishes open requests on SIGTERM / Ctrl-C (the app then closes the store), and re-raises

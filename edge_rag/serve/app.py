@@ -5,50 +5,63 @@
     GET  /api/kiosk           suggested questions and page settings
     POST /api/ask             {"question": "..."} → the Answer JSON (+ "sources": title and passage text)
     GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or error)
-    POST /api/documents       multipart files (.txt .md .json .jsonl .pdf .html), token required when set;
-                              with "Accept: text/event-stream" it streams progress events
+    POST /api/documents       multipart files (.txt .md .json .jsonl .pdf .html): 202 + an indexing job;
+                              with "Accept: text/event-stream" it streams the job's progress instead
+    DELETE /api/documents/{id} remove one document: 202 + a job
+    GET  /api/jobs/{id}       an indexing job's state and progress
 
-Every error is JSON ``{"error": message, "status": code}`` with that HTTP status.
+Writes need ``Authorization: Bearer <token>`` (``auth.py``; no token configured: read-only, 403) and,
+like every request that is not a GET, this server's own Host and Origin (``origin.py``). Every error
+is JSON ``{"error": message, "status": code}`` with that HTTP status.
 """
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import tempfile
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..chunk import read_documents
+from ..doctor import check_recall
 from ..errors import BudgetError, EdgeRAGError, InputError
 from ..events import Final
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG, check_question
-from ..types import Answer
+from ..types import Answer, Document
+from .auth import require_writer
 from .config import ServeConfig
+from .jobs import Job, Jobs, progress_of
 from .lanes import Busy, Failed, Lanes
+from .origin import SameOrigin
 from .suggest import suggestions
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+UPLOAD_SOURCE = "upload:"  # + the client's file name: the source of uploaded documents (a re-upload replaces them)
+MAX_FILENAME_BYTES = 255  # one path component on every common file system
 
 
 def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     """The ASGI app serving ``rag``; it closes ``rag`` when the server shuts down."""
     lanes = Lanes(rag, config.question_timeout_s, config.max_queue)
+    jobs = Jobs(rag)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
         yield
+        jobs.close()
         lanes.close()
         rag.close()
 
@@ -56,7 +69,10 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def health(request: Request) -> Response:
-        return JSONResponse(await lanes.fast(_health, rag, lanes))
+        data = await lanes.fast(_health, rag, lanes)
+        if request.query_params.get("deep") == "1":  # off the fast lane: questions go on meanwhile
+            data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()
+        return JSONResponse(data)
 
     async def kiosk(request: Request) -> Response:
         questions = await lanes.fast(suggestions, rag, config.suggestions)
@@ -64,11 +80,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
                              "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars})
 
     async def ask(request: Request) -> Response:
-        body = await _read_body(request, config.max_body_bytes)
-        try:
-            payload = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HTTPException(400, f"the body is not JSON: {exc}") from exc
+        payload = _json(await _read_body(request, config.max_body_bytes))
         if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
             raise HTTPException(400, 'send {"question": "..."}')
         question = _question(payload["question"], config)
@@ -103,10 +115,12 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def upload(request: Request) -> Response:
-        _require_token(request, config.token)
+        require_writer(request, config.token)
         length = request.headers.get("content-length")
         if length is None:
             raise HTTPException(411, "uploads need a Content-Length header")
+        if not length.isdigit():
+            raise HTTPException(400, f"Content-Length {length[:40]!r} is not a number of bytes")
         if int(length) > config.max_upload_bytes:
             raise HTTPException(413, f"upload of {int(length)} bytes is over the {config.max_upload_bytes} byte limit")
         form = await request.form(max_files=config.max_upload_files, max_fields=8)
@@ -114,21 +128,37 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         if not files:
             raise HTTPException(400, "send the documents as multipart form field 'file'")
         with tempfile.TemporaryDirectory(prefix="edge-rag-upload-") as tmp:
-            paths = []
-            for f in files:
-                name = Path(f.filename or "").name
-                if Path(name).suffix.lower() not in UPLOAD_SUFFIXES:
-                    raise HTTPException(415, f"{name or 'a file'}: only {' '.join(UPLOAD_SUFFIXES)} files are indexed")
-                paths.append(Path(tmp) / f"{len(paths):03d}-{name}")
-                paths[-1].write_bytes(await f.read())
-            # Parse every file before adding any: one bad file adds nothing.
-            parsed = await lanes.fast(lambda: [read_documents(p) for p in paths])
-        names = [p.name[4:] for p in paths]
+            paths = [await _save(f, Path(tmp) / f"{n:03d}") for n, f in enumerate(files)]
+            # Parse every file before adding any (one bad file adds nothing), off the fast lane.
+            parsed = await asyncio.to_thread(lambda: [_uploaded(p) for p in paths])
+        names = [p.name for p in paths]
+
+        def work(job: Job, encoder) -> dict:
+            for name, docs in zip(names, parsed):
+                added = rag.add_documents(docs, progress_of(job), UPLOAD_SOURCE + name, encoder)
+                job.files.append({"file": name, "documents": len(docs), "passages": added})
+                job.changes += 1
+            return {"corpus_passages": rag.store.count}
+
+        job = jobs.submit("upload", len(names), work)
         if "text/event-stream" in request.headers.get("accept", ""):
-            return StreamingResponse(_index_progress(lanes, rag, names, parsed), media_type="text/event-stream",
-                                     headers=SSE_HEADERS)
-        *_, result = [progress async for progress in _indexing(lanes, rag, names, parsed)]
-        return JSONResponse(result)
+            return StreamingResponse(_job_events(jobs, job), media_type="text/event-stream", headers=SSE_HEADERS)
+        return _accepted(job)
+
+    async def remove(request: Request) -> Response:
+        require_writer(request, config.token)
+        doc_id = request.path_params["doc_id"]
+        if await asyncio.to_thread(rag.store.document, doc_id) is None:
+            raise HTTPException(404, f"no document with id {doc_id!r}")
+        job = jobs.submit("remove", 0, lambda job, encoder: {"document": doc_id,
+                                                             "passages_removed": rag.remove([doc_id])})
+        return _accepted(job)
+
+    async def job_state(request: Request) -> Response:
+        job = jobs.get(request.path_params["job_id"])
+        if job is None:
+            raise HTTPException(404, "no such job (finished jobs are kept for the last 100 writes)")
+        return JSONResponse(job.to_dict())
 
     routes = [
         Route("/", page),
@@ -137,29 +167,51 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         Route("/api/ask", ask, methods=["POST"]),
         Route("/api/ask/stream", ask_stream),
         Route("/api/documents", upload, methods=["POST"]),
+        Route("/api/documents/{doc_id:path}", remove, methods=["DELETE"]),
+        Route("/api/jobs/{job_id}", job_state),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     handlers = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
-                EdgeRAGError: _server_error}
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+                EdgeRAGError: _server_error, Exception: _unexpected}
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                     middleware=[Middleware(SameOrigin, allowed_hosts=config.allowed_hosts)])
 
 
-async def _indexing(lanes: Lanes, rag: EdgeRAG, names: list[str], parsed: list[list]):
-    """Add parsed files one by one; yields progress dicts, the last one is the result."""
-    added = []
-    for n, (name, docs) in enumerate(zip(names, parsed), start=1):
-        passages = await lanes.fast(rag.add_documents, docs)
-        added.append({"file": name, "documents": len(docs), "passages": passages})
-        corpus = await lanes.fast(lambda: rag.store.count)
-        yield {"done": n, "total": len(names), "files": added, "corpus_passages": corpus}
+async def _save(f: UploadFile, folder: Path) -> Path:
+    """Write an uploaded file under its own name (titles come from it) in ``folder``; 4xx for a bad name."""
+    name = Path(f.filename or "").name
+    if Path(name).suffix.lower() not in UPLOAD_SUFFIXES:
+        raise HTTPException(415, f"{name[:80] or 'a file'}: only {' '.join(UPLOAD_SUFFIXES)} files are indexed")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_FILENAME_BYTES or "\x00" in name:
+        raise HTTPException(400, f"file name {name[:40]!r}… is over {MAX_FILENAME_BYTES} bytes or holds a NUL")
+    folder.mkdir()
+    (folder / name).write_bytes(await f.read())
+    return folder / name
 
 
-async def _index_progress(lanes: Lanes, rag: EdgeRAG, names: list[str], parsed: list[list]):
+def _uploaded(path: Path) -> list[Document]:
+    """The file's documents, their source its client name: uploading a file of that name again replaces them."""
+    return [replace(d, source=UPLOAD_SOURCE + path.name) for d in read_documents(path)]
+
+
+def _accepted(job: Job) -> JSONResponse:
+    return JSONResponse({**job.to_dict(), "url": f"/api/jobs/{job.id}"}, status_code=202,
+                        headers={"Location": f"/api/jobs/{job.id}"})
+
+
+async def _job_events(jobs: Jobs, job: Job):
+    """The job's progress as Server-Sent Events: ``progress``…, then ``done`` or ``failed``."""
+    async for state in jobs.follow(job):
+        yield _sse(state.state if state.finished else "progress", state.to_dict())
+
+
+def _json(body: bytes) -> object:
+    """The parsed body, or 400: malformed, too deeply nested or with a number too long to convert."""
     try:
-        async for progress in _indexing(lanes, rag, names, parsed):
-            yield _sse("progress" if progress["done"] < progress["total"] else "done", progress)
-    except EdgeRAGError as exc:
-        yield _sse("failed", {"error": str(exc), "status": 507 if isinstance(exc, BudgetError) else 500})
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        reason = "is nested too deeply" if isinstance(exc, RecursionError) else f"is not JSON: {exc}"
+        raise HTTPException(400, f"the body {reason}"[:300]) from None
 
 
 async def _with_keepalive(events, every_s: float):
@@ -200,14 +252,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if len(body) > limit:
             raise HTTPException(413, f"the request body is over the {limit} byte limit")
     return bytes(body)
-
-
-def _require_token(request: Request, token: str | None) -> None:
-    if token is None:
-        return
-    sent = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(sent.encode(), token.encode()):
-        raise HTTPException(401, "this server needs an API token for writes: send 'Authorization: Bearer <token>'")
 
 
 def _answer_json(rag: EdgeRAG, answer: Answer) -> dict:
@@ -255,3 +299,7 @@ async def _budget_error(request: Request, exc: BudgetError) -> Response:
 
 async def _server_error(request: Request, exc: EdgeRAGError) -> Response:
     return _error(500, str(exc))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return _error(500, f"internal error: {type(exc).__name__}")

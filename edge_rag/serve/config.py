@@ -14,7 +14,8 @@ class ServeConfig:
 
     host: str = LOOPBACK  # another interface needs a token (writes change what the kiosk answers)
     port: int = 8080  # 0 = any free port (printed at start)
-    token: str | None = None  # required for POST /api/documents when set; mandatory off loopback
+    token: str | None = None  # writes (upload, remove) need it; none: read-only; mandatory off loopback
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides the served address that state-changing requests may use
     max_question_chars: int = 500  # a kiosk question; the pipeline's own hard limit is higher
     max_body_bytes: int = 16 * 1024  # JSON bodies of /api/ask
     max_upload_bytes: int = 20 * 2**20  # one upload request, all files together

@@ -1,8 +1,8 @@
 """Two lanes between the HTTP server and one EdgeRAG: fast work and one generation at a time.
 
-- The **fast lane** (one thread) runs everything that touches the passage store and the encoder:
-  the cache, encode → route → retrieve → gate → extract (milliseconds), document uploads, health.
-  One thread, so the store always has one user, in order.
+- The **fast lane** (one thread) runs the question path up to the route: the cache, encode → route →
+  retrieve → gate → extract (milliseconds), and health. Writes run on their own thread (``jobs.py``);
+  the store's own locks keep the two apart (a question waits for one commit at most).
 - The **generation lane** (one thread) runs llama.cpp, first come first served. A question whose route
   is GPT is queued there and learns its place in line (``Queued`` events); RAG and REFUSE answers never
   wait for it, so extractive answers keep being served while a generation runs.

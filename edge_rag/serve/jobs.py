@@ -1,0 +1,123 @@
+"""Writes run as jobs on one indexing thread, outside the request path: questions never wait for them.
+
+An upload or a removal answers 202 with a job id at once; ``GET /api/jobs/{id}`` (or the upload's own
+event stream) follows its progress; passages become visible to questions batch by batch, as each
+commit lands (the store's lock is held for one commit of ≤ 1,024 passages, never for a whole upload).
+One indexing thread: writes happen one at a time, in the order they were accepted. Indexing encodes
+with its own encoder session of ``INDEX_THREADS`` thread(s), so the question path's session keeps its
+threads.
+"""
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..encode import Encoder
+from ..errors import BudgetError, EdgeRAGError, InputError
+from ..pipeline import EdgeRAG
+
+INDEX_THREADS = 1  # encoder threads for indexing: one core stays with the questions on a 2-core device
+KEEP_JOBS = 100  # finished jobs remembered for GET /api/jobs/{id}
+POLL_S = 0.2  # how often a progress stream looks at its job
+
+
+@dataclass
+class Job:
+    """One write: its state (queued → running → done | failed), progress and result."""
+
+    id: str
+    kind: str
+    total_files: int
+    state: str = "queued"
+    files: list[dict] = field(default_factory=list)
+    passages_done: int = 0
+    passages_planned: int = 0
+    result: dict = field(default_factory=dict)
+    error: dict | None = None
+    changes: int = 0  # bumped on every update: streams send an event when it moves
+
+    def to_dict(self) -> dict:
+        data = {"id": self.id, "kind": self.kind, "state": self.state, "files_total": self.total_files,
+                "files": list(self.files), "passages_done": self.passages_done,
+                "passages_planned": self.passages_planned, **self.result}
+        return data | ({"error": self.error["error"], "status": self.error["status"]} if self.error else {})
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed")
+
+
+Work = Callable[[Job, Encoder], dict]
+
+
+class Jobs:
+    """The indexing thread of one EdgeRAG and the jobs it has run."""
+
+    def __init__(self, rag: EdgeRAG) -> None:
+        self.rag = rag
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-index")
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        self._encoder: Encoder | None = None
+
+    def submit(self, kind: str, total_files: int, work: Work) -> Job:
+        """Queue ``work(job, encoder)``; it returns the job's result fields."""
+        job = Job(secrets.token_hex(8), kind, total_files)
+        with self._lock:
+            self._jobs[job.id] = job
+            while len(self._jobs) > KEEP_JOBS and next(iter(self._jobs.values())).finished:
+                self._jobs.popitem(last=False)
+        self._pool.submit(self._run, job, work)
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    async def follow(self, job: Job) -> AsyncIterator[Job]:
+        """The job each time it changes, until it has finished."""
+        seen = -1
+        while True:
+            if job.changes != seen:
+                seen = job.changes
+                yield job
+                if job.finished:
+                    return
+            await asyncio.sleep(POLL_S)
+
+    def close(self) -> None:
+        """Finish the running job (its committed batches stay), drop the queued ones."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self, job: Job, work: Work) -> None:
+        job.state, job.changes = "running", job.changes + 1
+        try:
+            if self._encoder is None:
+                self._encoder = self.rag.indexing_encoder(INDEX_THREADS)
+            job.result = work(job, self._encoder)
+            job.state = "done"
+        except InputError as exc:
+            job.error, job.state = {"error": str(exc), "status": 422}, "failed"
+        except BudgetError as exc:
+            job.error, job.state = {"error": str(exc), "status": 507}, "failed"
+        except EdgeRAGError as exc:
+            job.error, job.state = {"error": str(exc), "status": 500}, "failed"
+        except Exception as exc:  # noqa: BLE001 - reported in the job; the indexing thread goes on
+            job.error, job.state = {"error": f"{type(exc).__name__}: {exc}", "status": 500}, "failed"
+        job.changes += 1
+
+
+def progress_of(job: Job) -> Callable[[int, int], None]:
+    """An indexing progress callback that records passages done / planned of the file in hand."""
+    base = job.passages_done
+
+    def report(done: int, planned: int) -> None:
+        job.passages_done, job.passages_planned = base + done, max(job.passages_planned, base + planned)
+        job.changes += 1
+
+    return report

@@ -1,0 +1,137 @@
+"""Who may change the kiosk's answers, over real HTTP (real uvicorn on 127.0.0.1, real models and store).
+
+Issue #26: a loopback server without a token took uploads from anyone, with any Origin or Host; a JSON
+record reusing a document's id replaced it ("adult tickets cost 999 pounds"); a bare token without
+``Bearer`` was accepted; an edited file uploaded again kept both versions; nothing could be removed.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="httpx is in the dev extra: pip install 'edge-rag[dev,serve]'")
+pytest.importorskip("starlette", reason="the serve extra is not installed: pip install 'edge-rag[serve]'")
+
+import serving  # noqa: E402
+from conftest import SAMPLE_DOCS  # noqa: E402
+from serving import WRITE, running_server, wait_job  # noqa: E402
+
+from edge_rag.errors import EdgeRAGError  # noqa: E402
+from edge_rag.pipeline import EdgeRAG  # noqa: E402
+from edge_rag.serve.auth import token_from_file  # noqa: E402
+from edge_rag.serve.config import ServeConfig  # noqa: E402
+
+T = httpx.Timeout(300.0, connect=10.0)
+TICKETS = "How much does an adult ticket cost?"
+FORGED = "Adult tickets cost 999 pounds."
+
+
+@pytest.fixture(scope="module")
+def servers(bundle_dir, sample_db, tmp_path_factory):
+    """(writable URL, its EdgeRAG, read-only URL): two servers over copies of the sample store."""
+    rags, urls = [], []
+    for name in ("writable", "read-only"):
+        db = tmp_path_factory.mktemp(name) / "db"
+        shutil.copytree(sample_db, db)
+        rags.append(EdgeRAG(db, bundle=bundle_dir, config=serving.test_config()))
+    token = {"writable": "test-write-token", "read-only": None}
+    with running_server(rags[0], ServeConfig(port=0, question_timeout_s=900, token=token["writable"])) as url, \
+            running_server(rags[1], ServeConfig(port=0, question_timeout_s=900, token=None)) as ro_url:
+        urls = [url, ro_url]
+        yield urls[0], rags[0], urls[1], rags[1]
+
+
+def _forged_upload(rag: EdgeRAG) -> dict:
+    tickets = rag.store.documents_from(str((SAMPLE_DOCS / "03-tickets-and-prices.md").resolve()))
+    assert len(tickets) == 1
+    record = [{"id": tickets[0], "title": "Tickets and Prices", "text": FORGED}]
+    return {"file": ("prices.json", json.dumps(record).encode())}
+
+
+def _answer(url: str, question: str) -> dict:
+    r = httpx.post(f"{url}/api/ask", json={"question": question}, timeout=T)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_read_only_server_refuses_every_write(servers):
+    _, _, url, rag = servers
+    before = rag.store.count
+    doc_id = rag.store.documents_from(str((SAMPLE_DOCS / "03-tickets-and-prices.md").resolve()))[0]
+    for headers in ({}, WRITE, {"origin": url}, {"authorization": "Bearer anything"}):
+        up = httpx.post(f"{url}/api/documents", files=_forged_upload(rag), headers=headers, timeout=T)
+        rm = httpx.delete(f"{url}/api/documents/{doc_id}", headers=headers, timeout=T)
+        for r in (up, rm):
+            assert r.status_code == 403 and r.json()["status"] == 403
+            assert "read-only" in r.json()["error"] and "--token" in r.json()["error"]
+    assert rag.store.count == before
+    assert "999" not in (_answer(url, TICKETS)["answer"] or "")
+
+
+@pytest.mark.parametrize("headers", [
+    {"origin": "http://evil.example"},
+    {"origin": "null"},
+    {"origin": "http://127.0.0.1:1"},
+    {"host": "evil.example"},
+    {"host": "evil.example", "origin": "http://evil.example"},
+    {"host": "127.0.0.1:1"},
+])
+def test_foreign_origin_or_host_changes_nothing(servers, headers):
+    """A page on another site (a form post, DNS rebinding): refused before the token is even looked at."""
+    url, rag, _, _ = servers
+    before = rag.store.version
+    up = httpx.post(f"{url}/api/documents", files=_forged_upload(rag), headers={**WRITE, **headers}, timeout=T)
+    form = httpx.post(f"{url}/api/documents", data={"file": "x"}, headers={**WRITE, **headers}, timeout=T)
+    ask = httpx.post(f"{url}/api/ask", json={"question": TICKETS}, headers=headers, timeout=T)
+    for r in (up, form, ask):
+        assert r.status_code == 403 and r.json()["status"] == 403, r.text
+    assert rag.store.version == before
+    # The same requests from the kiosk's own page pass the check.
+    assert httpx.post(f"{url}/api/ask", json={"question": TICKETS}, headers={"origin": url}, timeout=T).status_code == 200
+
+
+def test_json_id_overwrite_needs_the_token(servers):
+    """Replacing a stored document by id is a write like any other: 401 without the Bearer token; with it,
+    the record replaces the document (the README says which ids a client may overwrite)."""
+    url, rag, _, _ = servers
+    for auth in ({}, {"authorization": "test-write-token"}, {"authorization": "Bearer wrong"}):
+        r = httpx.post(f"{url}/api/documents", files=_forged_upload(rag), headers=auth, timeout=T)
+        assert r.status_code == 401, auth
+    assert "999" not in (_answer(url, TICKETS)["answer"] or "")
+    job = wait_job(url, httpx.post(f"{url}/api/documents", files=_forged_upload(rag), headers=WRITE, timeout=T))
+    assert job["state"] == "done" and job["files"][0]["passages"] == 1
+    assert "999" in (_answer(url, TICKETS)["answer"] or "")
+
+
+def test_reupload_of_an_edited_file_replaces_it_and_delete_removes_it(servers):
+    url, rag, _, _ = servers
+    before = rag.store.count
+    v1 = b"# Lockers\n\nCoin lockers cost 1 pound and are next to the cloakroom."
+    v2 = b"# Lockers\n\nCoin lockers cost 2 pounds and are next to the cloakroom."
+    for version in (v1, v2, v2):
+        job = wait_job(url, httpx.post(f"{url}/api/documents", files={"file": ("lockers.md", version)},
+                                       headers=WRITE, timeout=T))
+        assert job["state"] == "done", job
+    assert rag.store.count == before + 1  # one version only; the identical third upload added nothing
+    ids = rag.store.documents_from("upload:lockers.md")
+    assert len(ids) == 1
+    text = rag.store.passages([p.id for p in rag.store.search(rag.encoder.encode_one("coin lockers"), 1)])[0].text
+    assert "2 pounds" in text
+    r = httpx.delete(f"{url}/api/documents/{ids[0]}", headers=WRITE, timeout=T)
+    job = wait_job(url, r)
+    assert job["state"] == "done" and job["passages_removed"] == 1
+    assert rag.store.count == before and rag.store.document(ids[0]) is None
+    assert httpx.delete(f"{url}/api/documents/{ids[0]}", headers=WRITE, timeout=T).status_code == 404
+
+
+def test_token_file_is_made_once_private_and_kept(tmp_path):
+    path = tmp_path / "token"
+    token, created = token_from_file(path)
+    assert created and len(token) >= 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert token_from_file(path) == (token, False)
+    path.chmod(0o644)
+    with pytest.raises(EdgeRAGError, match="readable by other users"):
+        token_from_file(path)
