@@ -203,7 +203,8 @@ def retrieval(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray) -> dict:
 
 def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
                 out_rows: TextIO) -> tuple[dict, Path, dict]:
-    """All systems on one dataset; returns its results, its index folder and arrays for the scale test."""
+    """All systems on one dataset; returns its results, its index folder and, for the scale test, its passages
+    (vectors and texts) and questions (embeddings and texts)."""
     base = bench_config(args.threads, args.memory_mb, args.passages)
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
@@ -213,7 +214,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
                   "n_questions": len(ds.items),
                   "n_answerable": sum(not q.is_impossible for q in ds.items),
                   "retrieval": retrieval(rag, ds, qvecs)}
-        vectors = rag.store.index.get_items(rag.store.index.get_ids_list(), return_type="numpy")
+        vectors, texts = scale_backends.stored_passages(rag.store)
     rows_by_system: dict[str, list[dict]] = {}
     errors: dict[str, dict] = {}
     ood: dict[str, dict] = {}
@@ -242,7 +243,8 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
     result["router"] = routing.router_confusion(db, bundle.root, base, ds.items, rows_by_system)
     certified = {s: r for s, r in rows_by_system.items() if SYSTEMS[s].get("certified")}
     result["risk_coverage"] = {s: decision.risk_coverage(r) for s, r in certified.items()}
-    return result, db, {"vectors": vectors, "queries": qvecs}
+    return result, db, {"vectors": vectors, "queries": qvecs, "texts": texts,
+                        "questions": [q.question for q in ds.items]}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -285,8 +287,10 @@ def main(argv: list[str] | None = None) -> dict:
         real, queries = np.concatenate([a["vectors"] for a in arrays]), np.concatenate([a["queries"] for a in arrays])
         results["scale"] = scale.run(real, queries, args.sizes, bench_config(args.threads), args.out, args.seed)
         store_sizes = [n for n in args.sizes if n >= scale_backends.MIN_SIZE]  # embedded vs pgvector
-        results["scale"]["stores"] = scale_backends.run(real, queries, store_sizes, bench_config(args.threads),
-                                                        args.out, args.seed) if store_sizes else {"rows": []}
+        texts, questions = [t for a in arrays for t in a["texts"]], [q for a in arrays for q in a["questions"]]
+        results["scale"]["stores"] = scale_backends.run(real, queries, texts, questions, store_sizes,
+                                                        bench_config(args.threads), args.out, args.seed
+                                                        ) if store_sizes else {"rows": []}
     results["runtime_s"] = time.perf_counter() - started
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     figures = plots.write(results, args.out)

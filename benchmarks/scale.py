@@ -36,26 +36,31 @@ CHUNK = 100_000  # synthetic rows generated at a time (bounds the float temporar
 MB = 2**20
 
 
-def corpus(real: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, int]:
-    """``n`` unit vectors: a seeded sample of the real ones, topped up with noisy copies."""
+def corpus(real: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` unit vectors: a seeded sample of the real ones, topped up with noisy copies; and the real row each
+    one comes from (so a copy can carry its source passage's text)."""
     rng = np.random.default_rng(seed)
     n_real = min(n, len(real))
     x = np.empty((n, real.shape[1]), dtype=np.float32)
-    x[:n_real] = real[rng.permutation(len(real))[:n_real]]
+    source = np.empty(n, dtype=np.int64)
+    source[:n_real] = rng.permutation(len(real))[:n_real]
+    x[:n_real] = real[source[:n_real]]
     sigma = NOISE_NORM / np.sqrt(real.shape[1])
     for start in range(n_real, n, CHUNK):
         rows = slice(start, min(start + CHUNK, n))
         size = rows.stop - rows.start
-        block = real[rng.integers(0, len(real), size)] + sigma * rng.standard_normal((size, real.shape[1]), np.float32)
+        source[rows] = rng.integers(0, len(real), size)
+        block = real[source[rows]] + sigma * rng.standard_normal((size, real.shape[1]), np.float32)
         x[rows] = block / np.linalg.norm(block, axis=1, keepdims=True)
-    return x, n_real
+    return x, source
 
 
 def point(work: str, n: int, m: int, ef_construction: int, ef_search: int, threads: int, seed: int) -> dict:
     """Build and query one corpus size (runs in its own process)."""
     real = np.load(Path(work) / "real.npy")
     queries = np.load(Path(work) / "queries.npy")
-    x, n_real = corpus(real, n, seed)
+    x, _ = corpus(real, n, seed)
+    n_real = min(n, len(real))
     del real
     start = time.perf_counter()
     index = hnswlib.Index(space="cosine", dim=x.shape[1])

@@ -1,16 +1,21 @@
 """The two passage stores side by side at scale: embedded (SQLite + hnswlib) vs PostgreSQL + pgvector.
 
-The same vectors (``scale.corpus``: real passage embeddings topped up with noisy copies) and the same
-question embeddings go to both, through the real store classes (``open_store``). Per size and backend:
-build time, query p50 / p95 of ``store.search`` (top-10 with passage texts; for pgvector including the
-loopback round trip), recall@10 against exact search, and the **device RSS**: a fresh process that
-imports edge_rag, opens the store and runs every query (VmHWM). The models are not loaded there: they
-cost the same on both sides, so the difference is the store's. Each step runs in its own process.
+The same corpus (``scale.corpus``: real passage embeddings topped up with noisy copies, each row carrying its
+source passage's title and text, so vector and text agree) and the same real questions (their embeddings and
+their texts) go to both, through the real store classes (``open_store``). Per size and backend, each store is
+built twice: as shipped, with its full-text index (SQLite FTS5 / a generated tsvector column + GIN), and without
+it (``drop_full_text``, benchmark only), to show what the index costs. Per build: build time, size on disk,
+query p50 / p95 of dense ``store.search`` (top-10 with passage texts; for pgvector including the loopback round
+trip), of lexical ``store.search_text`` and of hybrid ``retrieve.search`` (the default Config: both, fused), and
+recall@10 of dense against exact search. For the shipped store, the **device RSS**: a fresh process that imports
+edge_rag, opens the store and retrieves every question as the pipeline does (VmHWM). The models are not loaded
+there: they cost the same on both sides, so the difference is the store's. Each step runs in its own process.
 
 pgvector is bulk-loaded as its documentation advises for an initial load (COPY, then CREATE INDEX with a
-large ``maintenance_work_mem``); incremental ``PgStore.add`` inserts go through the HNSW index one row
-at a time and are much slower (``inserts_per_s``: 1,000 rows added to the built store). The server is a
-throw-away one (benchmarks/pgserver.py) unless ``$EDGE_RAG_PG_URL`` names one (its role needs CREATEDB).
+large ``maintenance_work_mem``; PostgreSQL computes the tsvector column during the COPY); incremental
+``PgStore.add`` inserts go through the indexes one row at a time and are much slower (``inserts_per_s``: 1,000
+rows added to the built store). The server is a throw-away one (benchmarks/pgserver.py) unless
+``$EDGE_RAG_PG_URL`` names one (its role needs CREATEDB).
 """
 from __future__ import annotations
 
@@ -28,10 +33,12 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.rss import peak_rss_mb
-from benchmarks.scale import MAX_QUERIES, K, corpus
+from benchmarks.scale import MAX_QUERIES, MB, K, corpus
 
 if TYPE_CHECKING:  # importing edge_rag at module level would be measured in the device processes
     from edge_rag import Config
+    from edge_rag.store import Store
+    from edge_rag.stores import PassageStore
 
 MIN_SIZE = 10_000  # make bench compares the stores at its scale sizes from here up (quick: 10k, 100k; FULL: + 1M)
 ENCODER_ID = "scale-benchmark"
@@ -41,72 +48,151 @@ SERVER_SETTINGS = {"shared_buffers": "2GB", "max_parallel_maintenance_workers": 
 MAINTENANCE_BYTES_PER_VECTOR = 4096  # vector + HNSW graph while CREATE INDEX builds in memory (measured ~2.4 kB)
 
 
-def _store_args(dim: int, m: int, efc: int, efs: int):
+def stored_passages(store: Store) -> tuple[np.ndarray, list[list[str]]]:
+    """Every passage of an embedded store: its vectors and [title, text], in step (the scale corpus's sources)."""
+    rows = store.db.execute("SELECT id, title, text FROM passages ORDER BY id").fetchall()
+    vectors = store.index.get_items([r[0] for r in rows], return_type="numpy")
+    return np.asarray(vectors, dtype=np.float32), [[title, text] for _, title, text in rows]
+
+
+def _config(m: int, efc: int, efs: int) -> Config:
     from edge_rag.config import Config
 
-    return dim, ENCODER_ID, Config(hnsw_m=m, hnsw_ef_construction=efc, hnsw_ef_search=efs)
+    return Config(hnsw_m=m, hnsw_ef_construction=efc, hnsw_ef_search=efs)
 
 
-def _timed_queries(store, queries: np.ndarray, x: np.ndarray) -> dict:
-    ms, recall = [], []
-    for q in queries:
-        t = time.perf_counter()
-        hits = store.search(q, K)
-        ms.append((time.perf_counter() - t) * 1e3)
-        exact = np.argpartition(-(x @ q), K)[:K]
-        recall.append(len({p.id for p in hits} & set(exact.tolist())) / K)
-    return {"p50_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95)), "recall@10": float(np.mean(recall))}
+def write_inputs(work: Path, real: np.ndarray, queries: np.ndarray, texts: list[list[str]], questions: list[str]
+                 ) -> None:
+    """What the step processes read from ``work``: the real passage vectors with their [title, text], the question
+    embeddings with their texts."""
+    np.save(work / "real.npy", np.ascontiguousarray(real, dtype=np.float32))
+    np.save(work / "queries.npy", np.ascontiguousarray(queries, dtype=np.float32))
+    (work / "texts.json").write_text(json.dumps(texts), "utf-8")
+    (work / "questions.json").write_text(json.dumps(questions), "utf-8")
 
 
-def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, seed: int) -> dict:
-    """Build one store of ``n`` passages and query it (its own process)."""
+def _inputs(work: str) -> tuple[np.ndarray, list[str]]:
+    """The question embeddings and their texts."""
+    return np.load(Path(work) / "queries.npy"), json.loads((Path(work) / "questions.json").read_text("utf-8"))
+
+
+def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, seed: int, full_text: int) -> dict:
+    """Build one store of ``n`` passages, with or without its full-text index, and query it (its own process)."""
     from edge_rag.stores import Part, open_store
     from edge_rag.types import Document
 
     real = np.load(Path(work) / "real.npy")
-    queries = np.load(Path(work) / "queries.npy")
-    x, _ = corpus(real, n, seed)
+    texts = json.loads((Path(work) / "texts.json").read_text("utf-8"))
+    queries, questions = _inputs(work)
+    x, source = corpus(real, n, seed)
     del real
-    docs = [Document(f"v{i}", "", f"passage {i}") for i in range(n)]
+    docs = [Document(f"v{i}", *texts[j]) for i, j in enumerate(source.tolist())]
+    config = _config(m, efc, efs)
+    store = open_store(db, x.shape[1], ENCODER_ID, config)
+    if not full_text:
+        drop_full_text(store, backend)
     start = time.perf_counter()
-    store = open_store(db, *_store_args(x.shape[1], m, efc, efs))
     if backend == "embedded":
         store.add([Part(d, 0, [d.text], last=True) for d in docs], x)
     else:
-        _bulk_load(store, docs, x, m, efc)
-    build_s = time.perf_counter() - start
-    row = {"backend": backend, "n": n, "build_s": build_s, **_timed_queries(store, queries, x)}
+        _bulk_load(store, docs, x, m, efc, bool(full_text))
+    row = {"backend": backend, "n": n, "full_text": bool(full_text), "build_s": time.perf_counter() - start,
+           "disk_mb": _disk_mb(store, backend), **_searches(store, queries, questions, x, config, bool(full_text))}
     if backend == "pgvector":
-        row["server_p50_ms"] = _server_p50(store, queries)
-        # incremental adds into the built index, one transaction
-        extra = [Document(f"w{i}", "", f"added {i}") for i in range(INSERT_SAMPLE)]
+        from edge_rag.lexical import query_terms, tsquery
+        from edge_rag.pgstore import _SEARCH, _SEARCH_TEXT
+
+        row["server_p50_ms"] = _server_p50(store, _SEARCH, [(q, K) for q in queries])
+        if full_text:
+            terms = [query_terms(s) for s in questions]
+            row["server_lexical_p50_ms"] = _server_p50(store, _SEARCH_TEXT, [(tsquery(t), K) for t in terms if t])
+        # incremental adds into the built indexes, one transaction
+        extra = [Document(f"w{i}", d.title, d.text) for i, d in enumerate(docs[:INSERT_SAMPLE])]
         t = time.perf_counter()
-        store.add([Part(d, 0, [d.text], last=True) for d in extra], x[:INSERT_SAMPLE])
-        row["inserts_per_s"] = INSERT_SAMPLE / (time.perf_counter() - t)
+        store.add([Part(d, 0, [d.text], last=True) for d in extra], x[:len(extra)])
+        row["inserts_per_s"] = len(extra) / (time.perf_counter() - t)
     store.close()
     return {**row, "build_peak_rss_mb": peak_rss_mb()}
 
 
-def _server_p50(store, queries: np.ndarray) -> float:
+def drop_full_text(store: PassageStore, backend: str) -> None:
+    """Benchmark only: take the full-text index out of a new, empty store (SQLite: the FTS5 table and its triggers;
+    PostgreSQL: the tsvector column and its GIN index), to measure what the index costs. The store classes add
+    it back when the store is next opened, so a store built without it is only ever used through this object."""
+    if backend == "embedded":
+        from edge_rag.store_db import FTS_TABLE
+
+        triggers = store.db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'passages'")
+        store.db.executescript("".join(f"DROP TRIGGER {name};" for (name,) in triggers.fetchall())
+                               + f"DROP TABLE {FTS_TABLE};")
+    else:
+        from edge_rag.pgstore import PASSAGES
+
+        with store.pool.connection() as conn:
+            conn.execute(f"ALTER TABLE {PASSAGES} DROP COLUMN tsv")  # its GIN index goes with it
+
+
+def _searches(store: PassageStore, queries: np.ndarray, questions: list[str], x: np.ndarray, config: Config,
+              full_text: bool) -> dict:
+    """p50 / p95 of every search the store supports (lexical and hybrid need the full-text index), one question at
+    a time, and recall@10 of dense search against exact search."""
+    from edge_rag.lexical import query_terms
+    from edge_rag.retrieve import search
+
+    modes = {"dense": lambda q, s: store.search(q, K)}
+    if full_text:
+        modes["lexical"] = lambda q, s: store.search_text(query_terms(s), K)
+        modes["hybrid"] = lambda q, s: search(store, q, s, K, config)
+    row: dict = {}
+    for name, run_one in modes.items():
+        ms = []
+        for q, s in zip(queries, questions):
+            t = time.perf_counter()
+            run_one(q, s)
+            ms.append((time.perf_counter() - t) * 1e3)
+        row |= {f"{name}_p50_ms": float(np.median(ms)), f"{name}_p95_ms": float(np.percentile(ms, 95))}
+    recall = []
+    for q in queries:
+        exact = np.argpartition(-(x @ q), K)[:K]
+        recall.append(len({p.id for p in store.search(q, K)} & set(exact.tolist())) / K)
+    return {**row, "recall@10": float(np.mean(recall))}
+
+
+def _disk_mb(store: PassageStore, backend: str) -> float:
+    """The store's size on disk: SQLite pages (WAL included) + the hnswlib file, or PostgreSQL's two tables with
+    their indexes."""
+    if backend == "embedded":
+        page_count = store.db.execute("PRAGMA page_count").fetchone()[0]
+        page_size = store.db.execute("PRAGMA page_size").fetchone()[0]
+        return (page_count * page_size + (store.folder / store.index_file).stat().st_size) / MB
+    from edge_rag.pgstore import DOCUMENTS, PASSAGES
+
+    with store.pool.connection() as conn:
+        size = conn.execute("SELECT pg_total_relation_size(%s) + pg_total_relation_size(%s)",
+                            (PASSAGES, DOCUMENTS)).fetchone()[0]
+    return size / MB
+
+
+def _server_p50(store: PassageStore, sql: str, params: list[tuple]) -> float:
     """Median execution time inside PostgreSQL (EXPLAIN ANALYZE): the query without the round trip and
     without the wait for a CPU, which on a loaded machine dominates the client-side figure."""
-    from edge_rag.pgstore import _SEARCH
-
     ms = []
     with store.pool.connection() as conn:
-        for q in queries:
-            plan = conn.execute("EXPLAIN (ANALYZE, TIMING OFF) " + _SEARCH, (q, K)).fetchall()
+        for p in params:
+            plan = conn.execute("EXPLAIN (ANALYZE, TIMING OFF) " + sql, p).fetchall()
             ms += [float(line[0].split(":")[1].split()[0]) for line in plan if line[0].startswith("Execution Time")]
     return float(np.median(ms))
 
 
-def _bulk_load(store, docs: list, x: np.ndarray, m: int, efc: int) -> None:
-    """COPY every row, then build the HNSW index once (pgvector's advice for an initial load)."""
+def _bulk_load(store: PassageStore, docs: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:
+    """COPY every row, then build the HNSW (and GIN) index once (pgvector's advice for an initial load)."""
     from edge_rag.pgstore import DOCUMENTS, META, PASSAGES
 
     mem_mb = max(1024, len(x) * MAINTENANCE_BYTES_PER_VECTOR // 2**20)
     with store.pool.connection() as conn, conn.transaction():
         conn.execute(f"DROP INDEX {PASSAGES}_hnsw")
+        if full_text:
+            conn.execute(f"DROP INDEX {PASSAGES}_tsv")
         with conn.cursor() as cur:
             with cur.copy(f"COPY {DOCUMENTS} (doc_id, title, source) FROM STDIN") as copy:
                 for d in docs:
@@ -119,23 +205,28 @@ def _bulk_load(store, docs: list, x: np.ndarray, m: int, efc: int) -> None:
         conn.execute(f"SET LOCAL maintenance_work_mem = '{mem_mb}MB'")
         conn.execute(f"CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops) "
                      f"WITH (m = {m}, ef_construction = {efc})")
+        if full_text:
+            conn.execute(f"CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv)")
         conn.execute(f"UPDATE {META} SET value = %s WHERE key = 'count'", (str(len(docs)),))
         conn.execute(f"UPDATE {META} SET value = '1' WHERE key = 'version'")
         conn.execute(f"ANALYZE {PASSAGES}")
 
 
 def device(work: str, db: str, m: int, efc: int, efs: int) -> dict:
-    """What a device holds: edge_rag imported, the store open, every query run (its own process)."""
+    """What a device holds: edge_rag imported, the store open, every question retrieved as the pipeline does
+    (the default Config: hybrid) (its own process)."""
     import edge_rag  # noqa: F401 — the runtime's libraries, as on a device
+    from edge_rag.retrieve import search
     from edge_rag.stores import open_store
 
-    queries = np.load(Path(work) / "queries.npy")
+    queries, questions = _inputs(work)
+    config = _config(m, efc, efs)
     base = peak_rss_mb()
     start = time.perf_counter()
-    store = open_store(db, *_store_args(queries.shape[1], m, efc, efs))
+    store = open_store(db, queries.shape[1], ENCODER_ID, config)
     open_s = time.perf_counter() - start
-    for q in queries:
-        store.search(q, K)
+    for q, s in zip(queries, questions):
+        search(store, q, s, K, config)
     store.close()
     return {"device_rss_mb": peak_rss_mb(), "device_base_mb": base, "open_s": open_s, "load_avg": os.getloadavg()[0]}
 
@@ -150,13 +241,16 @@ def _worker(step: str, db: str, *args: object) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def run(real: np.ndarray, queries: np.ndarray, sizes: list[int], config: Config, out: Path, seed: int) -> dict:
-    """Both backends at every size; pgvector is skipped, with the reason, when no server can be had."""
+def run(real: np.ndarray, queries: np.ndarray, texts: list[list[str]], questions: list[str], sizes: list[int],
+        config: Config, out: Path, seed: int) -> dict:
+    """Both backends at every size, each with and without its full-text index; ``texts`` ([title, text]) go with
+    the rows of ``real``, ``questions`` with those of ``queries``. pgvector is skipped, with the reason, when no
+    server can be had."""
     rng = np.random.default_rng(seed)
-    queries = queries[rng.permutation(len(queries))[:MAX_QUERIES]]
+    picked = rng.permutation(len(queries))[:MAX_QUERIES]
     hnsw = (config.hnsw_m, config.hnsw_ef_construction, config.hnsw_ef_search)
     server, admin = None, os.environ.get("EDGE_RAG_PG_URL")
-    result: dict = {"queries": len(queries), "k": K, "M": hnsw[0], "ef_construction": hnsw[1], "ef_search": hnsw[2],
+    result: dict = {"queries": len(picked), "k": K, "M": hnsw[0], "ef_construction": hnsw[1], "ef_search": hnsw[2],
                     "rows": []}
     try:
         if not admin:
@@ -168,22 +262,23 @@ def run(real: np.ndarray, queries: np.ndarray, sizes: list[int], config: Config,
         result["pgvector_skipped"] = str(exc)
     try:
         with tempfile.TemporaryDirectory(dir=out) as work:
-            np.save(Path(work) / "real.npy", np.ascontiguousarray(real, dtype=np.float32))
-            np.save(Path(work) / "queries.npy", np.ascontiguousarray(queries, dtype=np.float32))
+            write_inputs(Path(work), real, queries[picked], texts, [questions[i] for i in picked])
             for n in tqdm(sizes, desc="stores at scale", unit="size"):
-                dbs = {"embedded": str(Path(work) / f"store-{n}")}
-                if admin:
-                    dbs["pgvector"] = _database(admin, f"edge_rag_scale_{n}")
-                for backend, db in dbs.items():
-                    row = _worker("build", db, work, backend, n, *hnsw, seed)
-                    result["rows"].append({**row, **_worker("device", db, work, *hnsw)})
+                for backend in ["embedded"] + (["pgvector"] if admin else []):
+                    for full_text in (1, 0):
+                        db = (str(Path(work) / f"store-{n}-{full_text}") if backend == "embedded"
+                              else fresh_database(admin, f"edge_rag_scale_{n}"))
+                        row = _worker("build", db, work, backend, n, *hnsw, seed, full_text)
+                        if full_text:  # opening a store adds its full-text index back: only the full one is reopened
+                            row |= _worker("device", db, work, *hnsw)
+                        result["rows"].append(row)
     finally:
         if server:
             server.stop()
     return result
 
 
-def _database(admin_url: str, name: str) -> str:
+def fresh_database(admin_url: str, name: str) -> str:
     """A fresh database ``name`` on the server; its URL."""
     import psycopg
 
@@ -193,27 +288,50 @@ def _database(admin_url: str, name: str) -> str:
     return urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))
 
 
+def _ms(r: dict, name: str) -> str:
+    """"p50 / p95" of one search, or – when the build had no such search."""
+    return f"{r[name + '_p50_ms']:.2f} / {r[name + '_p95_ms']:.2f}" if name + "_p50_ms" in r else "–"
+
+
+def _cell(r: dict, key: str, fmt: str) -> str:
+    return format(r[key], fmt) if key in r else "–"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
 def report(result: dict) -> str:
-    """The side-by-side table for report.md."""
+    """The side-by-side tables for report.md: building, then searching."""
     if not result.get("rows"):
         return ""
-    head = (f"\nBoth stores, same vectors and {result['queries']} queries, top-{result['k']} with passage texts "
-            f"(HNSW M={result['M']}, ef_construction={result['ef_construction']}, ef_search={result['ef_search']}). "
-            "Device RSS = a fresh process with edge_rag imported and the store open, after every query (models "
-            "not loaded: the same on both sides). pgvector: bulk COPY + CREATE INDEX; p50/p95 include the "
-            "loopback round trip and the wait for a CPU (server = execution inside PostgreSQL); load = the "
-            "machine's 1-minute load average at the time.\n")
+    head = (f"\nBoth stores, same passages and {result['queries']} real questions, top-{result['k']} with passage "
+            f"texts (HNSW M={result['M']}, ef_construction={result['ef_construction']}, "
+            f"ef_search={result['ef_search']}); each built with its full-text index (FTS5 / tsvector + GIN) and "
+            "without it. Build = loading every passage and building the indexes; disk = SQLite pages + hnswlib file, "
+            "or the PostgreSQL tables with their indexes. pgvector: bulk COPY + CREATE INDEX; adds/s = 1,000 "
+            "passages added to the built store in one transaction.\n")
     if "pgvector_skipped" in result:
         head += f"pgvector skipped: {result['pgvector_skipped']}\n"
-    rows = []
-    for r in result["rows"]:
-        rows.append([f"{r['n']:,}", r["backend"], f"{r['build_s']:.1f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}",
-                     f"{100 * r['recall@10']:.1f}%", f"{r['device_rss_mb']:.0f}",
-                     f"{r['inserts_per_s']:.0f}" if "inserts_per_s" in r else "–",
-                     f"{r['server_p50_ms']:.2f}" if "server_p50_ms" in r else "–", f"{r['load_avg']:.1f}"])
-    lines = ["| vectors | store | build s | p50 ms | p95 ms | recall@10 | device RSS MB | adds/s after | server p50 ms "
-             "| load |", "|---|---|---|---|---|---|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in rows]
-    return head + "\n" + "\n".join(lines) + "\n"
+    rows = result["rows"]
+    label = [[f"{r['n']:,}", r["backend"], "yes" if r["full_text"] else "no"] for r in rows]
+    build = _table(["passages", "store", "full-text", "build s", "disk MB", "build peak RSS MB", "adds/s after"],
+                   [lab + [f"{r['build_s']:.1f}", f"{r['disk_mb']:.0f}", f"{r['build_peak_rss_mb']:.0f}",
+                           _cell(r, "inserts_per_s", ".0f")] for lab, r in zip(label, rows)])
+    search = _table(["passages", "store", "full-text", "dense p50 / p95 ms", "recall@10", "lexical p50 / p95 ms",
+                     "hybrid p50 / p95 ms", "server p50 ms dense / lexical", "device RSS MB", "load"],
+                    [lab + [_ms(r, "dense"), f"{100 * r['recall@10']:.1f}%", _ms(r, "lexical"), _ms(r, "hybrid"),
+                            f"{_cell(r, 'server_p50_ms', '.2f')} / {_cell(r, 'server_lexical_p50_ms', '.2f')}",
+                            _cell(r, "device_rss_mb", ".0f"), _cell(r, "load_avg", ".1f")]
+                     for lab, r in zip(label, rows)])
+    notes = ("\nClient-side p50 / p95 include, for pgvector, the loopback round trip and the wait for a CPU (server = "
+             "execution inside PostgreSQL, EXPLAIN ANALYZE). Lexical = `store.search_text` of the question's content "
+             "words; hybrid = `retrieve.search` with the default Config (dense + lexical, fused; exact cosines of "
+             "lexical-only hits). Device RSS = a fresh process with edge_rag imported and the full store open, after "
+             "retrieving every question as the pipeline does (models not loaded: the same on both sides); load = the "
+             "machine's 1-minute load average at the time.\n")
+    return head + "\n" + build + "\n" + search + notes
 
 
 if __name__ == "__main__":

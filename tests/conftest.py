@@ -51,6 +51,23 @@ def hotpot_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def pg_admin_url():
+    """A PostgreSQL superuser URL (pgvector tests): ``$EDGE_RAG_PG_URL``, or a throw-away server started here and
+    stopped after."""
+    if os.environ.get("EDGE_RAG_PG_URL"):
+        yield os.environ["EDGE_RAG_PG_URL"]
+        return
+    try:
+        from benchmarks.pgserver import PgServer
+
+        server = PgServer({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}).start()
+    except ImportError as exc:
+        pytest.skip(f"no PostgreSQL for the pgvector tests: {exc}; or set EDGE_RAG_PG_URL")
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def squad_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """EdgeRAG over every SQuAD subset paragraph (open corpus, paragraph passages), built once."""
     from edge_rag.pipeline import EdgeRAG

@@ -33,22 +33,6 @@ SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
 DIM = 8
 
 
-@pytest.fixture(scope="session")
-def pg_admin_url():
-    """A superuser URL: ``$EDGE_RAG_PG_URL``, or a throw-away server started here and stopped after."""
-    if os.environ.get("EDGE_RAG_PG_URL"):
-        yield os.environ["EDGE_RAG_PG_URL"]
-        return
-    try:
-        from benchmarks.pgserver import PgServer
-
-        server = PgServer({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}).start()
-    except ImportError as exc:
-        pytest.skip(f"no PostgreSQL for the pgvector tests: {exc}; or set EDGE_RAG_PG_URL")
-    yield server.url
-    server.stop()
-
-
 @pytest.fixture
 def pg_url(pg_admin_url):
     """A fresh database on the server, dropped after the test."""
