@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models bundle system-packages demo test lint bench router reader calibrate clean
+.PHONY: install models bundle system-packages demo test pi-check lint bench router reader calibrate clean
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,10 @@ bundle: models
 # qemu-user (the encoder verified under `qemu-x86_64 -cpu Haswell`: AVX2 only, no AVX-512/VNNI) and Debian's
 # chromium (the kiosk page driven through Playwright, no browser download). Without them those tests skip and say so.
 SYSTEM_PACKAGES := $(if $(shell command -v qemu-x86_64),,qemu-user) $(if $(shell command -v chromium),,chromium)
+# The aarch64 check (tests/test_aarch64.py, make pi-check): an arm64 Debian root from debootstrap, and Debian's
+# cross compiler for the two dependencies PyPI has no aarch64 wheel of (hnswlib, llama-cpp-python).
+SYSTEM_PACKAGES += $(if $(shell command -v debootstrap),,debootstrap) \
+	$(if $(shell command -v aarch64-linux-gnu-g++),,g++-aarch64-linux-gnu)
 system-packages:
 	@[ -z "$(strip $(SYSTEM_PACKAGES))" ] || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -58,6 +62,12 @@ demo: models
 
 test: models system-packages
 	EDGE_RAG_WHEELS=$(WHEELS) $(BIN)/python tests/isolated.py $(ARGS)
+
+# The device side on an emulated Raspberry Pi / Jetson CPU (qemu-aarch64), installed from the bundle archive:
+# encoder and reader int8 on ARM kernels, the demo answers against x86, a GPT-route answer, torch-free tests.
+# Builds cached in ~/.cache/edge-rag/aarch64 (llama-cpp-python cross-compiled once, ~11 min); report in pi-check/.
+pi-check: bundle system-packages
+	$(BIN)/python -m benchmarks.pi_check --archive dist/edge-rag-$(PROFILE).tar $(ARGS)
 
 # Benchmarks: quick (100 questions per dataset) or FULL=1 (all); extra options via ARGS="--threads 2 ...".
 bench: models

@@ -160,7 +160,8 @@ def _scale(scale: dict) -> str:
 def _hardware(hw: dict) -> str:
     v = hw["versions"]
     b = hw["bundle"]
-    rows = [["CPU", hw["cpu"]], ["cores (logical / physical)", f"{hw['cores_logical']} / {hw['cores_physical']}"],
+    rows = [["CPU", hw["cpu"]], ["CPU features", hw.get("cpu_features", "")],
+            ["cores (logical / physical)", f"{hw['cores_logical']} / {hw['cores_physical']}"],
             ["threads used", str(hw["threads_used"])], ["RAM", f"{hw['ram_gb']} GB"],
             ["OS / arch", f"{hw['os']} / {hw['arch']}"],
             ["load average at start", ", ".join(f"{x:.2f}" for x in hw["load_avg_at_start"] or [])],

@@ -2,9 +2,10 @@
 
 ``python -m convert kernels MODEL_DIR --out DIR`` exports the fp32 encoder, writes one int8 file per
 scheme (``convert.quantize.SCHEMES``) and torch's reference vectors, then runs ``edge_rag.verify`` on
-every file natively and under ``qemu-x86_64 -cpu <model>`` (and ``--aarch64-python`` under qemu-aarch64
-when given): same sentences, same thresholds as ``edge-rag models verify`` on a device. Only the probe
-runs under emulation, and it imports no torch.
+every file natively and under ``qemu-x86_64 -cpu <model>`` (and, with ``--aarch64``, under
+``qemu-aarch64 -cpu cortex-a72/-a76`` in the environment of ``convert.aarch64``): same sentences, same
+thresholds as ``edge-rag models verify`` on a device. Only the probe runs under emulation, and it imports
+no torch.
 """
 from __future__ import annotations
 
@@ -51,10 +52,11 @@ def probe(files: list[Path], out: Path, threads: int, repeats: int) -> list[dict
     return rows
 
 
-def run_on(prefix: list[str], python: str, files: list[Path], out: Path, threads: int) -> list[dict]:
-    cmd = [*prefix, python, "-m", "convert.kernels", "--probe", str(out), "--threads", str(threads),
-           "--repeats", "20" if not prefix else "3", *[str(f) for f in files]]  # emulated latency means little
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+def run_on(python: list[str], files: list[Path], out: Path, threads: int, env: dict | None = None) -> list[dict]:
+    """The probe run by ``python`` (a command line: native, or an emulator + interpreter)."""
+    cmd = [*python, "-m", "convert.kernels", "--probe", str(out), "--threads", str(threads),
+           "--repeats", "20" if python == [sys.executable] else "3", *[str(f) for f in files]]  # emulated: means little
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if result.returncode != 0:
         raise SystemExit(f"probe failed ({' '.join(cmd[:4])}): {result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -74,12 +76,16 @@ def table(results: dict[str, list[dict]]) -> str:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     files = prepare(Path(args.model_dir), out, args.sentences, Path(args.squad) if args.squad else None)
-    results = {"native": run_on([], sys.executable, files, out, args.threads)}
+    results = {"native": run_on([sys.executable], files, out, args.threads)}
     for cpu in filter(None, args.qemu_cpus.split(",")):
-        results[f"qemu -cpu {cpu}"] = run_on(["qemu-x86_64", "-cpu", cpu], sys.executable, files, out, args.threads)
-    if args.aarch64_python:
-        results["qemu-aarch64"] = run_on(["qemu-aarch64", *args.aarch64_prefix.split()], args.aarch64_python,
-                                         files, out, args.threads)
+        results[f"qemu -cpu {cpu}"] = run_on(["qemu-x86_64", "-cpu", cpu, sys.executable], files, out, args.threads)
+    if args.aarch64:
+        from . import aarch64
+
+        env = aarch64.install(out / "aarch64-site", llama=False)
+        for cpu in aarch64.CPUS:  # cwd is the checkout: the probe is this checkout's, the libraries aarch64's
+            results[f"qemu-aarch64 -cpu {cpu}"] = run_on(env.command(cpu=cpu), files, out, args.threads,
+                                                         env.environ())
     (out / "kernels.json").write_text(json.dumps(results, indent=2))
     print(table(results))
     return 0
@@ -92,8 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sentences", type=int, default=100)
     p.add_argument("--squad", help="SQuAD JSON whose contexts give the sentences (default: the sample docs)")
     p.add_argument("--qemu-cpus", default="Haswell,Nehalem", help="qemu-x86_64 -cpu models, comma-separated")
-    p.add_argument("--aarch64-python", help="an aarch64 python with numpy/onnxruntime/tokenizers, run by qemu-aarch64")
-    p.add_argument("--aarch64-prefix", default="", help="extra qemu-aarch64 options, e.g. '-L /path/to/sysroot'")
+    p.add_argument("--aarch64", action="store_true",
+                   help="also under qemu-aarch64 (Cortex-A72 and -A76) in an arm64 Debian python (convert.aarch64)")
     p.add_argument("--threads", type=int, default=1)
     p.set_defaults(func=run)
 

@@ -1,0 +1,45 @@
+"""The device side on an emulated Raspberry Pi 4 CPU (``qemu-aarch64 -cpu cortex-a72``: ARMv8 NEON, no
+dotprod) on every `make test`: the runtime installed for aarch64 from the registries (no torch, no
+llama.cpp: the RAG route never loads it), the bundle archive installed as on a device (its int8 encoder
+gated on onnxruntime's ARM kernels), a few sample documents indexed and their questions answered exactly
+as on x86. `make pi-check` runs the whole check (llama.cpp for aarch64, the GPT route, the reader, tests)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks import pi_check
+from convert import aarch64
+from convert.bundle import archive
+
+DOCS = ("02-opening-hours.md", "03-tickets-and-prices.md", "09-founder-margaret-hollins.md",
+        "10-engine-hall-big-mary.md", "19-observatory.md")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> aarch64.Env:
+    missing = aarch64.missing_tools()
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (`make test` installs qemu-user, debootstrap and "
+                    "g++-aarch64-linux-gnu with apt when run as root)")
+    if os.geteuid() != 0:
+        pytest.skip("debootstrap unpacks the arm64 Debian root only as root")
+    try:
+        return aarch64.install(tmp_path_factory.mktemp("aarch64") / "site", llama=False)
+    except RuntimeError as exc:  # a registry (Debian mirror, PyPI) out of reach, or the cross build failed
+        pytest.skip(f"could not build the aarch64 environment: {exc}")
+
+
+def test_bundle_archive_installs_and_answers_as_on_x86(env: aarch64.Env, bundle_dir: Path, tmp_path: Path) -> None:
+    questions = [q for q in json.loads((pi_check.SAMPLE / "questions.json").read_text()) if q["doc"] in DOCS]
+    tar = archive(bundle_dir, tmp_path / "edge-rag-gemma.tar")
+    result = pi_check.install_and_ask(env, tmp_path, tar, [pi_check.SAMPLE / "docs" / d for d in DOCS],
+                                      [q["question"] for q in questions])
+    installed = result["steps"]["install aarch64"].out
+    assert "int8 encoder on aarch64 ASIMD" in installed and ": PASS" in installed, installed
+    assert len(result["aarch64"]) == len(questions) and sum(a["answer"] is not None for a in result["x86"]) >= 3
+    assert result["differences"] == []  # answer, route, tier and refusal reason
+    assert result["steps"]["ask aarch64"].peak_rss_mb > 0
