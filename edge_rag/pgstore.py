@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 
@@ -33,6 +34,7 @@ META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_pas
 WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
 POOL_MIN, POOL_MAX = 1, 4
 CONNECT_TIMEOUT_S = 10
+COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
 
 _SCHEMA = f"""
 CREATE TABLE {META} (key text PRIMARY KEY, value text NOT NULL);
@@ -86,6 +88,8 @@ class PgStore:
         self._writer = None  # the connection holding the writers' session lock during ``writing()``
         self._writer_thread: int | None = None
         self.full_text = True  # False: the store predates the full-text column and this role may not add it
+        self._count, self._counted_at = 0, -COUNT_TTL_S  # the size ef_search is scaled to (re-read every TTL)
+        self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
         with self._errors("cannot open"):
             with self._psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
@@ -121,14 +125,18 @@ class PgStore:
 
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity (HNSW, ``hnsw.ef_search`` scaled to the store's size and k
-        as for the embedded store: ``hnsw.ef_for``), best first, with ``score`` set."""
+        as for the embedded store: ``hnsw.ef_for``), best first, with ``score`` set. One round trip: the
+        breadth is set on a pooled connection only when it changes, from a count re-read every COUNT_TTL_S."""
         if k <= 0:
             return []
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        with self._errors("cannot search"), self.pool.connection() as conn, conn.transaction():
-            count = conn.execute(f"SELECT value FROM {META} WHERE key = 'count'").fetchone()
-            ef = hnsw.ef_for(int(count[0]) if count else 0, k, self.ef_search)
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+        if time.monotonic() - self._counted_at > COUNT_TTL_S:
+            self._count, self._counted_at = self.count, time.monotonic()
+        ef = hnsw.ef_for(self._count, k, self.ef_search)
+        with self._errors("cannot search"), self.pool.connection() as conn:
+            if self._session_ef.get(conn) != ef:
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
+                self._session_ef[conn] = ef
             rows = conn.execute(_SEARCH, (query, k)).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
@@ -299,8 +307,8 @@ class PgStore:
                 yield conn
 
     def _configure(self, conn) -> None:
-        """Each pooled connection: the pgvector adapter, the HNSW search breadth (``search`` widens it per
-        query) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows
+        """Each pooled connection: the pgvector adapter, the HNSW search breadth (``search`` widens it with
+        the store) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows
         (deleted passages in the graph) goes on searching instead of returning short."""
         self._register(conn)
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self.ef_search),))
