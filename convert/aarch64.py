@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from edge_rag.fileio import atomic_write_text
+
 CACHE = Path(os.environ.get("EDGE_RAG_AARCH64", Path.home() / ".cache" / "edge-rag" / "aarch64"))
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 DEBS = ("python3.11-minimal", "libpython3.11-stdlib", "libpython3.11-dev", "libgomp1")
@@ -33,7 +35,6 @@ PYTHON = "usr/bin/python3.11"
 SYSCONFIG = "_sysconfigdata__aarch64-linux-gnu"  # Debian's arm64 build configuration (CC, EXT_SUFFIX, ...)
 PLATFORMS = ("manylinux_2_28_aarch64", "manylinux2014_aarch64", "linux_aarch64")
 RUNTIME = ("numpy", "onnxruntime", "tokenizers", "hnswlib", "psutil", "tqdm")  # pinned to this host's versions
-LLAMA_VERSION = "0.3.36"
 LLAMA_CMAKE_ARGS = ("-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc "
                     "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8-a "
                     "-DLLAVA_BUILD=OFF")  # the multimodal library is never loaded by edge-rag
@@ -98,9 +99,11 @@ def cpuinfo(cpu: str) -> Path:
     text = "\n".join(f"processor\t: {i}\nBogoMIPS\t: 108.00\nFeatures\t: {features}\nCPU implementer\t: 0x41\n"
                      f"CPU architecture: 8\nCPU variant\t: {variant}\nCPU part\t: {part}\nCPU revision\t: {revision}\n"
                      for i in range(cores))
+    text += f"\nModel\t\t: qemu-aarch64 -cpu {cpu}\n"
     path = CACHE / f"cpuinfo-{cpu}-{cores}"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + f"\nModel\t\t: qemu-aarch64 -cpu {cpu}\n")
+    if not path.is_file() or path.read_text() != text:  # replaced, never rewritten: a running guest has it mounted
+        CACHE.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
     return path
 
 
@@ -135,11 +138,13 @@ def hnswlib_wheel(root: Path) -> Path:
 def llama_wheel() -> Path:
     """llama-cpp-python cross-compiled for ARMv8.0-A (~6 min on 2 cores). It loads its libraries with
     ctypes, so no target Python headers are needed; the wheel is tagged for aarch64."""
+    version = _version("llama_cpp_python")  # the host's (pyproject pins it)
+
     def build(tmp: Path) -> None:
         env = {**os.environ, "CMAKE_ARGS": LLAMA_CMAKE_ARGS, "_PYTHON_HOST_PLATFORM": "linux-aarch64"}
-        _pip("wheel", "-q", "--no-deps", "--no-cache-dir", "-w", str(tmp / "wheel"),
-             f"llama-cpp-python=={LLAMA_VERSION}", env=env)
-    return _one_wheel(_cached(CACHE / f"llama-{_key(LLAMA_VERSION, LLAMA_CMAKE_ARGS)}", build))
+        _pip("wheel", "-q", "--no-deps", "--no-cache-dir", "-w", str(tmp / "wheel"), f"llama-cpp-python=={version}",
+             env=env)
+    return _one_wheel(_cached(CACHE / f"llama-{_key(version, LLAMA_CMAKE_ARGS)}", build))
 
 
 def _one_wheel(folder: Path) -> Path:
