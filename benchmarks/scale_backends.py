@@ -45,6 +45,7 @@ ENCODER_ID = "scale-benchmark"
 DB_ENV = "EDGE_RAG_SCALE_DB"
 INSERT_SAMPLE = 1_000
 SERVER_SETTINGS = {"shared_buffers": "2GB", "max_parallel_maintenance_workers": "1", "max_wal_size": "4GB"}
+ROWS_FILE = "scale_stores.jsonl"  # in the output folder: each row as it is measured
 MAINTENANCE_BYTES_PER_VECTOR = 4096  # vector + HNSW graph while CREATE INDEX builds in memory (measured ~2.4 kB)
 
 
@@ -272,6 +273,8 @@ def run(real: np.ndarray, queries: np.ndarray, texts: list[list[str]], questions
                         if full_text:  # opening a store adds its full-text index back: only the full one is reopened
                             row |= _worker("device", db, work, *hnsw)
                         result["rows"].append(row)
+                        with open(out / ROWS_FILE, "a", encoding="utf-8") as f:  # a long run's finished rows survive
+                            f.write(json.dumps(row) + "\n")
     finally:
         if server:
             server.stop()
@@ -334,10 +337,57 @@ def report(result: dict) -> str:
     return head + "\n" + build + "\n" + search + notes
 
 
+def main(argv: list[str]) -> None:
+    """``python -m benchmarks.scale_backends --sizes 10k,100k``: only this section of ``make bench``, on the quick
+    run's inputs (the pooled SQuAD and HotpotQA stores, the questions ``--n`` of each test split); the report is
+    printed and written to OUT/scale_stores.md."""
+    import argparse
+
+    from edge_rag import EdgeRAG
+    from edge_rag.bundle import ROLE_ENCODER, Bundle
+    from edge_rag.models import default_bundle, home
+
+    from . import data
+    from .run import corpus_sizes
+    from .systems import bench_config
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.scale_backends", description=main.__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=corpus_sizes, default=[MIN_SIZE, 10 * MIN_SIZE], help="e.g. 10k,100k")
+    p.add_argument("--n", type=int, default=100, help="questions per dataset")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="0 = all cores")
+    p.add_argument("--profile", default="gemma")
+    p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: the profile's)")
+    p.add_argument("--out", type=Path, default=Path("bench-results"))
+    p.add_argument("--index-cache", type=Path, default=home() / "bench", help="where dataset indexes are kept")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    bundle = Bundle.load(args.bundle or default_bundle(args.profile))
+    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    config = bench_config(args.threads)
+    vectors, queries, texts, questions = [], [], [], []
+    for name, path in data.FILES.items():
+        ds = data.load(name, path, args.n, args.seed)
+        db, _ = data.open_index(ds, bundle.root, encoder_sha, config, args.index_cache)
+        with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
+            passage_vectors, passage_texts = stored_passages(rag.store)
+            questions += [q.question for q in ds.items]
+            queries.append(rag.encoder.encode([q.question for q in ds.items]))
+        vectors.append(passage_vectors)
+        texts += passage_texts
+    result = run(np.concatenate(vectors), np.concatenate(queries), texts, questions, args.sizes, config, args.out,
+                 args.seed)
+    (args.out / "scale_stores.md").write_text(report(result), encoding="utf-8")
+    print(report(result))
+
+
 if __name__ == "__main__":
-    step, work, *params = sys.argv[1:]
+    step, *rest = sys.argv[1:] or [""]
     if step == "build":
-        backend, *numbers = params
+        work, backend, *numbers = rest
         print(json.dumps(build(work, backend, os.environ[DB_ENV], *map(int, numbers))))
+    elif step == "device":
+        work, *numbers = rest
+        print(json.dumps(device(work, os.environ[DB_ENV], *map(int, numbers))))
     else:
-        print(json.dumps(device(work, os.environ[DB_ENV], *map(int, params))))
+        main(sys.argv[1:])
