@@ -182,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
             parts = {"reader_val": val, "calibration": cal, "ood": ood}
             rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader))
             if gpt is None and args.gpt_sample:
-                gpt = measure_gpt(rag, rows["calibration"], by_id, rows["ood"], rows["reader_val"], args.gpt_sample)
+                # generations are cached with the rows: re-fitting after a default change does not generate again
+                measure = partial(measure_gpt, rag, rows["calibration"], by_id, rows["ood"], rows["reader_val"],
+                                  args.gpt_sample)
+                gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}", bundle, measure))
         fit = [r for r in rows["reader_val"] if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))
         floor = choose_floor(rows["ood"], rows["reader_val"], combiner)
