@@ -14,10 +14,11 @@ from pathlib import Path
 from edge_rag import bundle as B
 from edge_rag.chunk import chunk, iter_files, read_documents
 from edge_rag.cli import SAMPLE_DIR
+from edge_rag.compress import build_context
 from edge_rag.config import Config, Tier
 from edge_rag.memory import peak_rss_mb, plan, rss_mb
 from edge_rag.models import default_bundle
-from edge_rag.pipeline import EdgeRAG, build_context
+from edge_rag.pipeline import EdgeRAG
 from evaluation.datasets import load_squad
 
 

@@ -101,7 +101,7 @@ def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, 
            "disk_mb": _disk_mb(store, backend), **_searches(store, queries, questions, x, config, bool(full_text))}
     if backend == "pgvector":
         from edge_rag.lexical import query_terms, tsquery
-        from edge_rag.pgstore import _SEARCH, _SEARCH_TEXT
+        from edge_rag.pgsql import _SEARCH, _SEARCH_TEXT
 
         row["server_p50_ms"] = _server_p50(store, _SEARCH, [(q, K) for q in queries])
         if full_text:
@@ -127,7 +127,7 @@ def drop_full_text(store: PassageStore, backend: str) -> None:
         store.db.executescript("".join(f"DROP TRIGGER {name};" for (name,) in triggers.fetchall())
                                + f"DROP TABLE {FTS_TABLE};")
     else:
-        from edge_rag.pgstore import PASSAGES
+        from edge_rag.pgsql import PASSAGES
 
         with store.pool.connection() as conn:
             conn.execute(f"ALTER TABLE {PASSAGES} DROP COLUMN tsv")  # its GIN index goes with it
@@ -166,7 +166,7 @@ def _disk_mb(store: PassageStore, backend: str) -> float:
         page_count = store.db.execute("PRAGMA page_count").fetchone()[0]
         page_size = store.db.execute("PRAGMA page_size").fetchone()[0]
         return (page_count * page_size + (store.folder / store.index_file).stat().st_size) / MB
-    from edge_rag.pgstore import DOCUMENTS, PASSAGES
+    from edge_rag.pgsql import DOCUMENTS, PASSAGES
 
     with store.pool.connection() as conn:
         size = conn.execute("SELECT pg_total_relation_size(%s) + pg_total_relation_size(%s)",
@@ -187,7 +187,7 @@ def _server_p50(store: PassageStore, sql: str, params: list[tuple]) -> float:
 
 def _bulk_load(store: PassageStore, docs: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:
     """COPY every row, then build the HNSW (and GIN) index once (pgvector's advice for an initial load)."""
-    from edge_rag.pgstore import DOCUMENTS, META, PASSAGES
+    from edge_rag.pgsql import DOCUMENTS, META, PASSAGES
 
     mem_mb = max(1024, len(x) * MAINTENANCE_BYTES_PER_VECTOR // 2**20)
     with store.pool.connection() as conn, conn.transaction():

@@ -159,3 +159,8 @@ def _cut(text: str, limit: int) -> str:
         return head
     space = head.rfind(" ")
     return head[:space] if space > 0 else head
+
+
+def build_context(passages: list[Passage]) -> str:
+    """One line per passage, prefixed by its title, in rank order."""
+    return "\n".join(f"{p.title}: {p.text}" if p.title else p.text for p in passages)

@@ -97,7 +97,7 @@ def _embedded(store, sample: int, seed: int) -> tuple[list[np.ndarray], Exact]:
 
 def _postgres(store, sample: int, seed: int) -> tuple[list[np.ndarray], Exact]:
     """A seeded sample of stored embeddings; exact = the same ORDER BY with index scans off (a full scan)."""
-    from .pgstore import PASSAGES
+    from .pgsql import PASSAGES
 
     with store._errors("cannot check"), store.pool.connection() as conn, conn.transaction():
         conn.execute("SELECT setseed(%s)", (seed / 2**31,))

@@ -4,11 +4,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import hnswlib
 import numpy as np
 
+from .errors import StoreError
 from .fileio import fsync_dir, sha256_file
 
 EF_BASE_COUNT = 1000  # up to this many vectors the configured ef_search is used as is
@@ -53,3 +55,26 @@ def knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int) -> tuple[np.nd
             return labels[0], dists[0]
     labels, dists = index.knn_query(query, k=max(1, k // 2))
     return labels[0], dists[0]
+
+
+def cosines(index: hnswlib.Index, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
+    """Exact cosine similarity of ``query`` to the stored vectors of ``ids``."""
+    if not ids:
+        return {}
+    stored = np.asarray(index.get_items(list(ids), return_type="numpy"), dtype=np.float32)
+    q = query.reshape(-1).astype(np.float32)
+    return {int(i): float(v @ q / max(float(np.linalg.norm(v) * np.linalg.norm(q)), 1e-12)) for i, v in zip(ids, stored)}
+
+
+def load(path: Path, dim: int, size: int, sha256: str) -> hnswlib.Index:
+    """The committed index file, checked against the size and sha256 recorded with it (StoreError otherwise)."""
+    if not path.is_file():
+        raise StoreError(f"vector index {path} is missing; re-index the documents")
+    if path.stat().st_size != size or sha256_file(path) != sha256:
+        raise StoreError(f"vector index {path} is corrupt or truncated (size/hash mismatch); re-index")
+    index = hnswlib.Index(space="cosine", dim=dim)
+    try:
+        index.load_index(str(path), max_elements=0, allow_replace_deleted=True)
+    except RuntimeError as exc:
+        raise StoreError(f"vector index {path} cannot be read: {exc}; re-index") from exc
+    return index

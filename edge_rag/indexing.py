@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from .chunk import doc_id_for, iter_units
+from .chunk import doc_id_for, iter_units, make_document
 from .config import Config
 from .encode import Encoder
 from .errors import InputError, check_str
@@ -99,6 +99,16 @@ def index(store: PassageStore, encoder: Encoder, config: Config, todo: Sequence[
     if pending:
         store.add([], encoder.encode([]), remove=pending)
     return added
+
+
+def as_document(item: object) -> Document:
+    """A Document as given, or a plain string as an untitled one; anything else is an InputError."""
+    if isinstance(item, Document):
+        return item
+    if isinstance(item, str):
+        check_document(Document("", "", item))
+        return make_document(item)
+    raise InputError(f"a document must be a str or a Document, not {type(item).__name__}")
 
 
 def check_document(doc: Document) -> None:

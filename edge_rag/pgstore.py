@@ -24,54 +24,12 @@ from contextlib import contextmanager, suppress
 import numpy as np
 
 from . import hnsw
+from . import pgsql as Q
 from .dburl import mask_url, scrub
 from .errors import StoreError
 from .lexical import tsquery
 from .store_db import DocumentState, Part
 from .types import Passage
-
-META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
-WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
-POOL_MIN, POOL_MAX = 1, 4
-CONNECT_TIMEOUT_S = 10
-COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
-
-_SCHEMA = f"""
-CREATE TABLE {META} (key text PRIMARY KEY, value text NOT NULL);
-CREATE TABLE {DOCUMENTS} (
-    doc_id text PRIMARY KEY, title text NOT NULL, source text, sha text, complete boolean NOT NULL DEFAULT true);
-CREATE TABLE {PASSAGES} (
-    id bigint PRIMARY KEY, doc_id text NOT NULL REFERENCES {DOCUMENTS}(doc_id) ON DELETE CASCADE,
-    title text NOT NULL, text text NOT NULL, position integer NOT NULL, embedding vector({{dim}}) NOT NULL);
-CREATE INDEX {PASSAGES}_doc ON {PASSAGES}(doc_id);
-CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops)
-    WITH (m = {{m}}, ef_construction = {{ef_construction}});
-"""
-# The full-text index: a tsvector of title and text computed by PostgreSQL on every insert (so it commits with the
-# passage), behind a GIN index. Stores made before it get both on open (one transaction, under the writers' lock).
-_FULL_TEXT = f"""
-ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector
-    GENERATED ALWAYS AS (to_tsvector('english', title || ' ' || text)) STORED;
-CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv);
-"""
-_SEARCH_TEXT = f"""SELECT id, ts_rank_cd(tsv, q) AS rank FROM {PASSAGES}, to_tsquery('english', %s) q
-WHERE tsv @@ q ORDER BY rank DESC, id LIMIT %s"""
-_SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
-FROM {PASSAGES} ORDER BY distance LIMIT %s"""
-_DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
-    (SELECT count(*) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) FROM {DOCUMENTS} d WHERE doc_id = %s"""
-
-
-def _client():
-    """psycopg, its pool and the pgvector adapter, or a StoreError saying how to install them."""
-    try:
-        import psycopg
-        import psycopg_pool
-        from pgvector.psycopg import register_vector
-    except ImportError as exc:
-        raise StoreError(f"a postgresql:// store needs the PostgreSQL client ({exc.name} is missing): "
-                         "pip install 'edge-rag[pg]'") from None
-    return psycopg, psycopg_pool, register_vector
 
 
 class PgStore:
@@ -79,25 +37,25 @@ class PgStore:
     ``encoder_id``. ``lock_timeout`` is how long a writer waits for another device's write to finish."""
 
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
-                 ef_search: int = 64, pool_size: int = POOL_MAX, create: bool = True,
+                 ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
                  lock_timeout: float = 0.0) -> None:
-        self._psycopg, pool_mod, self._register = _client()
+        self._psycopg, pool_mod, self._register = Q._client()
         self._url, self.location = url, mask_url(url)
         self.dim, self.ef_search, self.lock_timeout = dim, ef_search, lock_timeout
         self._write_lock = threading.RLock()
         self._writer = None  # the connection holding the writers' session lock during ``writing()``
         self._writer_thread: int | None = None
         self.full_text = True  # False: the store predates the full-text column and this role may not add it
-        self._count, self._counted_at = 0, -COUNT_TTL_S  # the size ef_search is scaled to (re-read every TTL)
+        self._count, self._counted_at = 0, -Q.COUNT_TTL_S  # the size ef_search is scaled to (re-read every TTL)
         self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
         with self._errors("cannot open"):
-            with self._psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            with self._psycopg.connect(url, connect_timeout=Q.CONNECT_TIMEOUT_S, autocommit=True) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
             self._check(meta, encoder_id)
             self.encoder_id = encoder_id or meta.get("encoder", "")
             self.pool = pool_mod.ConnectionPool(
-                url, min_size=POOL_MIN, max_size=max(pool_size, POOL_MIN), open=True, configure=self._configure,
-                kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S}, name="edge-rag")
+                url, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True, configure=self._configure,
+                kwargs={"autocommit": True, "connect_timeout": Q.CONNECT_TIMEOUT_S}, name="edge-rag")
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -115,29 +73,29 @@ class PgStore:
 
     def document(self, doc_id: str) -> DocumentState | None:
         with self._errors("cannot read"), self._connection() as conn:
-            row = conn.execute(_DOCUMENT, (doc_id,)).fetchone()
+            row = conn.execute(Q._DOCUMENT, (doc_id,)).fetchone()
         return None if row is None else DocumentState(row[0], row[1], bool(row[2]), int(row[3]))
 
     def documents_from(self, source: str) -> list[str]:
         """Ids of the documents indexed from ``source`` (a file path)."""
         with self._errors("cannot read"), self._connection() as conn:
-            return [r[0] for r in conn.execute(f"SELECT doc_id FROM {DOCUMENTS} WHERE source = %s", (source,))]
+            return [r[0] for r in conn.execute(f"SELECT doc_id FROM {Q.DOCUMENTS} WHERE source = %s", (source,))]
 
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity (HNSW, ``hnsw.ef_search`` scaled to the store's size and k
         as for the embedded store: ``hnsw.ef_for``), best first, with ``score`` set. One round trip: the
-        breadth is set on a pooled connection only when it changes, from a count re-read every COUNT_TTL_S."""
+        breadth is set on a pooled connection only when it changes, from a count re-read every Q.COUNT_TTL_S."""
         if k <= 0:
             return []
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if time.monotonic() - self._counted_at > COUNT_TTL_S:
+        if time.monotonic() - self._counted_at > Q.COUNT_TTL_S:
             self._count, self._counted_at = self.count, time.monotonic()
         ef = hnsw.ef_for(self._count, k, self.ef_search)
         with self._errors("cannot search"), self.pool.connection() as conn:
             if self._session_ef.get(conn) != ef:
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
                 self._session_ef[conn] = ef
-            rows = conn.execute(_SEARCH, (query, k)).fetchall()
+            rows = conn.execute(Q._SEARCH, (query, k)).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
     def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
@@ -145,7 +103,7 @@ class PgStore:
         if not terms or k <= 0 or not self.full_text:
             return []
         with self._errors("cannot search"), self.pool.connection() as conn:
-            rows = conn.execute(_SEARCH_TEXT, (tsquery(list(terms)), k)).fetchall()
+            rows = conn.execute(Q._SEARCH_TEXT, (tsquery(list(terms)), k)).fetchall()
         return [(int(i), float(r)) for i, r in rows]
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
@@ -154,7 +112,7 @@ class PgStore:
             return {}
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         with self._errors("cannot search"), self.pool.connection() as conn:
-            rows = conn.execute(f"SELECT id, embedding <=> %b FROM {PASSAGES} WHERE id = ANY(%s)",
+            rows = conn.execute(f"SELECT id, embedding <=> %b FROM {Q.PASSAGES} WHERE id = ANY(%s)",
                                 (query, [int(i) for i in ids])).fetchall()
         return {int(i): 1.0 - float(d) for i, d in rows}
 
@@ -163,7 +121,7 @@ class PgStore:
         if not ids:
             return []
         with self._errors("cannot read"), self.pool.connection() as conn:
-            rows = conn.execute(f"SELECT id, doc_id, title, text, position FROM {PASSAGES} WHERE id = ANY(%s)",
+            rows = conn.execute(f"SELECT id, doc_id, title, text, position FROM {Q.PASSAGES} WHERE id = ANY(%s)",
                                 ([int(i) for i in ids],)).fetchall()
         by_id = {r[0]: Passage(*r) for r in rows}
         return [by_id[i] for i in ids if i in by_id]
@@ -182,19 +140,19 @@ class PgStore:
             raise ValueError(f"{vectors.shape[1]}-d vectors for a {self.dim}-d store")
         with self._errors("cannot add to"), self._connection() as conn, conn.transaction():
             meta = self._lock(conn)
-            gone = self._delete(conn, list(remove))
+            gone = Q.delete_documents(conn, list(remove))
             first = int(meta.get("next_id") or  # ids are never reused, even after a remove
-                        conn.execute(f"SELECT coalesce(max(id), -1) + 1 FROM {PASSAGES}").fetchone()[0])
+                        conn.execute(f"SELECT coalesce(max(id), -1) + 1 FROM {Q.PASSAGES}").fetchone()[0])
             done = [p.doc.doc_id for p in parts if p.start > 0 and p.last]  # documents finished in this batch
             if done:
-                conn.execute(f"UPDATE {DOCUMENTS} SET complete = true WHERE doc_id = ANY(%s)", (done,))
+                conn.execute(f"UPDATE {Q.DOCUMENTS} SET complete = true WHERE doc_id = ANY(%s)", (done,))
             with conn.cursor() as cur:
-                with cur.copy(f"COPY {DOCUMENTS} (doc_id, title, source, sha, complete) FROM STDIN") as copy:
+                with cur.copy(f"COPY {Q.DOCUMENTS} (doc_id, title, source, sha, complete) FROM STDIN") as copy:
                     for p in parts:
                         if p.start == 0:
                             copy.write_row((p.doc.doc_id, p.doc.title, p.doc.source, p.sha, p.last))
                 cols = "id, doc_id, title, text, position, embedding"
-                with cur.copy(f"COPY {PASSAGES} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+                with cur.copy(f"COPY {Q.PASSAGES} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
                     copy.set_types(["int8", "text", "text", "text", "int4", "vector"])
                     pid = first
                     for p in parts:
@@ -209,7 +167,7 @@ class PgStore:
         """Remove documents and their passages in one transaction; returns the number of passages removed."""
         with self._errors("cannot remove from"), self._connection() as conn, conn.transaction():
             meta = self._lock(conn)
-            n = self._delete(conn, list(doc_ids))
+            n = Q.delete_documents(conn, list(doc_ids))
             self._set_meta(conn, count=int(meta.get("count", 0)) - n, version=int(meta.get("version", 0)) + 1)
         return n
 
@@ -234,7 +192,7 @@ class PgStore:
             finally:
                 self._writer = self._writer_thread = None
                 with suppress(self._psycopg.Error):
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (WRITER_LOCK,))
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (Q.WRITER_LOCK,))
                 self.pool.putconn(conn)
 
     def close(self) -> None:
@@ -246,52 +204,38 @@ class PgStore:
     # -- internals -----------------------------------------------------------------------------
     def _setup(self, conn, dim: int, encoder_id: str, m: int, ef_construction: int, create: bool) -> dict[str, str]:
         """Create the extension and tables on first use (under the writers' lock: two devices may race)."""
-        if conn.execute("SELECT to_regclass(%s)", (PASSAGES,)).fetchone()[0] is None:
+        if conn.execute("SELECT to_regclass(%s)", (Q.PASSAGES,)).fetchone()[0] is None:
             if not create:
                 raise StoreError(f"no passage store in {self.location}; index documents into it first "
                                  "(edge-rag index --db ...)")
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
-                if conn.execute("SELECT to_regclass(%s)", (PASSAGES,)).fetchone()[0] is None:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
+                if conn.execute("SELECT to_regclass(%s)", (Q.PASSAGES,)).fetchone()[0] is None:
                     if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
                         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                    conn.execute(_SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
+                    conn.execute(Q._SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
                     self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
-        if not self._has_full_text(conn):
+        if not Q.has_full_text(conn):
             try:
                 with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
-                    if not self._has_full_text(conn):
-                        conn.execute(_FULL_TEXT)
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
+                    if not Q.has_full_text(conn):
+                        conn.execute(Q._FULL_TEXT)
             except self._psycopg.errors.InsufficientPrivilege:
                 self.full_text = False  # a read-only role on a store from before it: dense search until a writer opens it
         return self._meta(conn)
 
-    @staticmethod
-    def _has_full_text(conn) -> bool:
-        return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_name = %s AND column_name = 'tsv'",
-                            (PASSAGES,)).fetchone() is not None
-
     def _lock(self, conn) -> dict[str, str]:
         """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: another
         device may have created the store meanwhile)."""
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
         meta = self._meta(conn)
         self._check(meta, self.encoder_id)
         return meta
 
-    @staticmethod
-    def _delete(conn, doc_ids: list[str]) -> int:
-        """Delete documents (their passages cascade); the number of passages deleted."""
-        if not doc_ids:
-            return 0
-        n = conn.execute(f"SELECT count(*) FROM {PASSAGES} WHERE doc_id = ANY(%s)", (doc_ids,)).fetchone()[0]
-        conn.execute(f"DELETE FROM {DOCUMENTS} WHERE doc_id = ANY(%s)", (doc_ids,))
-        return int(n)
-
     def _acquire(self, conn) -> None:
         deadline = time.monotonic() + self.lock_timeout
-        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]:
+        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (Q.WRITER_LOCK,)).fetchone()[0]:
             if time.monotonic() >= deadline:
                 raise StoreError(f"store {self.location} is being written by another process; waited "
                                  f"{self.lock_timeout:g} s — retry when it is done, or wait longer")
@@ -327,12 +271,12 @@ class PgStore:
         if conn is None:
             with self._errors("cannot read"), self._connection() as pooled:
                 return self._meta(pooled)
-        return dict(conn.execute(f"SELECT key, value FROM {META}").fetchall())
+        return dict(conn.execute(f"SELECT key, value FROM {Q.META}").fetchall())
 
     @staticmethod
     def _set_meta(conn, **values: object) -> None:
         with conn.cursor() as cur:
-            cur.executemany(f"INSERT INTO {META} VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            cur.executemany(f"INSERT INTO {Q.META} VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                             [(k, str(v)) for k, v in values.items()])
 
     @contextmanager

@@ -19,9 +19,9 @@ from . import bundle as B
 from . import retrieve
 from .cache import AnswerCache
 from .certified import CertifiedPath
-from .chunk import make_document, read_files
-from .compress import compress, dedupe
-from .config import Config, Tier
+from .chunk import read_files
+from .compress import build_context, compress, dedupe
+from .config import Config
 from .dburl import is_remote
 from .decision import Decision, Stages
 from .encode import Encoder
@@ -30,15 +30,15 @@ from .events import Event, Final, RouteDecided, Token
 from .extract import extract
 from .gate import sequential_gate
 from .generate import Generator
-from .indexing import Progress, Todo, check_document, index, plan_changes
+from .indexing import Progress, Todo, as_document, index, plan_changes
 from .memory import plan, stored_passages
 from .models import default_bundle
 from .policy import decide
 from .rerank import rerank
 from .retrieve import Retrieved
-from .route import Router, choose_tier, search_width
+from .route import Router, choose_tier, correct, search_width
 from .stores import open_store
-from .types import Answer, Document, Passage, Route
+from .types import Answer, Document, Route
 from .verify import select_encoder
 
 MAX_QUESTION_CHARS = 2000
@@ -93,7 +93,7 @@ class EdgeRAG:
         ``progress``: a progress bar, or a callback (passages done, planned). ``encoder``: another session
         of this encoder (``indexing_encoder``) so indexing does not share the question path's threads.
         Returns passages added."""
-        docs = [_as_document(d) for d in documents]
+        docs = [as_document(d) for d in documents]
         with self.store.writing():
             # Counted in full (they are in memory already); files are counted only up to what fits.
             changes = plan_changes(self.store, docs, self.config, source)
@@ -291,25 +291,3 @@ def check_question(question: object) -> str:
     if len(question) > MAX_QUESTION_CHARS:
         raise InputError(f"the question is {len(question)} characters; the limit is {MAX_QUESTION_CHARS}")
     return question
-
-
-def _as_document(item: object) -> Document:
-    if isinstance(item, Document):
-        return item
-    if isinstance(item, str):
-        check_document(Document("", "", item))
-        return make_document(item)
-    raise InputError(f"a document must be a str or a Document, not {type(item).__name__}")
-
-
-def build_context(passages: list[Passage]) -> str:
-    """One line per passage, prefixed by its title, in rank order."""
-    return "\n".join(f"{p.title}: {p.text}" if p.title else p.text for p in passages)
-
-
-def correct(hits: list[Passage], k: int, tier: Tier, config: Config) -> tuple[list[Passage], bool]:
-    """Thesis correction: a weak best match (s_1 < threshold) on a non-HARD tier gets k_extra more passages."""
-    weak = bool(hits) and hits[0].score < config.correction_threshold
-    if config.correction and weak and tier is not Tier.HARD:
-        return hits[: k + config.correction_extra_k], True
-    return hits[:k], False

@@ -96,3 +96,11 @@ def choose_tier(vector: np.ndarray, question: str, hits: Sequence[Passage], rout
         return c.fallback_tier, c.tier(c.fallback_tier), True
     tier = router(vector, question, hits)
     return tier, c.tier(tier), False
+
+
+def correct(hits: list[Passage], k: int, tier: Tier, config: Config) -> tuple[list[Passage], bool]:
+    """Thesis correction: a weak best match (s_1 < threshold) on a non-HARD tier gets k_extra more passages."""
+    weak = bool(hits) and hits[0].score < config.correction_threshold
+    if config.correction and weak and tier is not Tier.HARD:
+        return hits[: k + config.correction_extra_k], True
+    return hits[:k], False

@@ -28,11 +28,10 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from . import hnsw, writer_lock
+from . import hnsw, store_db, writer_lock
 from .errors import StoreError
-from .fileio import fsync_dir, sha256_file
-from .lexical import fts5_query
-from .store_db import DB_FILE, FTS_TABLE, INDEX_GLOB, DocumentState, Part, check_files, connect, passage_crc
+from .fileio import fsync_dir
+from .store_db import DB_FILE, DocumentState, Part, check_files, connect, passage_crc
 from .types import Passage
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
@@ -40,7 +39,6 @@ __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 # Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
 COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
-TITLE_WEIGHT = 0.5  # BM25 weight of a passage's title against its text (1.0)
 
 
 class Store:
@@ -120,28 +118,15 @@ class Store:
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
     def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Top-k passage ids by BM25 over title and text (any of ``terms``), best first, with the BM25 score
-        (higher is better)."""
-        if not terms or k <= 0:
-            return []
-        query = fts5_query(list(terms))
+        """Top-k passage ids by BM25 over title and text (any of ``terms``), best first, with the BM25 score."""
         with self._lock:
             self._follow()
-            rows = self.db.execute(
-                f"SELECT rowid, bm25({FTS_TABLE}, {TITLE_WEIGHT}, 1.0) AS s FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? "
-                "ORDER BY s LIMIT ?", (query, k)).fetchall()
-        return [(int(i), -float(s)) for i, s in rows]
+            return store_db.search_fts(self.db, terms, k)
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
-        """Exact cosine similarity of the query to the stored vectors of ``ids`` (the lexical hits the dense search
-        did not return)."""
-        if not ids:
-            return {}
+        """Exact cosine similarity of the query to the stored vectors of ``ids`` (lexical hits dense missed)."""
         with self._lock:
-            stored = np.asarray(self.index.get_items(list(ids), return_type="numpy"), dtype=np.float32)
-        query = vector.reshape(-1).astype(np.float32)
-        return {int(i): float(v @ query / max(float(np.linalg.norm(v) * np.linalg.norm(query)), 1e-12))
-                for i, v in zip(ids, stored)}
+            return hnsw.cosines(self.index, vector, ids)
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:
         """Passages by id, in the order given; a passage that fails its checksum raises StoreError."""
@@ -281,15 +266,7 @@ class Store:
                 raise StoreError(f"store {self.folder} has {count} passages but no index record; re-index")
             return hnsw.new(self.dim, self.m, self.ef_construction)
         path = self.folder / name
-        if not path.is_file():
-            raise StoreError(f"vector index {path} is missing; re-index the documents")
-        if path.stat().st_size != int(meta["index_size"]) or sha256_file(path) != meta["index_sha256"]:
-            raise StoreError(f"vector index {path} is corrupt or truncated (size/hash mismatch); re-index")
-        index = hnswlib.Index(space="cosine", dim=self.dim)
-        try:
-            index.load_index(str(path), max_elements=0, allow_replace_deleted=True)
-        except RuntimeError as exc:
-            raise StoreError(f"vector index {path} cannot be read: {exc}; re-index") from exc
+        index = hnsw.load(path, self.dim, int(meta["index_size"]), meta["index_sha256"])
         deleted = {r[0] for r in self.db.execute("SELECT id FROM deleted")}
         live = set(index.get_ids_list()) - deleted
         stored = {r[0] for r in self.db.execute("SELECT id FROM passages")}
@@ -305,12 +282,7 @@ class Store:
             self.index, self.index_file, self._version = self._load_committed()
 
     def _remove_orphans(self) -> None:
-        """Index files no commit points at: left by a crash before or right after a commit."""
-        for path in self.folder.glob(INDEX_GLOB):
-            if path.name != self.index_file:
-                path.unlink()
-        for path in self.folder.glob(f".{INDEX_GLOB}.*.tmp"):  # the atomic-rename temp files of old stores
-            path.unlink()
+        store_db.remove_orphans(self.folder, self.index_file)
 
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:

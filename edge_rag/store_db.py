@@ -8,10 +8,12 @@ from __future__ import annotations
 import sqlite3
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StoreError
+from .lexical import fts5_query
 from .types import Document
 
 DB_FILE = "passages.sqlite"
@@ -34,6 +36,7 @@ _ADDED_COLUMNS = {"documents": {"sha": "TEXT", "complete": "INTEGER NOT NULL DEF
 # with ``passages`` by triggers, so every commit writes both in its one transaction (crash-safe like the rest); a
 # store from before it gets the table and a rebuild from its passages, once, in one transaction, when it is opened.
 FTS_TABLE = "passages_fts"
+TITLE_WEIGHT = 0.5  # BM25 weight of a passage's title against its text (1.0)
 _FTS = [
     f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(title, text, content='passages', content_rowid='id', "
     "tokenize='porter unicode61')",
@@ -151,3 +154,23 @@ def _open(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def search_fts(db: sqlite3.Connection, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+    """Top-k passage ids by BM25 over title and text for any of ``terms`` (lexical.py), best first, with the BM25
+    score made higher-is-better."""
+    if not terms or k <= 0:
+        return []
+    rows = db.execute(f"SELECT rowid, bm25({FTS_TABLE}, {TITLE_WEIGHT}, 1.0) AS s FROM {FTS_TABLE} "
+                      f"WHERE {FTS_TABLE} MATCH ? ORDER BY s LIMIT ?", (fts5_query(list(terms)), k)).fetchall()
+    return [(int(i), -float(s)) for i, s in rows]
+
+
+def remove_orphans(folder: Path, keep: str | None) -> None:
+    """Index files no commit points at (``keep`` is the committed one): left by a crash before or right after a
+    commit."""
+    for path in folder.glob(INDEX_GLOB):
+        if path.name != keep:
+            path.unlink()
+    for path in folder.glob(f".{INDEX_GLOB}.*.tmp"):  # the atomic-rename temp files of old stores
+        path.unlink()

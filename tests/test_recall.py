@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from neardup import near_duplicate_docs
-from test_pgstore import pg_admin_url, pg_url  # noqa: F401,F811 - the throw-away PostgreSQL of the pgvector tests
+from test_pgstore import pg_url  # noqa: F401 - a fresh database on the throw-away PostgreSQL of the pgvector tests
 
 from edge_rag import hnsw
 from edge_rag.chunk import make_document
@@ -64,9 +64,10 @@ def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_r
     import psycopg
 
     pgstore = pytest.importorskip("edge_rag.pgstore")
+    from edge_rag import pgsql
     rag = neardup_rag
     store = pgstore.PgStore(pg_url, rag.encoder.dim, rag.store.encoder_id)
-    index = f"{pgstore.PASSAGES}_hnsw"
+    index = f"{pgsql.PASSAGES}_hnsw"
     try:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             definition = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (index,)).fetchone()[0]
@@ -75,7 +76,7 @@ def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_r
             store.add(parts, vectors)
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(definition)
-            conn.execute(f"VACUUM ANALYZE {pgstore.PASSAGES}")
+            conn.execute(f"VACUUM ANALYZE {pgsql.PASSAGES}")
         hits = store.search(rag.encoder.encode_one(TICKETS), 10)
         assert hits[0].title == "Tickets and Prices"
         report = check_recall(store)

@@ -34,13 +34,14 @@ from starlette.staticfiles import StaticFiles
 
 from ..chunk import read_documents
 from ..doctor import check_recall
-from ..errors import BudgetError, EdgeRAGError, InputError
+from ..errors import EdgeRAGError
 from ..events import Final
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG, check_question
 from ..types import Answer, Document
 from .auth import require_writer
 from .config import ServeConfig
+from .errors import HANDLERS, error
 from .jobs import Job, Jobs, progress_of
 from .lanes import Busy, Failed, Lanes
 from .origin import SameOrigin
@@ -87,12 +88,12 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         try:
             async for event in lanes.ask(question):
                 if isinstance(event, Failed):
-                    return _error(event.status, event.message)
+                    return error(event.status, event.message)
                 if isinstance(event, Final):
                     return JSONResponse(await lanes.fast(_answer_json, rag, event.answer))
         except Busy as exc:
-            return _error(503, str(exc))
-        return _error(500, "the question ended without an answer")
+            return error(503, str(exc))
+        return error(500, "the question ended without an answer")
 
     async def ask_stream(request: Request) -> Response:
         question = _question(request.query_params.get("q", ""), config)
@@ -171,8 +172,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         Route("/api/jobs/{job_id}", job_state),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    handlers = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
-                EdgeRAGError: _server_error, Exception: _unexpected}
+    handlers = HANDLERS
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                      middleware=[Middleware(SameOrigin, allowed_hosts=config.allowed_hosts)])
 
@@ -279,27 +279,3 @@ def _health(rag: EdgeRAG, lanes: Lanes) -> dict:
 
 def _sse(event: str, data: dict) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "status": status}, status_code=status)
-
-
-async def _http_error(request: Request, exc: HTTPException) -> Response:
-    return _error(exc.status_code, exc.detail)
-
-
-async def _input_error(request: Request, exc: InputError) -> Response:
-    return _error(422 if request.url.path == "/api/documents" else 400, str(exc))
-
-
-async def _budget_error(request: Request, exc: BudgetError) -> Response:
-    return _error(507, str(exc))
-
-
-async def _server_error(request: Request, exc: EdgeRAGError) -> Response:
-    return _error(500, str(exc))
-
-
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    return _error(500, f"internal error: {type(exc).__name__}")

@@ -1,0 +1,36 @@
+"""Every error the server answers, as JSON ``{"error": message, "status": code}`` with that HTTP status."""
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import BudgetError, EdgeRAGError, InputError
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return error(exc.status_code, exc.detail)
+
+
+async def _input_error(request: Request, exc: InputError) -> Response:
+    return error(422 if request.url.path == "/api/documents" else 400, str(exc))
+
+
+async def _budget_error(request: Request, exc: BudgetError) -> Response:
+    return error(507, str(exc))
+
+
+async def _server_error(request: Request, exc: EdgeRAGError) -> Response:
+    return error(500, str(exc))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return error(500, f"internal error: {type(exc).__name__}")
+
+
+HANDLERS = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
+            EdgeRAGError: _server_error, Exception: _unexpected}
