@@ -47,6 +47,7 @@ from benchmarks import data, splits
 from benchmarks.systems import bench_config, preset
 from convert.router import RouterMLP, export_router
 from edge_rag import bundle as B
+from edge_rag import retrieve
 from edge_rag.config import TIERS, Config
 from edge_rag.models import ROUTER_ASSET, default_bundle, home
 from edge_rag.pipeline import EdgeRAG, check_question
@@ -152,7 +153,8 @@ def route_features(rag: EdgeRAG, question: str) -> np.ndarray:
     """The router's input row for ``question``, computed with the pipeline's own calls."""
     question = check_question(question)
     vector = rag.encoder.encode_one(question)
-    return features(vector, question, rag.store.search(vector, search_width(rag.config)))
+    return features(vector, question, retrieve.search(rag.store, vector, question, search_width(rag.config),
+                                                      rag.config).passages)
 
 
 def label_corpus(corpus: Corpus, db: Path, bundle_dir: Path, config: Config,

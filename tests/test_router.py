@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.splits import select
 from edge_rag import bundle as B
+from edge_rag import retrieve
 from edge_rag.config import TIERS, Config, Tier, TierSpec
 from edge_rag.models import ROUTER_ASSET
 from edge_rag.pipeline import EdgeRAG
@@ -37,7 +38,8 @@ def held_out_rows(squad_default_rag) -> tuple[list[str], np.ndarray]:
     rows = []
     for q in questions:
         vector = rag.encoder.encode_one(q)
-        rows.append(features(vector, q, rag.store.search(vector, search_width(rag.config))))
+        rows.append(features(vector, q, retrieve.search(rag.store, vector, q, search_width(rag.config),
+                                                        rag.config).passages))
     return questions, np.array(rows)
 
 
