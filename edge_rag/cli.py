@@ -27,6 +27,8 @@ def _open(args: argparse.Namespace, create: bool = True):
         changes["temperature"] = args.temperature
     if getattr(args, "threads", None):
         changes["threads"] = args.threads
+    if getattr(args, "seed_decision", False):
+        changes["certified"] = False
     return EdgeRAG(args.db, bundle=args.bundle, config=Config().with_(**changes), profile=args.profile,
                    create=create, lock_timeout=getattr(args, "wait", 0.0))
 
@@ -174,6 +176,9 @@ def _common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
     p.add_argument("--memory-mb", type=_positive_mb, help="memory budget for the whole process, MB")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    p.add_argument("--seed-decision", action="store_true",
+                   help="the seeds' answer/refuse decision (generates for open questions; its answers are not "
+                        "certified) instead of the certified default")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -206,7 +206,8 @@ def test_cli_serve_token_timeout_and_sigterm(bundle_dir, sample_db, tmp_path):
     assert public.returncode == 2 and "token" in public.stderr
     db = tmp_path / "db"
     shutil.copytree(sample_db, db)
-    proc = subprocess.Popen(base + ["--db", str(db), "--port", "0", "--token", "s3cret", "--timeout", "0.001"],
+    proc = subprocess.Popen(base + ["--db", str(db), "--port", "0", "--token", "s3cret", "--timeout", "0.001",
+                                    "--seed-decision"],  # the seeds' decision generates: --timeout is tested there
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline()
