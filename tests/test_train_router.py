@@ -29,6 +29,7 @@ from convert.train_router import (
     write_labels,
 )
 from edge_rag import bundle as B
+from edge_rag import retrieve
 from edge_rag.config import TIERS, Tier
 from edge_rag.models import ROUTER_ASSET
 from edge_rag.route import PROFILE, Router, features, search_width
@@ -247,10 +248,12 @@ def test_train_router_end_to_end(bundle_dir, squad_path, hotpot_path, tmp_path, 
 
 
 def test_training_features_are_the_pipelines(squad_default_rag):
-    """route_features (training) = features(encode_one, search(search_width)) (the pipeline's calls)."""
+    """route_features (training) = features(encode_one, retrieve.search(search_width)) (the pipeline's calls: the
+    hybrid list, not the dense one the router was once trained on by mistake)."""
     rag, items = squad_default_rag
     for q in items[:20]:
         vector = rag.encoder.encode_one(q.question)
-        want = features(vector, q.question, rag.store.search(vector, search_width(rag.config)))
+        found = retrieve.search(rag.store, vector, q.question, search_width(rag.config), rag.config)
+        want = features(vector, q.question, found.passages)
         assert np.array_equal(route_features(rag, q.question), want)
     assert len(TIERS) == 3
