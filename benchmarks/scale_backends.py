@@ -101,12 +101,12 @@ def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, 
            "disk_mb": _disk_mb(store, backend), **_searches(store, queries, questions, x, config, bool(full_text))}
     if backend == "pgvector":
         from edge_rag.lexical import query_terms, tsquery
-        from edge_rag.pgsql import _SEARCH, _SEARCH_TEXT
+        from edge_rag.pgsql import SEARCH, SEARCH_TEXT
 
-        row["server_p50_ms"] = _server_p50(store, _SEARCH, [(q, K) for q in queries])
+        row["server_p50_ms"] = _server_p50(store, SEARCH, [(q, K) for q in queries])
         if full_text:
             terms = [query_terms(s) for s in questions]
-            row["server_lexical_p50_ms"] = _server_p50(store, _SEARCH_TEXT, [(tsquery(t), K) for t in terms if t])
+            row["server_lexical_p50_ms"] = _server_p50(store, SEARCH_TEXT, [(tsquery(t), K) for t in terms if t])
         # incremental adds into the built indexes, one transaction
         extra = [Document(f"w{i}", d.title, d.text) for i, d in enumerate(docs[:INSERT_SAMPLE])]
         t = time.perf_counter()

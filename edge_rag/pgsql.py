@@ -12,7 +12,7 @@ POOL_MIN, POOL_MAX = 1, 4
 CONNECT_TIMEOUT_S = 10
 COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
 
-_SCHEMA = f"""
+SCHEMA = f"""
 CREATE TABLE {META} (key text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE {DOCUMENTS} (
     doc_id text PRIMARY KEY, title text NOT NULL, source text, sha text, complete boolean NOT NULL DEFAULT true);
@@ -25,20 +25,20 @@ CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_o
 """
 # The full-text index: a tsvector of title and text computed by PostgreSQL on every insert (so it commits with the
 # passage), behind a GIN index. Stores made before it get both on open (one transaction, under the writers' lock).
-_FULL_TEXT = f"""
+FULL_TEXT = f"""
 ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector
     GENERATED ALWAYS AS (to_tsvector('english', title || ' ' || text)) STORED;
 CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv);
 """
-_SEARCH_TEXT = f"""SELECT id, ts_rank_cd(tsv, q) AS rank FROM {PASSAGES}, to_tsquery('english', %s) q
+SEARCH_TEXT = f"""SELECT id, ts_rank_cd(tsv, q) AS rank FROM {PASSAGES}, to_tsquery('english', %s) q
 WHERE tsv @@ q ORDER BY rank DESC, id LIMIT %s"""
-_SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
+SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
 FROM {PASSAGES} ORDER BY distance LIMIT %s"""
-_DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
+DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
     (SELECT count(*) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) FROM {DOCUMENTS} d WHERE doc_id = %s"""
 
 
-def _client():
+def client():
     """psycopg, its pool and the pgvector adapter, or a StoreError saying how to install them."""
     try:
         import psycopg

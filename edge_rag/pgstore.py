@@ -39,7 +39,7 @@ class PgStore:
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
                  lock_timeout: float = 0.0) -> None:
-        self._psycopg, pool_mod, self._register = Q._client()
+        self._psycopg, pool_mod, self._register = Q.client()
         self._url, self.location = url, mask_url(url)
         self.dim, self.ef_search, self.lock_timeout = dim, ef_search, lock_timeout
         self._write_lock = threading.RLock()
@@ -73,7 +73,7 @@ class PgStore:
 
     def document(self, doc_id: str) -> DocumentState | None:
         with self._errors("cannot read"), self._connection() as conn:
-            row = conn.execute(Q._DOCUMENT, (doc_id,)).fetchone()
+            row = conn.execute(Q.DOCUMENT, (doc_id,)).fetchone()
         return None if row is None else DocumentState(row[0], row[1], bool(row[2]), int(row[3]))
 
     def documents_from(self, source: str) -> list[str]:
@@ -95,7 +95,7 @@ class PgStore:
             if self._session_ef.get(conn) != ef:
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
                 self._session_ef[conn] = ef
-            rows = conn.execute(Q._SEARCH, (query, k)).fetchall()
+            rows = conn.execute(Q.SEARCH, (query, k)).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
     def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
@@ -103,7 +103,7 @@ class PgStore:
         if not terms or k <= 0 or not self.full_text:
             return []
         with self._errors("cannot search"), self.pool.connection() as conn:
-            rows = conn.execute(Q._SEARCH_TEXT, (tsquery(list(terms)), k)).fetchall()
+            rows = conn.execute(Q.SEARCH_TEXT, (tsquery(list(terms)), k)).fetchall()
         return [(int(i), float(r)) for i, r in rows]
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
@@ -213,14 +213,14 @@ class PgStore:
                 if conn.execute("SELECT to_regclass(%s)", (Q.PASSAGES,)).fetchone()[0] is None:
                     if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
                         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                    conn.execute(Q._SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
+                    conn.execute(Q.SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
                     self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
         if not Q.has_full_text(conn):
             try:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
                     if not Q.has_full_text(conn):
-                        conn.execute(Q._FULL_TEXT)
+                        conn.execute(Q.FULL_TEXT)
             except self._psycopg.errors.InsufficientPrivilege:
                 self.full_text = False  # a read-only role on a store from before it: dense search until a writer opens it
         return self._meta(conn)

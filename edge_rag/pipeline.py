@@ -6,7 +6,6 @@ is recorded in the Answer, which is built once, at the end.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -225,7 +224,7 @@ class EdgeRAG:
         c = self.config
         with stage("encode"):
             vector = self.encoder.encode_one(question)
-        found = Retrieved([], math.nan)
+        found = Retrieved([], None)
         if c.retrieval != "none":  # one search wide enough for any tier: the router reads its score profile
             with stage("retrieve"):
                 found = retrieve.search(self.store, vector, question, search_width(c), c)

@@ -10,7 +10,7 @@ the int8 MiniLM 73%. Kiosk visitors paraphrase more than SQuAD's crowdworkers, s
 (``python -m benchmarks.fusion``; README "Hybrid retrieval"). Every passage of the list keeps its cosine as
 ``score`` (what the router, correction, rerank and the decision read; a lexical-only hit gets its exact cosine
 from the stored vector), its BM25 score as ``lexical`` and ``fused``. The out-of-domain distance stays dense:
-``nearest`` is the dense search's best cosine, since a shared word is no evidence that a question is in domain.
+``nearest`` is the dense search's best passage, since a shared word is no evidence that a question is in domain.
 """
 from __future__ import annotations
 
@@ -28,29 +28,28 @@ from .types import Passage
 
 @dataclass(frozen=True)
 class Retrieved:
-    """The fused ranked list and the dense search's best cosine (NaN: nothing stored)."""
+    """The fused ranked list and the dense search's nearest passage (None: nothing stored)."""
 
     passages: list[Passage]
-    nearest: float
+    nearest: Passage | None
 
     @property
     def d_min(self) -> float:
-        """Squared L2 of the nearest passage, 2 - 2 s: the seeds' distance (types.Passage.distance)."""
-        return max(0.0, 2.0 - 2.0 * self.nearest) if math.isfinite(self.nearest) else math.nan
+        """The nearest passage's squared L2 distance (Passage.distance); NaN when nothing is stored."""
+        return self.nearest.distance if self.nearest is not None else math.nan
 
 
 def search(store: PassageStore, vector: np.ndarray, question: str, k: int, config: Config) -> Retrieved:
     """The top ``k`` passages by ``config.retrieval``: "dense", "lexical" or "hybrid" (both, fused). A question
     with no indexable word, or whose words match nothing, is answered from the dense list alone."""
     mode = config.retrieval
-    dense = store.search(vector, k if mode != "lexical" else 1)
-    nearest = max((p.score for p in dense), default=math.nan)
     lexical = store.search_text(query_terms(question), k) if mode in ("lexical", "hybrid") else []
+    dense = store.search(vector, 1 if mode == "lexical" and lexical else k)  # lexical mode: the nearest only
+    nearest = dense[0] if dense else None
     if not lexical:
-        return Retrieved(dense[:k] if mode != "lexical" else store.search(vector, k), nearest)
-    if mode == "lexical":
-        dense = []
-    ranked = fuse([p.id for p in dense], [i for i, _ in lexical], config.fusion_k, config.lexical_weight)[:k]
+        return Retrieved(dense, nearest)
+    ranked = fuse([p.id for p in dense] if mode != "lexical" else [], [i for i, _ in lexical], config.fusion_k,
+                  config.lexical_weight)[:k]
     return Retrieved(_passages(store, vector, ranked, dense, dict(lexical)), nearest)
 
 

@@ -88,7 +88,7 @@ def test_one_fused_list_with_both_scores(sample_rag, question):
                                                               for p in found.passages if p.lexical > 0)
     for p in found.passages:  # every hit carries its exact cosine, lexical-only hits too
         assert math.isclose(p.score, cosine[p.id], abs_tol=1e-5)
-    assert math.isclose(found.nearest, dense[0].score, abs_tol=1e-6)  # the distance floor stays dense
+    assert math.isclose(found.nearest.score, dense[0].score, abs_tol=1e-6)  # the distance floor stays dense
 
 
 @pytest.mark.parametrize("question", ["the and of it", "🙂 ❤️ 🙂", "Ποιο είναι το ωράριο;"])
@@ -108,4 +108,4 @@ def test_lexical_and_dense_modes(sample_rag):
     assert [p.lexical for p in lexical.passages] == sorted((p.lexical for p in lexical.passages), reverse=True)
     dense = retrieve.search(rag.store, vector, question, 5, rag.config.with_(retrieval="dense"))
     assert np.allclose([p.score for p in dense.passages], [p.score for p in rag.store.search(vector, 5)])
-    assert math.isclose(lexical.nearest, dense.nearest)
+    assert math.isclose(lexical.nearest.score, dense.nearest.score)
