@@ -44,7 +44,22 @@ def ef_for(count: int, k: int, ef_search: int) -> int:
     return max(k, min(EF_MAX, round(ef_search * scale)))
 
 
-def knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+def knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int,
+        below: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k labels and distances; ``below``: of labels under it only (the vectors of a commit in progress are
+    in the index before they are committed), asking for more neighbours until k such are found."""
+    want = k
+    while True:
+        labels, dists = _knn(index, query, want, ef)
+        if below is None:
+            return labels, dists
+        keep = labels < below
+        if keep.sum() >= k or want >= index.get_current_count():
+            return labels[keep][:k], dists[keep][:k]
+        want = min(4 * want, index.get_current_count())
+
+
+def _knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k labels and distances, searched with ``ef_for`` the index's size; with many deleted vectors
     the graph may yield fewer than k: widen ef, then ask for fewer."""
     ef = ef_for(index.get_current_count(), k, ef)

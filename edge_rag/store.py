@@ -13,6 +13,14 @@ time (``flock`` on ``writer.lock`` in the store folder); it reloads the index un
 extending it, so a second writer never overwrites the first one's passages. Readers never take the
 lock: they see the last committed index and reload it when another process commits a newer one.
 
+Questions never wait for a whole commit (no copy of the index either, so a commit costs no extra RAM):
+hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the
+search lock; saving, fsyncing and hashing the file (seconds, growing with the index) only read the index,
+as searches do, and run without it; the SQLite transaction and the switch to the new file take it again.
+Searches skip the commit's labels until then (``_pending_from``), and its removals are marked deleted only
+after the save (opening marks them from the ``deleted`` table): every passage is searchable exactly
+while it is committed, as before.
+
 Opening checks the index file's size and sha256 against the committed record and its ids against
 the passages (the database itself: ``store_db``); every passage read is checked against its CRC32.
 """
@@ -31,7 +39,7 @@ import numpy as np
 from . import hnsw, store_db, writer_lock
 from .errors import StoreError
 from .fileio import fsync_dir
-from .store_db import DB_FILE, DocumentState, Part, check_files, connect, passage_crc
+from .store_db import DB_FILE, DocumentState, Part, check_files, commit_rows, connect, passage_crc
 from .types import Passage
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
@@ -39,6 +47,7 @@ __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 # Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
 COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
+ADD_CHUNK = 64  # vectors inserted per hold of the search lock (~40 ms at 25k vectors on 2 cores)
 
 
 class Store:
@@ -54,7 +63,8 @@ class Store:
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
         self.lock_timeout = lock_timeout
         self.fault_hook: Callable[[str], None] | None = None
-        self._lock = threading.RLock()  # index + connection: held briefly by readers and by a commit
+        self._lock = threading.RLock()  # index + connection: held briefly by readers and by steps of a commit
+        self._pending_from: int | None = None  # first label of the commit in progress: not searchable yet
         self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
         self._lock_fd: int | None = None
         self._write_depth = 0
@@ -113,7 +123,8 @@ class Store:
             k = min(k, self.count)
             if k <= 0:
                 return []
-            labels, dists = hnsw.knn(self.index, vector.reshape(1, -1).astype(np.float32), k, self.ef_search)
+            labels, dists = hnsw.knn(self.index, vector.reshape(1, -1).astype(np.float32), k, self.ef_search,
+                                     below=self._pending_from)
             scores = {int(i): 1.0 - float(d) for i, d in zip(labels, dists)}
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
@@ -170,15 +181,17 @@ class Store:
             raise ValueError(f"{n} passages but {len(vectors)} vectors")
         if not parts and not remove:
             return 0
-        with self.writing(), self._lock:
+        with self.writing():
             self._commit(parts, np.asarray(vectors, dtype=np.float32), list(remove))
         return n
 
     def remove(self, doc_ids: Sequence[str]) -> int:
         """Remove documents and their passages; returns the number of passages removed."""
-        with self.writing(), self._lock:
-            marks = ",".join("?" * len(doc_ids))
-            n = self.db.execute(f"SELECT COUNT(*) FROM passages WHERE doc_id IN ({marks})", list(doc_ids)).fetchone()[0]
+        with self.writing():
+            with self._lock:
+                marks = ",".join("?" * len(doc_ids))
+                n = self.db.execute(f"SELECT COUNT(*) FROM passages WHERE doc_id IN ({marks})",
+                                    list(doc_ids)).fetchone()[0]
             self._commit([], np.zeros((0, self.dim), np.float32), list(doc_ids))
         return n
 
@@ -194,51 +207,51 @@ class Store:
 
     # -- the commit sequence -------------------------------------------------------------------
     def _commit(self, parts: Sequence[Part], vectors: np.ndarray, remove: list[str]) -> None:
+        """The commit order of the module docstring. The search lock is held only where the index or the
+        database changes (each chunk of inserts, the transaction and what it removes), never for the file."""
         self._step("begin")
         old_file, new_file = self.index_file, None
         try:
-            first = int(self._meta().get("next_id", self._max_id() + 1))
-            rows, docs, done, pid = [], [], [], first
-            for part in parts:
-                if part.start == 0:
-                    docs.append((part.doc.doc_id, part.doc.title, part.doc.source, part.sha, int(part.last)))
-                elif part.last:
-                    done.append((part.doc.doc_id,))
-                for pos, text in enumerate(part.texts, part.start):
-                    rows.append((pid, part.doc.doc_id, part.doc.title, text, pos,
-                                 passage_crc(part.doc.doc_id, part.doc.title, text)))
-                    pid += 1
             marks = ",".join("?" * len(remove))
-            gone = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id IN ({marks})", remove)]
-            for label in gone:
-                self.index.mark_deleted(label)
-            if len(vectors):
+            with self._lock:
+                first = int(self._meta().get("next_id", self._max_id() + 1))
+                gone = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id IN ({marks})", remove)]
+                self._pending_from = first
                 needed = self.index.get_current_count() + len(vectors)
                 if needed > self.index.get_max_elements():
                     self.index.resize_index(max(2 * self.index.get_max_elements(), needed))
-                self.index.add_items(vectors, np.arange(first, pid), replace_deleted=True)
+            rows, docs, done, pid = commit_rows(parts, first)
+            for at in range(0, len(vectors), ADD_CHUNK):
+                with self._lock:
+                    chunk = vectors[at:at + ADD_CHUNK]
+                    self.index.add_items(chunk, np.arange(first + at, first + at + len(chunk)), replace_deleted=True)
             version = self._version + 1
             new_file = f"vectors.{version}.{uuid.uuid4().hex[:8]}.hnsw"
-            size, digest = hnsw.save(self.index, self.folder / new_file)
+            size, digest = hnsw.save(self.index, self.folder / new_file)  # no lock: it reads the index, as searches do
             self._step("index_saved")
-            with self.db:  # one transaction: the passages and the name of the index that holds them
-                self.db.execute(f"DELETE FROM passages WHERE doc_id IN ({marks})", remove)
-                self.db.execute(f"DELETE FROM documents WHERE doc_id IN ({marks})", remove)
-                self.db.executemany("INSERT INTO deleted VALUES (?)", [(g,) for g in gone])
-                self.db.executemany("INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?)", docs)
-                self.db.executemany("UPDATE documents SET complete = 1 WHERE doc_id = ?", done)
-                self.db.executemany("INSERT INTO passages VALUES (?,?,?,?,?,?)", rows)
-                self._set_meta(dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid,
-                               index_file=new_file, index_size=size, index_sha256=digest)
-                self._step("rows_written")
+            with self._lock:
+                with self.db:  # one transaction: the passages and the name of the index that holds them
+                    self.db.execute(f"DELETE FROM passages WHERE doc_id IN ({marks})", remove)
+                    self.db.execute(f"DELETE FROM documents WHERE doc_id IN ({marks})", remove)
+                    self.db.executemany("INSERT INTO deleted VALUES (?)", [(g,) for g in gone])
+                    self.db.executemany("INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?)", docs)
+                    self.db.executemany("UPDATE documents SET complete = 1 WHERE doc_id = ?", done)
+                    self.db.executemany("INSERT INTO passages VALUES (?,?,?,?,?,?)", rows)
+                    self._set_meta(dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid,
+                                   index_file=new_file, index_size=size, index_sha256=digest)
+                    self._step("rows_written")
+                self.index_file, self._version, self._pending_from = new_file, version, None
+                for label in gone:  # only now: removed passages stay searchable until their commit
+                    self.index.mark_deleted(label)
             self._step("committed")
         except BaseException:
-            if new_file is not None:
+            if new_file is not None and new_file != self.index_file:
                 with contextlib.suppress(FileNotFoundError):
                     (self.folder / new_file).unlink()
-            self.index, self.index_file, self._version = self._load_committed()  # drop in-memory changes
+            with self._lock:  # drop in-memory changes
+                self.index, self.index_file, self._version = self._load_committed()
+                self._pending_from = None
             raise
-        self.index_file, self._version = new_file, version
         if old_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / old_file).unlink()
@@ -256,25 +269,9 @@ class Store:
             meta = self._meta()
             name = meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
             if name is None or (self.folder / name).is_file() or self._meta() == meta:
-                return self._load_index(meta, name), name, int(meta.get("version", 0))
+                index = store_db.load_index(self.db, self.folder, name, meta, self.dim, self.m, self.ef_construction)
+                return index, name, int(meta.get("version", 0))
         raise StoreError(f"store {self.folder} keeps changing under this reader; try again")
-
-    def _load_index(self, meta: dict[str, str], name: str | None) -> hnswlib.Index:
-        count = self.db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
-        if name is None:
-            if count:
-                raise StoreError(f"store {self.folder} has {count} passages but no index record; re-index")
-            return hnsw.new(self.dim, self.m, self.ef_construction)
-        path = self.folder / name
-        index = hnsw.load(path, self.dim, int(meta["index_size"]), meta["index_sha256"])
-        deleted = {r[0] for r in self.db.execute("SELECT id FROM deleted")}
-        live = set(index.get_ids_list()) - deleted
-        stored = {r[0] for r in self.db.execute("SELECT id FROM passages")}
-        if live != stored:
-            raise StoreError(
-                f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index"
-            )
-        return index
 
     def _follow(self) -> None:
         """Reload the index if another process committed since we loaded it (caller holds _lock)."""

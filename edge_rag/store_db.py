@@ -5,6 +5,7 @@ A lost or emptied database beside an existing index is an error, never a silent 
 """
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 import zlib
@@ -12,6 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import hnswlib
+
+from . import hnsw
 from .errors import StoreError
 from .lexical import fts5_query
 from .types import Document
@@ -48,8 +52,6 @@ _FTS = [
 ]
 
 
-
-
 @dataclass(frozen=True)
 class Part:
     """Consecutive passages of one document: ``texts`` at positions ``start``…; ``last`` if they end it."""
@@ -73,6 +75,21 @@ class DocumentState:
 
 def passage_crc(doc_id: str, title: str, text: str) -> int:
     return zlib.crc32(f"{doc_id}\0{title}\0{text}".encode())
+
+
+def commit_rows(parts: Sequence[Part], first: int) -> tuple[list[tuple], list[tuple], list[tuple], int]:
+    """The rows one commit writes for ``parts``, passage ids from ``first`` on: passages, new documents, documents
+    completed by this commit, and the next free id."""
+    rows, docs, done, pid = [], [], [], first
+    for part in parts:
+        if part.start == 0:
+            docs.append((part.doc.doc_id, part.doc.title, part.doc.source, part.sha, int(part.last)))
+        elif part.last:
+            done.append((part.doc.doc_id,))
+        for pos, text in enumerate(part.texts, part.start):
+            rows.append((pid, part.doc.doc_id, part.doc.title, text, pos, passage_crc(part.doc.doc_id, part.doc.title, text)))
+            pid += 1
+    return rows, docs, done, pid
 
 
 def check_files(folder: Path, create: bool) -> None:
@@ -174,3 +191,27 @@ def remove_orphans(folder: Path, keep: str | None) -> None:
             path.unlink()
     for path in folder.glob(f".{INDEX_GLOB}.*.tmp"):  # the atomic-rename temp files of old stores
         path.unlink()
+
+
+def load_index(db: sqlite3.Connection, folder: Path, name: str | None, meta: dict[str, str], dim: int, m: int,
+               ef_construction: int) -> hnswlib.Index:
+    """The committed index file ``name`` in ``folder`` (None: none yet, an empty index), checked against the passages: its
+    live labels are exactly their ids. A commit marks its removals deleted after it saved its file
+    (``Store._commit``), so they are marked here, from the ``deleted`` table."""
+    count = db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
+    if name is None:
+        if count:
+            raise StoreError(f"store {folder} has {count} passages but no index record; re-index")
+        return hnsw.new(dim, m, ef_construction)
+    path = folder / name
+    index = hnsw.load(path, dim, int(meta["index_size"]), meta["index_sha256"])
+    deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
+    labels = set(index.get_ids_list())
+    for label in labels & deleted:
+        with contextlib.suppress(RuntimeError):  # marked in the file already
+            index.mark_deleted(label)
+    live = labels - deleted
+    stored = {r[0] for r in db.execute("SELECT id FROM passages")}
+    if live != stored:
+        raise StoreError(f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index")
+    return index

@@ -1,0 +1,92 @@
+"""Questions never wait for a commit's file (issue #26): a search while a commit saves, fsyncs and hashes the
+index returns at once, sees exactly the committed passages, and a removal takes effect at its commit.
+
+Before: ``Store._commit`` held the search lock for the whole commit, so every search waited for the save of the
+whole index (seconds at 100k passages, once per 1,024 indexed). Gated on the order of events, not on speed: the
+save is held open until the search has returned (the join timeouts only keep the old code from hanging)."""
+import threading
+
+import numpy as np
+
+from edge_rag import hnsw
+from edge_rag.chunk import make_document
+from edge_rag.store import Part, Store
+
+DIM = 8
+GUARD_S = 20  # deadlock guard: how long the old code's search is given before the save is let go
+
+
+def _vectors(rng, n):
+    v = rng.normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _doc_parts(name, n):
+    doc = make_document(f"{name} text", name)
+    return [Part(doc, 0, [f"{name} {i}" for i in range(n)], last=True, sha=doc.doc_id)], doc.doc_id
+
+
+class HeldSave:
+    """``hnsw.save`` that waits, once it has started, until the test lets it go; records the order of events."""
+
+    def __init__(self, monkeypatch):
+        self.saving, self.go, self.order, self._save = threading.Event(), threading.Event(), [], hnsw.save
+        monkeypatch.setattr(hnsw, "save", self)
+
+    def __call__(self, index, path):
+        self.saving.set()
+        self.go.wait(GUARD_S * 3)
+        self.order.append("saved")
+        return self._save(index, path)
+
+    def while_saving(self, write, read):
+        """Run ``write`` in a thread; once its save has started, ``read`` in another; returns read's result."""
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert self.saving.wait(GUARD_S * 3), "the commit never reached its save"
+        out = []
+        reader = threading.Thread(target=lambda: (out.append(read()), self.order.append("searched")))
+        reader.start()
+        reader.join(GUARD_S)
+        self.go.set()
+        writer.join()
+        reader.join()
+        return out[0]
+
+
+def test_a_search_during_a_commit_returns_before_its_save_and_skips_its_passages(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    store = Store(tmp_path, DIM)
+    parts, _ = _doc_parts("old", 300)
+    store.add(parts, _vectors(rng, 300))
+    query = _vectors(rng, 1)[0]
+    new_parts, _ = _doc_parts("new", 200)
+    held = HeldSave(monkeypatch)
+    hits = held.while_saving(lambda: store.add(new_parts, np.repeat(query[None], 200, axis=0)),  # nearest of all
+                             lambda: store.search(query, 5))
+    assert held.order == ["searched", "saved"], "the search waited for the commit's save"
+    assert len(hits) == 5 and all(h.id < 300 for h in hits)  # in the index already, but not committed: not found
+    assert store.search(query, 5)[0].id >= 300 and store.count == 500  # committed: found
+    store.close()
+
+
+def test_a_removal_takes_effect_at_its_commit_and_after_reopening(tmp_path, monkeypatch):
+    rng = np.random.default_rng(1)
+    store = Store(tmp_path, DIM)
+    keep, _ = _doc_parts("keep", 300)
+    query = _vectors(rng, 1)[0]
+    store.add(keep, _vectors(rng, 300))
+    gone, gone_id = _doc_parts("gone", 50)
+    store.add(gone, np.repeat(query[None], 50, axis=0))
+    held = HeldSave(monkeypatch)
+    hits, cosines = held.while_saving(lambda: store.remove([gone_id]),
+                                      lambda: (store.search(query, 5), store.cosines(query, [300])))
+    assert held.order == ["searched", "saved"]
+    assert [h.doc_id for h in hits] == [gone_id] * 5 and cosines[300] > 0.99  # still committed while it saves
+    after = store.search(query, 5)
+    assert len(after) == 5 and gone_id not in {h.doc_id for h in after}
+    store.close()
+    reopened = Store(tmp_path, DIM)  # the saved file predates the removal's marks: opening applies them
+    again = reopened.search(query, 5)
+    assert [h.id for h in again] == [h.id for h in after] and reopened.count == 300
+    reopened.close()
