@@ -13,13 +13,13 @@ time (``flock`` on ``writer.lock`` in the store folder); it reloads the index un
 extending it, so a second writer never overwrites the first one's passages. Readers never take the
 lock: they see the last committed index and reload it when another process commits a newer one.
 
-Questions never wait for a whole commit (no copy of the index either, so a commit costs no extra RAM):
+Questions never wait for a whole commit (and no copy of the index is made: a commit costs no extra RAM).
 hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the
-search lock; saving, fsyncing and hashing the file (seconds, growing with the index) only read the index,
-as searches do, and run without it; the SQLite transaction and the switch to the new file take it again.
-Searches skip the commit's labels until then (``_pending_from``), and its removals are marked deleted only
-after the save (opening marks them from the ``deleted`` table): every passage is searchable exactly
-while it is committed, as before.
+search lock (a ``FairLock``: a waiting search goes before the next chunk); saving, fsyncing and hashing
+the file (seconds, growing with the index) only read the index, as searches do, and run without it; the
+SQLite transaction and the switch to the new file take it again. Searches skip the commit's labels until
+then (``_pending_from``), and its removals are marked deleted only after the save (opening marks them
+from the ``deleted`` table): every passage is searchable exactly while it is committed, as before.
 
 Opening checks the index file's size and sha256 against the committed record and its ids against
 the passages (the database itself: ``store_db``); every passage read is checked against its CRC32.
@@ -38,6 +38,7 @@ import numpy as np
 
 from . import hnsw, store_db, writer_lock
 from .errors import StoreError
+from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .store_db import DB_FILE, DocumentState, Part, check_files, commit_rows, connect, passage_crc
 from .types import Passage
@@ -63,7 +64,7 @@ class Store:
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
         self.lock_timeout = lock_timeout
         self.fault_hook: Callable[[str], None] | None = None
-        self._lock = threading.RLock()  # index + connection: held briefly by readers and by steps of a commit
+        self._lock = FairLock()  # index + connection: held briefly by readers and by steps of a commit
         self._pending_from: int | None = None  # first label of the commit in progress: not searchable yet
         self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
         self._lock_fd: int | None = None
