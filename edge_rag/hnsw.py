@@ -73,12 +73,15 @@ def _knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int) -> tuple[np.n
 
 
 def cosines(index: hnswlib.Index, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
-    """Exact cosine similarity of ``query`` to the stored vectors of ``ids``."""
-    if not ids:
-        return {}
-    stored = np.asarray(index.get_items(list(ids), return_type="numpy"), dtype=np.float32)
+    """Exact cosine similarity of ``query`` to the stored vectors of ``ids``; an id whose vector a commit removed
+    since it was found (a lexical hit, a moment before) is left out, as its passage is."""
     q = query.reshape(-1).astype(np.float32)
-    return {int(i): float(v @ q / max(float(np.linalg.norm(v) * np.linalg.norm(q)), 1e-12)) for i, v in zip(ids, stored)}
+    out = {}
+    for i in ids:
+        with contextlib.suppress(RuntimeError):  # "Label not found": deleted
+            v = np.asarray(index.get_items([i], return_type="numpy")[0], dtype=np.float32)
+            out[int(i)] = float(v @ q / max(float(np.linalg.norm(v) * np.linalg.norm(q)), 1e-12))
+    return out
 
 
 def load(path: Path, dim: int, size: int, sha256: str) -> hnswlib.Index:

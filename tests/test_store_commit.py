@@ -113,3 +113,17 @@ def test_the_search_lock_goes_to_a_waiting_search_before_the_next_chunk_of_a_com
     with lock, lock:  # reentrant
         pass
     assert order == ["search", "chunk"]
+
+
+def test_cosines_leave_out_what_a_commit_removed_since_it_was_found(tmp_path):
+    """A lexical hit found just before a removal commits: its cosine is left out, as its passage is (before: the
+    question failed with hnswlib's 'Label not found')."""
+    rng = np.random.default_rng(2)
+    store = Store(tmp_path, DIM)
+    keep, _ = _doc_parts("keep", 10)
+    gone, gone_id = _doc_parts("gone", 10)
+    store.add(keep + gone, _vectors(rng, 20))
+    store.remove([gone_id])
+    query = _vectors(rng, 1)[0]
+    assert sorted(store.cosines(query, [3, 15])) == [3] and [p.id for p in store.passages([3, 15])] == [3]
+    store.close()
