@@ -79,6 +79,7 @@ def test_a_removal_takes_effect_at_its_commit_and_after_reopening(tmp_path, monk
     store.add(keep, _vectors(rng, 300))
     gone, gone_id = _doc_parts("gone", 50)
     store.add(gone, np.repeat(query[None], 50, axis=0))
+    follower = Store(tmp_path, DIM)  # as a second process would: it reloads the index when a commit lands
     held = HeldSave(monkeypatch)
     hits, cosines = held.while_saving(lambda: store.remove([gone_id]),
                                       lambda: (store.search(query, 5), store.cosines(query, [300])))
@@ -86,7 +87,9 @@ def test_a_removal_takes_effect_at_its_commit_and_after_reopening(tmp_path, monk
     assert [h.doc_id for h in hits] == [gone_id] * 5 and cosines[300] > 0.99  # still committed while it saves
     after = store.search(query, 5)
     assert len(after) == 5 and gone_id not in {h.doc_id for h in after}
+    assert [h.id for h in follower.search(query, 5)] == [h.id for h in after]
     store.close()
+    follower.close()
     reopened = Store(tmp_path, DIM)  # the saved file predates the removal's marks: opening applies them
     again = reopened.search(query, 5)
     assert [h.id for h in again] == [h.id for h in after] and reopened.count == 300
