@@ -13,13 +13,14 @@ time (``flock`` on ``writer.lock`` in the store folder); it reloads the index un
 extending it, so a second writer never overwrites the first one's passages. Readers never take the
 lock: they see the last committed index and reload it when another process commits a newer one.
 
-Questions never wait for a whole commit (and no copy of the index is made: a commit costs no extra RAM).
-hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the
-search lock (a ``FairLock``: a waiting search goes before the next chunk); saving, fsyncing and hashing
-the file (seconds, growing with the index) only read the index, as searches do, and run without it; the
-SQLite transaction and the switch to the new file take it again. Searches skip the commit's labels until
-then (``_pending_from``), and its removals are marked deleted only after the save (opening marks them
-from the ``deleted`` table): every passage is searchable exactly while it is committed, as before.
+Questions never wait for a commit's file or transaction (and no copy of the index is made: a commit costs
+no extra RAM). hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a
+time under the search lock (a ``FairLock``: a waiting search goes before the next chunk); saving,
+fsyncing and hashing the file (seconds, growing with the index) only read the index, as searches do, and
+the transaction runs on the writer's own connection (WAL: searches read theirs meanwhile), both without
+the lock; only the switch to the new commit takes it again. Searches skip the commit's labels until then
+(``_pending_from``), and its removals are marked deleted at the switch (opening marks them from the
+``deleted`` table): a passage is searchable while it is committed, as before.
 
 Opening checks the index file's size and sha256 against the committed record and its ids against
 the passages (the database itself: ``store_db``); every passage read is checked against its CRC32.
@@ -27,6 +28,7 @@ the passages (the database itself: ``store_db``); every passage read is checked 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -48,7 +50,7 @@ __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 # Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
 COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
-ADD_CHUNK = 64  # vectors inserted per hold of the search lock (~40 ms at 25k vectors on 2 cores)
+ADD_CHUNK = 32  # vectors inserted per hold of the search lock (~20-60 ms at 25k vectors on 2 cores)
 
 
 class Store:
@@ -67,6 +69,7 @@ class Store:
         self._lock = FairLock()  # index + connection: held briefly by readers and by steps of a commit
         self._pending_from: int | None = None  # first label of the commit in progress: not searchable yet
         self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
+        self._write_db: sqlite3.Connection | None = None  # the writer's own connection: searches read self.db
         self._lock_fd: int | None = None
         self._write_depth = 0
         check_files(self.folder, create)
@@ -97,9 +100,10 @@ class Store:
 
     @property
     def version(self) -> int:
-        """Bumped by every commit; caches keyed on it go stale when documents change."""
+        """Bumped by every commit, when searches first see it; caches keyed on it go stale when documents change."""
         with self._lock:
-            return int(self._meta().get("version", 0))
+            self._follow()
+            return self._version
 
     def has_document(self, doc_id: str) -> bool:
         state = self.document(doc_id)
@@ -199,6 +203,8 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self.db.close()
+            if self._write_db is not None:
+                self._write_db.close()
         self._release()
 
     def _release(self) -> None:
@@ -208,14 +214,14 @@ class Store:
 
     # -- the commit sequence -------------------------------------------------------------------
     def _commit(self, parts: Sequence[Part], vectors: np.ndarray, remove: list[str]) -> None:
-        """The commit order of the module docstring. The search lock is held only where the index or the
-        database changes (each chunk of inserts, the transaction and what it removes), never for the file."""
+        """The commit order of the module docstring. The search lock is held for each chunk of inserts and
+        for the switch to the new commit, never while the file or the transaction is written."""
         self._step("begin")
-        old_file, new_file = self.index_file, None
+        old_file, new_file, committed = self.index_file, None, False
         try:
-            marks = ",".join("?" * len(remove))
             with self._lock:
                 first = int(self._meta().get("next_id", self._max_id() + 1))
+                marks = ",".join("?" * len(remove))
                 gone = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id IN ({marks})", remove)]
                 self._pending_from = first
                 needed = self.index.get_current_count() + len(vectors)
@@ -230,23 +236,21 @@ class Store:
             new_file = f"vectors.{version}.{uuid.uuid4().hex[:8]}.hnsw"
             size, digest = hnsw.save(self.index, self.folder / new_file)  # no lock: it reads the index, as searches do
             self._step("index_saved")
-            with self._lock:
-                with self.db:  # one transaction: the passages and the name of the index that holds them
-                    self.db.execute(f"DELETE FROM passages WHERE doc_id IN ({marks})", remove)
-                    self.db.execute(f"DELETE FROM documents WHERE doc_id IN ({marks})", remove)
-                    self.db.executemany("INSERT INTO deleted VALUES (?)", [(g,) for g in gone])
-                    self.db.executemany("INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?)", docs)
-                    self.db.executemany("UPDATE documents SET complete = 1 WHERE doc_id = ?", done)
-                    self.db.executemany("INSERT INTO passages VALUES (?,?,?,?,?,?)", rows)
-                    self._set_meta(dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid,
-                                   index_file=new_file, index_size=size, index_sha256=digest)
-                    self._step("rows_written")
+            if self._write_db is None:
+                self._write_db = connect(self.folder)
+            with self._write_db:  # one transaction: the passages and the name of the index that holds them
+                store_db.write_commit(self._write_db, remove, gone, rows, docs, done, dict(
+                    dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid, index_file=new_file,
+                    index_size=size, index_sha256=digest))
+                self._step("rows_written")
+            committed = True
+            with self._lock:  # the switch: from here on searches see the commit
                 self.index_file, self._version, self._pending_from = new_file, version, None
                 for label in gone:  # only now: removed passages stay searchable until their commit
                     self.index.mark_deleted(label)
             self._step("committed")
         except BaseException:
-            if new_file is not None and new_file != self.index_file:
+            if new_file is not None and not committed:
                 with contextlib.suppress(FileNotFoundError):
                     (self.folder / new_file).unlink()
             with self._lock:  # drop in-memory changes
@@ -275,8 +279,9 @@ class Store:
         raise StoreError(f"store {self.folder} keeps changing under this reader; try again")
 
     def _follow(self) -> None:
-        """Reload the index if another process committed since we loaded it (caller holds _lock)."""
-        if int(self._meta().get("version", 0)) != self._version:
+        """Reload the index if another process committed since we loaded it (caller holds _lock); not during
+        this store's own commit (its transaction lands before its switch; no other process writes meanwhile)."""
+        if self._pending_from is None and int(self._meta().get("version", 0)) != self._version:
             self.index, self.index_file, self._version = self._load_committed()
 
     def _remove_orphans(self) -> None:
@@ -289,6 +294,3 @@ class Store:
     def _max_id(self) -> int:
         row = self.db.execute("SELECT MAX(m) FROM (SELECT MAX(id) m FROM passages UNION ALL SELECT MAX(id) FROM deleted)")
         return -1 if (v := row.fetchone()[0]) is None else int(v)
-
-    def _set_meta(self, **values: object) -> None:
-        self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])

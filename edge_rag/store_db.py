@@ -92,6 +92,20 @@ def commit_rows(parts: Sequence[Part], first: int) -> tuple[list[tuple], list[tu
     return rows, docs, done, pid
 
 
+def write_commit(db: sqlite3.Connection, remove: Sequence[str], gone: Sequence[int], rows: Sequence[tuple],
+                 docs: Sequence[tuple], done: Sequence[tuple], meta: dict[str, object]) -> None:
+    """One commit's changes, inside the caller's transaction: documents ``remove`` out (their passage ids
+    ``gone`` recorded as deleted), ``commit_rows``'s rows in, and ``meta`` (which names the index file)."""
+    marks = ",".join("?" * len(remove))
+    db.execute(f"DELETE FROM passages WHERE doc_id IN ({marks})", list(remove))
+    db.execute(f"DELETE FROM documents WHERE doc_id IN ({marks})", list(remove))
+    db.executemany("INSERT INTO deleted VALUES (?)", [(g,) for g in gone])
+    db.executemany("INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?)", docs)
+    db.executemany("UPDATE documents SET complete = 1 WHERE doc_id = ?", done)
+    db.executemany("INSERT INTO passages VALUES (?,?,?,?,?,?)", rows)
+    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
+
+
 def check_files(folder: Path, create: bool) -> None:
     """StoreError if ``passages.sqlite`` is missing or empty while an index exists (or at all, unless
     ``create``)."""

@@ -71,6 +71,30 @@ def test_a_search_during_a_commit_returns_before_its_save_and_skips_its_passages
     store.close()
 
 
+
+def test_a_search_during_a_commit_s_transaction_returns_before_it_commits(tmp_path):
+    rng = np.random.default_rng(3)
+    store = Store(tmp_path, DIM)
+    old, _ = _doc_parts("old", 300)
+    store.add(old, _vectors(rng, 300))
+    query = _vectors(rng, 1)[0]
+    seen = []
+
+    def in_transaction(step):
+        if step == "rows_written":  # inside the SQLite transaction, not yet committed
+            reader = threading.Thread(target=lambda: seen.append(store.search(query, 5)))
+            reader.start()
+            reader.join(GUARD_S)
+            seen.append(reader.is_alive())
+
+    store.fault_hook = in_transaction
+    new, _ = _doc_parts("new", 100)
+    store.add(new, np.repeat(query[None], 100, axis=0))
+    hits, waiting = seen[0], seen[1]
+    assert waiting is False, "the search waited for the commit's transaction"
+    assert len(hits) == 5 and all(h.id < 300 for h in hits)
+    store.close()
+
 def test_a_removal_takes_effect_at_its_commit_and_after_reopening(tmp_path, monkeypatch):
     rng = np.random.default_rng(1)
     store = Store(tmp_path, DIM)

@@ -2,8 +2,8 @@
 
 An upload or a removal answers 202 with a job id at once; ``GET /api/jobs/{id}`` (or the upload's own
 event stream) follows its progress; passages become visible to questions batch by batch, as each
-commit lands (a commit takes the store's search lock for 64 inserts at a time and for its SQLite
-transaction, never while it saves the index file: ``Store._commit``).
+commit lands (a commit takes the store's search lock for 32 inserts at a time and to switch to the new
+commit, never while it saves the index file or writes its transaction: ``Store._commit``).
 One indexing thread: writes happen one at a time, in the order they were accepted. Indexing encodes
 with its own encoder session of ``INDEX_THREADS`` thread(s), so the question path's session keeps its
 threads.
