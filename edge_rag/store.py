@@ -50,7 +50,7 @@ __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 # Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
 COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
-ADD_CHUNK = 32  # vectors inserted per hold of the search lock (~20-60 ms at 25k vectors on 2 cores)
+ADD_CHUNK = 32  # vectors inserted per hold of the search lock (~20-30 ms at 25k passages on 2 cores)
 
 
 class Store:
