@@ -24,7 +24,8 @@ from evaluation.datasets import QAItem
 from .systems import bench_config
 
 WARM_QUESTIONS = 10
-STACKS = ("peer", "edge_rag:full_cgr", "edge_rag:fixed_k")  # fixed_k: same work as the peer, edge-rag's stack
+# certified: the default Config (neural reader, certified decision); fixed_k: the same work as the peer on edge-rag
+STACKS = ("peer", "edge_rag:certified", "edge_rag:full_cgr", "edge_rag:fixed_k")
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -100,13 +100,11 @@ def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, 
     row = {"backend": backend, "n": n, "full_text": bool(full_text), "build_s": time.perf_counter() - start,
            "disk_mb": _disk_mb(store, backend), **_searches(store, queries, questions, x, config, bool(full_text))}
     if backend == "pgvector":
-        from edge_rag.lexical import query_terms, tsquery
         from edge_rag.pgsql import SEARCH, SEARCH_TEXT
 
         row["server_p50_ms"] = _server_p50(store, SEARCH, [(q, K) for q in queries])
         if full_text:
-            terms = [query_terms(s) for s in questions]
-            row["server_lexical_p50_ms"] = _server_p50(store, SEARCH_TEXT, [(tsquery(t), K) for t in terms if t])
+            row["server_lexical_p50_ms"] = _server_p50(store, SEARCH_TEXT, _lexical_params(store, questions))
         # incremental adds into the built indexes, one transaction
         extra = [Document(f"w{i}", d.title, d.text) for i, d in enumerate(docs[:INSERT_SAMPLE])]
         t = time.perf_counter()
@@ -183,6 +181,19 @@ def _server_p50(store: PassageStore, sql: str, params: list[tuple]) -> float:
             plan = conn.execute("EXPLAIN (ANALYZE, TIMING OFF) " + sql, p).fetchall()
             ms += [float(line[0].split(":")[1].split()[0]) for line in plan if line[0].startswith("Execution Time")]
     return float(np.median(ms))
+
+
+def _lexical_params(store: PassageStore, questions: list[str]) -> list[tuple]:
+    """SEARCH_TEXT's parameters for each question with content words, as ``PgStore.search_text`` makes them."""
+    from edge_rag.lexical import candidate_terms, query_terms, tsquery
+    from edge_rag.pgsql import POSTINGS
+
+    params = []
+    with store.pool.connection() as conn:
+        for terms in filter(None, map(query_terms, questions)):
+            postings = [n for (n,) in conn.execute(POSTINGS, ([tsquery([t]) for t in terms],))]
+            params.append((tsquery(terms), tsquery(candidate_terms(terms, postings)[0]), K))
+    return params
 
 
 def _bulk_load(store: PassageStore, docs: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:

@@ -19,6 +19,7 @@ by exactly such swaps of an entity or number, so ``swapped`` imitates them at sc
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -210,3 +211,29 @@ def negative_pairs(questions: list[Question], seed: int) -> list[tuple[Question,
         if q.answer_start >= 0 and same:
             out.append((q, *rng.choice(same)))
     return out
+
+
+def mixed(examples: list, mix: dict[str, float], n: int, rng: random.Random) -> list:
+    """``n`` examples, ``mix[source]`` of them from each source (all of a source's, repeated, when it has fewer)."""
+    by_source: dict[str, list] = {}
+    for e in examples:
+        by_source.setdefault(e.source, []).append(e)
+    out = []
+    for source, share in mix.items():
+        pool = by_source.get(source)
+        if not pool:
+            raise SystemExit(f"--mix: no {source!r} examples (sources: {', '.join(sorted(by_source))})")
+        repeats, rest = divmod(round(share * n), len(pool))
+        out += pool * repeats + rng.sample(pool, rest)
+    return out
+
+
+def source_mix(text: str) -> dict[str, float]:
+    """``"impossible=0.2,answerable=0.8"`` → {"impossible": 0.2, "answerable": 0.8}; the shares must sum to 1."""
+    try:
+        mix = {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(","))}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--mix {text!r}: expected source=share,source=share,...") from None
+    if any(v < 0 for v in mix.values()) or abs(sum(mix.values()) - 1) > 1e-6:
+        raise argparse.ArgumentTypeError(f"--mix {text!r}: shares must be >= 0 and sum to 1")
+    return mix

@@ -9,6 +9,11 @@ linear decay, seeded, 2 torch threads, bfloat16 autocast where the CPU has nativ
 score equally spaced checkpoints on reader-val; export the best to ONNX fp32 + int8 with a parity check
 (``convert.reader``), then write ``reader_report.md`` (``convert.reader_report``).
 
+A second stage starts from a checkpoint (``--init``) and trains on a chosen mix of sources (``--mix
+impossible=0.2,answerable=0.45,...`` of ``--examples`` windows; a source with fewer windows than its share is
+repeated): SQuAD 1.1 teaches spans, but its 144,635 windows hold only ~1,270 real unanswerables, too few for the
+reader to tell SQuAD-2's look-alike questions from answerable ones (README "The extractive reader").
+
 Resumable: the training state (weights, optimiser, schedule, step) is saved outside git in ``--work`` every few
 minutes and at each checkpoint, in a folder named by the run's settings; running the same command again continues
 where it stopped (the batch order is seeded, so the resumed run sees exactly the batches it had left).
@@ -54,7 +59,9 @@ def bf16() -> bool:
 
 def run_dir(args: argparse.Namespace) -> Path:
     """The folder of this run's state and checkpoints, named by every setting that changes what it trains."""
-    settings = {k: getattr(args, k) for k in ("epochs", "checkpoints", "examples", "swaps", "lr", "seed")}
+    settings = {k: getattr(args, k) for k in ("epochs", "checkpoints", "examples", "swaps", "lr", "seed", "mix")}
+    if args.init:
+        settings["init"] = str(args.init)
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     return args.work / f"run-{digest}"
 
@@ -66,11 +73,13 @@ def train(args: argparse.Namespace) -> None:
     torch.set_num_threads(THREADS)
     tok = M.windowing()
     examples = D.build_examples(tok, D.reader_train(), NEGATIVES_PER_ANSWERABLE, args.seed, args.swaps)
-    if args.examples and args.examples < len(examples):  # a seeded subset, same mix of sources in expectation
+    if args.mix:
+        examples = D.mixed(examples, args.mix, args.examples, random.Random(args.seed))
+    elif args.examples and args.examples < len(examples):  # a seeded subset, same mix of sources in expectation
         examples = random.Random(args.seed).sample(examples, args.examples)
     counts = {s: sum(e.source == s for e in examples) for s in sorted({e.source for e in examples})}
     print(f"examples {len(examples)} {counts}; bf16 autocast {bf16()}", flush=True)
-    model = M.load_model().train()
+    model = M.load_model(args.init).train()
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
     no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
@@ -176,6 +185,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--examples", type=int, default=EXAMPLES, help="train on a seeded subset of this many windows (0 = all)")
     p.add_argument("--swaps", type=float, default=SWAPS_PER_ANSWERABLE,
                    help="share of answerable SQuAD questions also trained with a swapped name/number as no-answer")
+    p.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights (a second stage)")
+    p.add_argument("--mix", type=D.source_mix, default=None,
+                   help="train on --examples windows with these shares of sources, e.g. impossible=0.2,answerable=0.8")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=home() / "reader-train", help="runs: state, checkpoints, validation rows")
     p.add_argument("--skip-train", action="store_true", help="export from the checkpoints of this run's folder")

@@ -6,17 +6,39 @@ question is reduced to its content words (``text.keywords``: lower-case word cha
 any of them may match: questions paraphrase, so requiring every word would miss. Only word characters reach a
 query string, so no question can inject the engines' query syntax. A question with no such word (all stop
 words, emoji) has no lexical query, and retrieval falls back to dense.
+
+Ranking every passage that holds any of the words costs time in proportion to their postings: at 100k passages
+common words ("one", "new", "film": 5-20% of passages each) make an OR-ed question score thousands of passages.
+So the candidates are the passages holding the question's *rarest* words, up to ``POSTINGS_BUDGET`` postings (at
+least the rarest word), and every word still scores them. At 100k passages that took lexical search from 3.07 to
+1.75 ms p50 and gave the exact search's best score for 99.3% of val questions (``python -m
+benchmarks.lexical_budget``; README "Hybrid retrieval"). A store smaller than the budget is searched exactly.
 """
 from __future__ import annotations
 
 from .text import keywords
 
 MAX_TERMS = 32  # a long question's extra words add cost, not recall
+POSTINGS_BUDGET = 2_000  # passages a lexical search scores at most, roughly (benchmarks/lexical_budget.py)
 
 
 def query_terms(question: str) -> list[str]:
     """The question's content words, in a fixed order (sorted, so one question always makes one query)."""
     return sorted(keywords(question))[:MAX_TERMS]
+
+
+def candidate_terms(terms: list[str], postings: list[int], budget: int = POSTINGS_BUDGET
+                    ) -> tuple[list[str], list[str]]:
+    """``terms`` split by their postings (how many passages hold each) into the rarest, whose passages are the
+    candidates (postings summing to at most ``budget``, and at least one term), and the rest, which only score them."""
+    order = sorted(range(len(terms)), key=lambda i: (postings[i], terms[i]))
+    rare, total = [], 0
+    for i in order:
+        if rare and total + postings[i] > budget:
+            break
+        rare.append(terms[i])
+        total += postings[i]
+    return rare, [t for t in terms if t not in rare]
 
 
 def fts5_query(terms: list[str]) -> str:

@@ -30,8 +30,11 @@ ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector
     GENERATED ALWAYS AS (to_tsvector('english', title || ' ' || text)) STORED;
 CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv);
 """
-SEARCH_TEXT = f"""SELECT id, ts_rank_cd(tsv, q) AS rank FROM {PASSAGES}, to_tsquery('english', %s) q
-WHERE tsv @@ q ORDER BY rank DESC, id LIMIT %s"""
+# Ranked by every term of the question (q), among the passages holding its rarest terms (c: lexical.py's budget).
+SEARCH_TEXT = f"""SELECT id, ts_rank_cd(tsv, q) AS rank FROM {PASSAGES}, to_tsquery('english', %s) q,
+    to_tsquery('english', %s) c WHERE tsv @@ c ORDER BY rank DESC, id LIMIT %s"""
+POSTINGS = f"""SELECT (SELECT count(*) FROM {PASSAGES} WHERE tsv @@ to_tsquery('english', t))
+FROM unnest(%s::text[]) WITH ORDINALITY AS terms(t, i) ORDER BY i"""
 SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
 FROM {PASSAGES} ORDER BY distance LIMIT %s"""
 DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,

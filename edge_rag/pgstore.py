@@ -27,7 +27,7 @@ from . import hnsw
 from . import pgsql as Q
 from .dburl import mask_url, scrub
 from .errors import StoreError
-from .lexical import tsquery
+from .lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 from .store_db import DocumentState, Part
 from .types import Passage
 
@@ -98,12 +98,16 @@ class PgStore:
             rows = conn.execute(Q.SEARCH, (query, k)).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
-    def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Top-k passage ids by full-text rank (``ts_rank_cd``) over title and text (any of ``terms``), best first."""
+    def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
+        """Top-k passage ids by full-text rank (``ts_rank_cd`` of all ``terms``) over title and text, among the
+        passages holding the rarest terms (``budget`` postings, lexical.py), best first."""
         if not terms or k <= 0 or not self.full_text:
             return []
+        terms = list(terms)
         with self._errors("cannot search"), self.pool.connection() as conn:
-            rows = conn.execute(Q.SEARCH_TEXT, (tsquery(list(terms)), k)).fetchall()
+            postings = [n for (n,) in conn.execute(Q.POSTINGS, ([tsquery([t]) for t in terms],))]
+            rare, _ = candidate_terms(terms, postings, budget)
+            rows = conn.execute(Q.SEARCH_TEXT, (tsquery(terms), tsquery(rare), k)).fetchall()
         return [(int(i), float(r)) for i, r in rows]
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:

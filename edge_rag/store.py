@@ -42,6 +42,7 @@ from . import hnsw, store_db, writer_lock
 from .errors import StoreError
 from .fair_lock import FairLock
 from .fileio import fsync_dir
+from .lexical import POSTINGS_BUDGET
 from .store_db import DB_FILE, DocumentState, Part, check_files, commit_rows, connect, passage_crc
 from .types import Passage
 
@@ -133,11 +134,11 @@ class Store:
             scores = {int(i): 1.0 - float(d) for i, d in zip(labels, dists)}
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
-    def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Top-k passage ids by BM25 over title and text (any of ``terms``), best first, with the BM25 score."""
+    def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
+        """Top-k passage ids by BM25 over title and text (store_db.search_fts), best first, with the BM25 score."""
         with self._lock:
             self._follow()
-            return store_db.search_fts(self.db, terms, k)
+            return store_db.search_fts(self.db, terms, k, budget)
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
         """Exact cosine similarity of the query to the stored vectors of ``ids`` (lexical hits dense missed)."""

@@ -17,7 +17,7 @@ import hnswlib
 
 from . import hnsw
 from .errors import StoreError
-from .lexical import fts5_query
+from .lexical import POSTINGS_BUDGET, candidate_terms, fts5_query
 from .types import Document
 
 DB_FILE = "passages.sqlite"
@@ -187,14 +187,23 @@ def _open(path: Path) -> sqlite3.Connection:
     return db
 
 
-def search_fts(db: sqlite3.Connection, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+def search_fts(db: sqlite3.Connection, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET
+               ) -> list[tuple[int, float]]:
     """Top-k passage ids by BM25 over title and text for any of ``terms`` (lexical.py), best first, with the BM25
-    score made higher-is-better."""
+    score made higher-is-better. Only passages holding the rarest terms (``budget`` postings) are ranked, by the
+    BM25 of all ``terms``: FTS5 scores every phrase of a query, so the candidates are split into those holding a
+    common term too (AND) and those that do not (NOT), and the two ranked lists merged."""
     if not terms or k <= 0:
         return []
-    rows = db.execute(f"SELECT rowid, bm25({FTS_TABLE}, {TITLE_WEIGHT}, 1.0) AS s FROM {FTS_TABLE} "
-                      f"WHERE {FTS_TABLE} MATCH ? ORDER BY s LIMIT ?", (fts5_query(list(terms)), k)).fetchall()
-    return [(int(i), -float(s)) for i, s in rows]
+    postings = [db.execute(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?", (fts5_query([t]),)
+                           ).fetchone()[0] for t in terms]
+    rare, common = candidate_terms(list(terms), postings, budget)
+    rare_q, common_q = fts5_query(rare), fts5_query(common)
+    queries = [f"({rare_q}) AND ({common_q})", f"({rare_q}) NOT ({common_q})"] if common else [rare_q]
+    rows = [row for q in queries for row in db.execute(
+        f"SELECT rowid, bm25({FTS_TABLE}, {TITLE_WEIGHT}, 1.0) AS s FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? "
+        "ORDER BY s LIMIT ?", (q, k))]
+    return [(int(i), -float(s)) for s, i in sorted((s, i) for i, s in rows)[:k]]
 
 
 def remove_orphans(folder: Path, keep: str | None) -> None:

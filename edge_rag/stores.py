@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .dburl import is_remote
+from .lexical import POSTINGS_BUDGET
 from .store_db import DocumentState, Part
 from .types import Passage
 
@@ -54,8 +55,9 @@ class PassageStore(Protocol):
         """Top-k passages by cosine similarity, best first, with ``score`` set."""
         ...
 
-    def search_text(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Top-k (passage id, full-text score) for passages holding any of ``terms``, best first (lexical.py)."""
+    def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
+        """Top-k (passage id, full-text score) among the passages holding the rarest of ``terms`` (``budget``
+        postings), scored by all of them, best first (lexical.py)."""
         ...
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:

@@ -7,11 +7,12 @@ import sqlite3
 
 import numpy as np
 import pytest
+from lexical_cases import check_rarest_terms_pick_the_candidates
 
 from edge_rag import Config, EdgeRAG, retrieve
 from edge_rag.chunk import make_document
 from edge_rag.config import ConfigError
-from edge_rag.lexical import fts5_query, query_terms, tsquery
+from edge_rag.lexical import candidate_terms, fts5_query, query_terms, tsquery
 from edge_rag.store import Store
 from edge_rag.store_db import DB_FILE, FTS_TABLE, Part
 
@@ -25,6 +26,19 @@ def test_query_terms_carry_only_words():
     assert query_terms("the and of it?") == [] and query_terms("🙂🙂") == []
     terms = ["adult", "ticket"]
     assert fts5_query(terms) == '"adult" OR "ticket"' and tsquery(terms) == "'adult' | 'ticket'"
+
+
+def test_candidate_terms_are_the_rarest_within_the_budget():
+    terms, postings = ["film", "one", "zeppelin", "airship"], [700, 1900, 40, 300]
+    assert candidate_terms(terms, postings, 1000) == (["zeppelin", "airship"], ["film", "one"])
+    assert candidate_terms(terms, postings, 10) == (["zeppelin"], ["film", "one", "airship"])  # always one
+    assert candidate_terms(terms, postings, 10**6) == (["zeppelin", "airship", "film", "one"], [])
+
+
+def test_rarest_terms_pick_the_candidates(tmp_path):
+    store = Store(tmp_path, 8, "enc")
+    check_rarest_terms_pick_the_candidates(store, 8)
+    store.close()
 
 
 def test_config_names_the_retrievers():

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pytest
+from lexical_cases import check_rarest_terms_pick_the_candidates
 
 from edge_rag.chunk import make_document
 from edge_rag.config import Config
@@ -366,3 +367,9 @@ def test_full_text_index_commits_with_the_passages_and_old_stores_get_one(pg_url
     assert [p.text for p in again.passages([i for i, _ in again.search_text(["lighthouse"], 5)])] == [
         "The lighthouse guided ships"]
     again.close()
+
+
+def test_rarest_terms_pick_the_candidates(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    check_rarest_terms_pick_the_candidates(store, DIM)
+    store.close()

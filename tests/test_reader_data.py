@@ -2,6 +2,7 @@
 on the answer's tokens, and swapped questions really lose their answer in the paragraph."""
 from __future__ import annotations
 
+import argparse
 import random
 
 import pytest
@@ -73,3 +74,18 @@ def test_build_examples_mix_and_determinism(questions: list[D.Question], windows
     # swaps draw from their own random stream: turning them off leaves every other example as it was
     plain = D.build_examples(windows, part, 0.3, seed=0)
     assert [e.ids for e in plain] == [e.ids for e in a if e.source != "swapped"]
+
+
+def test_a_source_mix_sets_the_share_of_each_source_and_repeats_scarce_ones():
+    examples = [D.Example([i], [0], 0, 0, "impossible") for i in range(3)] + [
+        D.Example([i], [0], 1, 1, "answerable") for i in range(100)]
+    mix = D.source_mix("impossible=0.4,answerable=0.6")
+    picked = D.mixed(examples, mix, 20, random.Random(0))
+    impossible = [e for e in picked if e.source == "impossible"]
+    assert len(picked) == 20 and len(impossible) == 8 and {e.ids[0] for e in impossible} == {0, 1, 2}
+    assert len({e.ids[0] for e in picked if e.source == "answerable"}) == 12  # plentiful: no repeats
+    for bad in ("impossible=0.5", "impossible=1.5,answerable=-0.5", "impossible"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            D.source_mix(bad)
+    with pytest.raises(SystemExit, match="no 'swapped' examples"):
+        D.mixed(examples, {"swapped": 1.0}, 5, random.Random(0))

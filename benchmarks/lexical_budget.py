@@ -1,0 +1,97 @@
+"""How many passages one lexical search may score (``lexical.POSTINGS_BUDGET``): its speed against exact BM25.
+
+An embedded store of N passages (the sentence passages of the SQuAD and HotpotQA corpora, repeated up to N as
+``benchmarks/scale.py`` does; random vectors, since only the full-text index is searched) and the questions of the
+val split (the budget is chosen on them, never on the test split). Per budget: p50 / p95 of ``Store.search_text``
+and how often its top k agrees with the exact search's (every posting scored): the same best score, the same k-th
+score. Scores, not ids, are compared: repeated passages tie.
+
+``python -m benchmarks.lexical_budget --sizes 10k,100k``
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edge_rag.chunk import chunk
+from edge_rag.config import Config
+from edge_rag.lexical import POSTINGS_BUDGET, query_terms
+from edge_rag.stores import Part, open_store
+from edge_rag.types import Document
+
+from . import data
+from .run import corpus_sizes
+
+BUDGETS = (500, 1_000, 2_000, 4_000, 8_000)
+EXACT = 10**12
+K = 10
+DIM = 8
+
+
+def passages(seed: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every (title, sentence passage) of both corpora, and the val split's questions."""
+    texts, questions = [], []
+    for name, path in data.FILES.items():
+        ds = data.load(name, path, None, seed, part="val")
+        texts += [(d.title, t) for d in ds.documents for t in chunk(d, "sentence")]
+        questions += [q.question for q in ds.items]
+    return texts, questions
+
+
+def build(folder: Path, texts: list[tuple[str, str]], n: int, seed: int):
+    """An embedded store of ``n`` passages: ``texts``, then seeded repeats of them."""
+    rng = np.random.default_rng(seed)
+    source = np.concatenate([np.arange(min(n, len(texts))), rng.integers(0, len(texts), max(0, n - len(texts)))])
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    store = open_store(str(folder), DIM, "lexical-budget", Config())
+    docs = [Document(f"v{i}", *texts[j]) for i, j in enumerate(source.tolist())]
+    store.add([Part(d, 0, [d.text], last=True) for d in docs], vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    return store
+
+
+def measure(store, questions: list[str], budget: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+    """Milliseconds and top-k of every question's search at ``budget``."""
+    ms, tops = [], []
+    for q in questions:
+        terms = query_terms(q)
+        t = time.perf_counter()
+        tops.append(store.search_text(terms, K, budget))
+        ms.append((time.perf_counter() - t) * 1e3)
+    return ms, tops
+
+
+def agreement(tops: list[list[tuple[int, float]]], exact: list[list[tuple[int, float]]], at: int) -> float:
+    """Share of questions whose ``at``-th best score equals the exact search's (or both have fewer hits)."""
+    def score(top: list[tuple[int, float]]) -> float | None:
+        return round(top[at][1], 9) if len(top) > at else None
+    return float(np.mean([score(a) == score(b) for a, b in zip(tops, exact)]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lexical_budget", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=corpus_sizes, default=[10_000, 100_000])
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    texts, questions = passages(args.seed)
+    print(f"{len(texts):,} distinct passages, {len(questions)} val questions, top-{K}; shipped budget "
+          f"{POSTINGS_BUDGET:,}\n\n| passages | budget | p50 ms | p95 ms | same best score | same {K}th score |\n"
+          "|---|---|---|---|---|---|")
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory() as work:
+            store = build(Path(work) / "store", texts, n, args.seed)
+            measure(store, questions, EXACT)  # warm the page cache
+            exact_ms, exact = measure(store, questions, EXACT)
+            for budget in (*BUDGETS, EXACT):
+                ms, tops = (exact_ms, exact) if budget == EXACT else measure(store, questions, budget)
+                print(f"| {n:,} | {'all' if budget == EXACT else f'{budget:,}'} | {np.median(ms):.2f} | "
+                      f"{np.percentile(ms, 95):.2f} | {agreement(tops, exact, 0):.3f} | "
+                      f"{agreement(tops, exact, K - 1):.3f} |")
+            store.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""One check of the lexical candidate budget (lexical.POSTINGS_BUDGET) that both stores' tests run."""
+from __future__ import annotations
+
+import numpy as np
+
+from edge_rag.chunk import make_document
+from edge_rag.store_db import Part
+
+TERMS = ["museum", "zeppelin"]
+
+
+def check_rarest_terms_pick_the_candidates(store, dim: int) -> None:
+    """40 passages hold "museum", 7 "zeppelin" (3 of them both). At a budget of 10 postings only the 7 are
+    candidates, with the scores every term gives them (the same as an unbounded search's), those holding both
+    first; an unbounded search also ranks the museum-only passages."""
+    texts = ([f"The museum room {i} shows old maps" for i in range(40)]
+             + [f"The zeppelin hangar {i} held airships" for i in range(4)]
+             + [f"The museum keeps zeppelin engine {i}" for i in range(3)])
+    docs = [make_document(t, f"doc{i}") for i, t in enumerate(texts)]
+    vectors = np.random.default_rng(0).normal(size=(len(texts), dim)).astype(np.float32)
+    store.add([Part(d, 0, [t], last=True, sha=d.doc_id) for d, t in zip(docs, texts)],
+              vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    exact = dict(store.search_text(TERMS, 50, budget=10**9))
+    budgeted = store.search_text(TERMS, 10, budget=10)
+    text = {p.id: p.text for p in store.passages(list(exact))}
+    assert len(exact) == len(texts) and {text[i] for i, _ in budgeted} == set(texts[40:])
+    assert all(abs(score - exact[i]) < 1e-9 for i, score in budgeted)
+    assert {text[i] for i, _ in budgeted[:3]} == set(texts[44:])
