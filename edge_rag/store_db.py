@@ -218,9 +218,9 @@ def remove_orphans(folder: Path, keep: str | None) -> None:
 
 def load_index(db: sqlite3.Connection, folder: Path, name: str | None, meta: dict[str, str], dim: int, m: int,
                ef_construction: int) -> hnswlib.Index:
-    """The committed index file ``name`` in ``folder`` (None: none yet, an empty index), checked against the passages: its
-    live labels are exactly their ids. A commit marks its removals deleted after it saved its file
-    (``Store._commit``), so they are marked here, from the ``deleted`` table."""
+    """The committed index file ``name`` in ``folder`` (None: none yet, an empty index), checked against the
+    passages: its live labels are exactly their ids. A commit marks its removals deleted after it saved its
+    file (``Store._commit``), so they are marked here, from the ``deleted`` table."""
     count = db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
     if name is None:
         if count:
