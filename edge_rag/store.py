@@ -238,7 +238,7 @@ class Store:
             size, digest = hnsw.save(self.index, self.folder / new_file)  # no lock: it reads the index, as searches do
             self._step("index_saved")
             if self._write_db is None:
-                self._write_db = connect(self.folder)
+                self._write_db = store_db.second_connection(self.folder)
             with self._write_db:  # one transaction: the passages and the name of the index that holds them
                 store_db.write_commit(self._write_db, remove, gone, rows, docs, done, dict(
                     dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid, index_file=new_file,

@@ -162,14 +162,21 @@ def _add_fts(db: sqlite3.Connection) -> None:
         raise
 
 
-def _open(path: Path) -> sqlite3.Connection:
+def second_connection(folder: Path) -> sqlite3.Connection:
+    """One more connection to the store ``connect`` opened (checked, schema as it found or made it), with the
+    same durable settings: a writer's own, so that searches keep theirs while it commits."""
     # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
     # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
-    db = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+    db = sqlite3.connect(folder / DB_FILE, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+    db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
+    db.execute("PRAGMA foreign_keys=ON")
+    return db
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    db = second_connection(path.parent)
     try:
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
-        db.execute("PRAGMA foreign_keys=ON")
         check = db.execute("PRAGMA quick_check").fetchall()
         if check != [("ok",)]:
             raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); re-index")
