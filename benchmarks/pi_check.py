@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 
 from convert import aarch64
@@ -29,6 +31,8 @@ SAMPLE = ROOT / "edge_rag" / "sample"
 GPT_QUESTIONS = ("Tell me about Big Mary", "What can children do at the museum?")
 COMPARED = ("answer", "route", "tier", "refusal_reason")
 # Torch-free test files that fit under emulation (none indexes a whole corpus); they use the installed bundle.
+# What TEST_FILES need beyond the runtime: pytest, and scipy, test_certify's reference (its tests skip without it).
+TEST_TOOLS = ("pytest", f"scipy=={metadata.version('scipy')}")
 READER_CPUS = ("cortex-a72", "cortex-a76")  # NEON only (Pi 4); dotprod (Pi 5, as a Jetson Orin's A78AE)
 TEST_FILES = ("test_chunk.py", "test_bounds.py", "test_gate.py", "test_certify.py", "test_cache.py", "test_config.py",
               "test_compress.py", "test_reader.py")
@@ -151,7 +155,9 @@ def reader_parity(env: aarch64.Env, home: Path, bundle: Path, reference: Path, c
 
 
 def verdict_line(step: Step) -> str:
-    return next(line for line in step.out.splitlines() if line.startswith(("int8 encoder", "fp32 encoder")))
+    """The encoder verdict ``models install``/``verify`` printed, without its (emulated) query time."""
+    line = next(line for line in step.out.splitlines() if line.startswith(("int8 encoder", "fp32 encoder")))
+    return re.sub(r", query [0-9.]+ ms", "", line)
 
 
 def work_counts(answered: list[dict]) -> list[str]:
@@ -214,7 +220,7 @@ def check(archive: Path, work: Path, reader_inputs: int) -> int:
     """Every step of the module docstring; writes ``work``/report.md and pi-check.json."""
     started = time.time()
     shutil.rmtree(work, ignore_errors=True)
-    env = aarch64.install(work / "site", llama=True, extra=("pytest",))
+    env = aarch64.install(work / "site", llama=True, extra=TEST_TOOLS)
     questions = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
     result = install_and_ask(env, work, archive, [SAMPLE / "docs"], questions, GPT_QUESTIONS)
     missing = not_generated(result)
@@ -229,7 +235,7 @@ def check(archive: Path, work: Path, reader_inputs: int) -> int:
         result["reader"][cpu], steps[f"reader {cpu}"] = reader_parity(env, home, bundle, reference, cpu)
     steps["tests"] = on_device(env, home, "pytest", "-q", "-p", "no:cacheprovider",
                                *[str(ROOT / "tests" / f) for f in TEST_FILES])
-    result["tests"] = steps["tests"].out.strip().splitlines()[-1]
+    result["tests"] = re.sub(r" in [0-9.]+s.*", "", steps["tests"].out.strip().splitlines()[-1])  # no emulated time
     text = report(result, started)
     (work / "report.md").write_text(text)
     (work / "pi-check.json").write_text(json.dumps(
