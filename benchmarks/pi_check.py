@@ -2,10 +2,11 @@
 
 In an aarch64 environment built from the registries (``convert.aarch64``), as a device would:
 ``edge-rag models install ARCHIVE`` on a Cortex-A72 (hashes + the int8 encoder gate on ARM NEON kernels),
-``edge-rag models verify --full`` on a Cortex-A76 (dotprod kernels), the int8 reader against the x86
-reads of the same file (``convert.reader``'s gates), the sample corpus indexed and the demo questions plus
-GPT-route questions answered on both CPUs (same answers, or the differences listed), and the torch-free
-test files. Emulated time says nothing about a device, so the report gives none: peak RSS (real; it is
+``edge-rag models verify --full`` on a Cortex-A76 (dotprod kernels), the int8 reader on both CPUs against
+the x86 reads of the same file (``convert.reader``'s gates), the sample corpus indexed and the demo questions
+plus GPT-route questions answered on both CPUs (same answers, or the differences listed), and the torch-free
+test files. The demo questions take the product's default (the certified decision, which never generates) on
+both CPUs; the GPT-route questions take the seed decision (``ask --seed-decision``), which generates for them. Emulated time says nothing about a device, so the report gives none: peak RSS (real; it is
 the emulator process's, guest and emulator together) and work counts.
 """
 from __future__ import annotations
@@ -13,20 +14,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 
 from convert import aarch64
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "edge_rag" / "sample"
-GPT_QUESTIONS = ("Tell me about Big Mary", "What can children do at the museum?")  # routed to GPT on x86
+# Open questions the seed decision (``ask --seed-decision``) routes to GPT on x86; the certified default does not.
+GPT_QUESTIONS = ("Tell me about Big Mary", "What can children do at the museum?")
 COMPARED = ("answer", "route", "tier", "refusal_reason")
 # Torch-free test files that fit under emulation (none indexes a whole corpus); they use the installed bundle.
+# What TEST_FILES need beyond the runtime: pytest, and scipy, test_certify's reference (its tests skip without it).
+TEST_TOOLS = ("pytest", f"scipy=={metadata.version('scipy')}")
+READER_CPUS = ("cortex-a72", "cortex-a76")  # NEON only (Pi 4); dotprod (Pi 5, as a Jetson Orin's A78AE)
 TEST_FILES = ("test_chunk.py", "test_bounds.py", "test_gate.py", "test_certify.py", "test_cache.py", "test_config.py",
               "test_compress.py", "test_reader.py")
 
@@ -87,8 +94,10 @@ def differences(x86: list[dict], arm: list[dict]) -> list[dict]:
             for a, b in zip(x86, arm) if any(a.get(k) != b.get(k) for k in COMPARED)]
 
 
-def install_and_ask(env: aarch64.Env, work: Path, archive: Path, docs: list[Path], questions: list[str]) -> dict:
-    """Install ``archive``, index ``docs`` and ask ``questions`` on x86 and on the emulated device."""
+def install_and_ask(env: aarch64.Env, work: Path, archive: Path, docs: list[Path], questions: list[str],
+                    gpt_questions: tuple[str, ...] = ()) -> dict:
+    """Install ``archive``, index ``docs`` and ask ``questions`` (default config) on x86 and on the emulated
+    device; ``gpt_questions`` are asked with the seed decision (``result["gpt"]``, same keys)."""
     steps: dict[str, Step] = {}
     for cpu, run in (("x86_64", lambda home, *a: on_host(home, *a)),
                      ("aarch64", lambda home, *a: on_device(env, home, *a))):
@@ -98,56 +107,96 @@ def install_and_ask(env: aarch64.Env, work: Path, archive: Path, docs: list[Path
                                     "--quiet").check()
         steps[f"ask {cpu}"] = run(home, "edge_rag", "ask", "--json", "--temperature", "0", "--db", str(home / "db"),
                                   *questions).check()
-    x86, arm = answers(steps["ask x86_64"].out), answers(steps["ask aarch64"].out)
-    return {"steps": steps, "x86": x86, "aarch64": arm, "differences": differences(x86, arm)}
+        if gpt_questions:
+            steps[f"gpt {cpu}"] = run(home, "edge_rag", "ask", "--json", "--temperature", "0", "--seed-decision",
+                                      "--db", str(home / "db"), *gpt_questions).check()
+    result = _compared(steps, "ask")
+    if gpt_questions:
+        result["gpt"] = _compared(steps, "gpt")
+    return {"steps": steps, **result}
 
 
-def reader_parity(env: aarch64.Env, home: Path, bundle: Path, n: int) -> tuple[dict, Step]:
-    """The bundle's int8 reader on ARM kernels against its x86 reads of reader-val inputs (answerable with
-    the gold paragraph, unanswerable with another), judged by ``convert.reader``'s int8 gates."""
+def _compared(steps: dict[str, Step], name: str) -> dict:
+    x86, arm = answers(steps[f"{name} x86_64"].out), answers(steps[f"{name} aarch64"].out)
+    return {"x86": x86, "aarch64": arm, "differences": differences(x86, arm)}
+
+
+def not_generated(result: dict) -> list[str]:
+    """The GPT-route questions that did not take the GPT route or generated nothing, on either CPU."""
+    return [f"{cpu}: {a['question']!r} route {a['route']}, {a['completion_tokens']} tokens"
+            for cpu in ("x86", "aarch64") for a in result["gpt"][cpu]
+            if a["route"] != "GPT" or a["completion_tokens"] < 1 or not a["answer"]]
+
+
+def reader_reference(home: Path, bundle: Path, n: int) -> Path:
+    """x86 reads of the bundle's int8 reader on ``n`` reader-val inputs (answerable with the gold paragraph,
+    unanswerable with another), written where ``convert.reader --reference`` reads them."""
     from convert import reader as R
     from convert import reader_data as D
 
-    val = D.reader_val()[: n // 2]
-    inputs = R.sample_inputs(val, D.negative_pairs(val, 0)[: n - len(val)])
+    pool = D.reader_val()  # negatives from the whole split: few of its first questions have one in their article
+    val = pool[: n // 2]
+    inputs = R.sample_inputs(val, D.negative_pairs(pool, 0)[: n - len(val)])
     x86 = R.onnx_reads(bundle / "reader.onnx", bundle / "tokenizer.json", inputs, threads=1)
     reference = home / "reader-reference.json"
     reference.write_text(json.dumps({"inputs": inputs, "torch": x86}))  # "torch": the key convert.reader reads
+    return reference
+
+
+def reader_parity(env: aarch64.Env, home: Path, bundle: Path, reference: Path, cpu: str) -> tuple[dict, Step]:
+    """The bundle's int8 reader on ``cpu``'s ARM kernels against its x86 reads, judged by ``convert.reader``'s
+    int8 gates."""
     step = on_device(env, home, "convert.reader", "--reference", str(reference), "--onnx", str(bundle / "reader.onnx"),
-                     "--tokenizer", str(bundle / "tokenizer.json"), "--threads", "1")
-    return json.loads(step.out.strip().splitlines()[-1]), step
+                     "--tokenizer", str(bundle / "tokenizer.json"), "--threads", "1", cpu=cpu)
+    last = (step.out.strip().splitlines() or [""])[-1]  # exit 1 with a verdict line: the gate failed, reported
+    if not last.startswith("{"):
+        raise RuntimeError(f"{step.cpu}: convert.reader printed no verdict (exit {step.returncode}):\n{step.err[-3000:]}")
+    return json.loads(last), step
 
 
 def verdict_line(step: Step) -> str:
-    return next(line for line in step.out.splitlines() if line.startswith(("int8 encoder", "fp32 encoder")))
+    """The encoder verdict ``models install``/``verify`` printed, without its (emulated) query time."""
+    line = next(line for line in step.out.splitlines() if line.startswith(("int8 encoder", "fp32 encoder")))
+    return re.sub(r", query [0-9.]+ ms", "", line)
 
 
-def work_counts(result: dict) -> list[str]:
-    rows = []
-    for a in result["aarch64"]:
-        rows.append(f"| {a['question']} | {a['route']} / {a['tier']} | {a['n_evidence']} | {len(a['passages'])} | "
-                    f"{a['context_chars']} | {a['prompt_tokens']} | {a['completion_tokens']} |")
+def work_counts(answered: list[dict]) -> list[str]:
+    rows = [f"| {a['question']} | {a['route']} / {a['tier']} | {a['n_evidence']} | {len(a['passages'])} | "
+            f"{a['context_chars']} | {a['prompt_tokens']} | {a['completion_tokens']} |" for a in answered]
     return ["| question | route / tier | evidence passages | passages used | context chars | prompt tokens | "
             "generated tokens |", "|---|---|---|---|---|---|---|", *rows]
+
+
+def _listed(compared: dict) -> str:
+    arm = compared["aarch64"]
+    answered = sum(a["answer"] is not None for a in arm)
+    return (f"{len(arm)} questions ({answered} answered, {len(arm) - answered} refused on aarch64), "
+            f"{len(compared['differences'])} differ from x86"
+            + "".join(f"\n  - {json.dumps(d)}" for d in compared["differences"]))
 
 
 def report(result: dict, started: float) -> str:
     steps: dict[str, Step] = result["steps"]
     lines = ["# pi-check: edge-rag on an emulated aarch64 CPU (qemu-aarch64)", "",
              f"Host wall time {time.time() - started:.0f} s (emulated: no latency is reported).", "",
-             "## Checks", ""]
-    lines += [f"- `models install` ({steps['install aarch64'].cpu}): {verdict_line(steps['install aarch64'])}",
-              f"- `models verify --full` ({steps['verify'].cpu}): {verdict_line(steps['verify'])}",
-              f"- reader int8, ARM vs x86 reads: {json.dumps(result['reader'])}",
-              f"- answers: {len(result['aarch64'])} questions, {len(result['differences'])} differ from x86"
-              + "".join(f"\n  - {json.dumps(d)}" for d in result["differences"]),
-              f"- tests under emulation: {result['tests']}", "", "## Peak RSS (MB)", "",
+             "## Checks", "",
+             f"- `models install` ({steps['install aarch64'].cpu}): {verdict_line(steps['install aarch64'])}",
+             f"- `models verify --full` ({steps['verify'].cpu}): {verdict_line(steps['verify'])}"]
+    lines += [f"- reader int8 ({steps[f'reader {cpu}'].cpu}) vs x86 reads: {json.dumps(result['reader'][cpu])}"
+              for cpu in READER_CPUS]
+    lines += [f"- demo questions, default (certified) decision: {_listed(result)}",
+              f"- GPT-route questions, seed decision (`ask --seed-decision`): {_listed(result['gpt'])}"]
+    lines += [f"  - {a['question']!r}: x86 {a['answer']!r} ({a['completion_tokens']} tokens) | aarch64 "
+              f"{b['answer']!r} ({b['completion_tokens']} tokens)" for a, b in zip(result["gpt"]["x86"],
+                                                                                     result["gpt"]["aarch64"])]
+    lines += [f"- tests under emulation: {result['tests']}", "", "## Peak RSS (MB)", "",
               "| step | x86_64 (native) | aarch64 (qemu-user: guest + emulator) |", "|---|---|---|"]
-    for name in ("install", "index", "ask"):
+    for name in ("install", "index", "ask", "gpt"):
         lines.append(f"| {name} | {steps[f'{name} x86_64'].peak_rss_mb} | {steps[f'{name} aarch64'].peak_rss_mb} |")
-    lines += [f"| verify | | {steps['verify'].peak_rss_mb} |", f"| reader parity | | {steps['reader'].peak_rss_mb} |",
-              f"| tests | | {steps['tests'].peak_rss_mb} |", "", "## Work counts (aarch64)", "",
-              f"Index: {steps['index aarch64'].out.strip()}", "", *work_counts(result)]
+    lines += [f"| {name} | | {steps[name].peak_rss_mb} |" for name in
+              ("verify", *[f"reader {cpu}" for cpu in READER_CPUS], "tests")]
+    lines += ["", "## Work counts (aarch64)", "", f"Index: {steps['index aarch64'].out.strip()}", "",
+              *work_counts(result["aarch64"] + result["gpt"]["aarch64"])]
     return "\n".join(lines) + "\n"
 
 
@@ -171,26 +220,29 @@ def check(archive: Path, work: Path, reader_inputs: int) -> int:
     """Every step of the module docstring; writes ``work``/report.md and pi-check.json."""
     started = time.time()
     shutil.rmtree(work, ignore_errors=True)
-    env = aarch64.install(work / "site", llama=True, extra=("pytest",))
-    questions = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())] + list(GPT_QUESTIONS)
-    result = install_and_ask(env, work, archive, [SAMPLE / "docs"], questions)
-    if not any(a["route"] == "GPT" for a in result["aarch64"]):
-        raise RuntimeError(f"no question took the GPT route; extend GPT_QUESTIONS ({GPT_QUESTIONS})")
+    env = aarch64.install(work / "site", llama=True, extra=TEST_TOOLS)
+    questions = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
+    result = install_and_ask(env, work, archive, [SAMPLE / "docs"], questions, GPT_QUESTIONS)
+    missing = not_generated(result)
+    if missing:
+        raise RuntimeError(f"the seed decision did not generate for: {'; '.join(missing)}")
     home, steps = work / "aarch64", result["steps"]
     bundle = home / "bundles" / "gemma"
     steps["verify"] = on_device(env, home, "edge_rag", "models", "verify", "--full", "--threads", "1",
                                 cpu="cortex-a76").check()
-    result["reader"], steps["reader"] = reader_parity(env, home, bundle, reader_inputs)
+    reference, result["reader"] = reader_reference(home, bundle, reader_inputs), {}
+    for cpu in READER_CPUS:
+        result["reader"][cpu], steps[f"reader {cpu}"] = reader_parity(env, home, bundle, reference, cpu)
     steps["tests"] = on_device(env, home, "pytest", "-q", "-p", "no:cacheprovider",
                                *[str(ROOT / "tests" / f) for f in TEST_FILES])
-    result["tests"] = steps["tests"].out.strip().splitlines()[-1]
+    result["tests"] = re.sub(r" in [0-9.]+s.*", "", steps["tests"].out.strip().splitlines()[-1])  # no emulated time
     text = report(result, started)
     (work / "report.md").write_text(text)
     (work / "pi-check.json").write_text(json.dumps(
         {**{k: v for k, v in result.items() if k != "steps"}, "steps": {k: asdict(s) for k, s in steps.items()}},
         indent=2))
     print(text)
-    failed = steps["tests"].returncode != 0 or not result["reader"]["pass"]
+    failed = steps["tests"].returncode != 0 or not all(r["pass"] for r in result["reader"].values())
     return 1 if failed else 0
 
 
