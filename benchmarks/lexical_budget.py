@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from edge_rag.chunk import chunk
-from edge_rag.config import Config
 from edge_rag.lexical import POSTINGS_BUDGET, query_terms
-from edge_rag.stores import Part, open_store
+from edge_rag.store import Part, Store
 from edge_rag.types import Document
 
 from . import data
 from .run import corpus_sizes
+from .scale import corpus
 
 BUDGETS = (500, 1_000, 2_000, 4_000, 8_000)
 EXACT = 10**12
@@ -42,18 +42,18 @@ def passages(seed: int) -> tuple[list[tuple[str, str]], list[str]]:
     return texts, questions
 
 
-def build(folder: Path, texts: list[tuple[str, str]], n: int, seed: int):
-    """An embedded store of ``n`` passages: ``texts``, then seeded repeats of them."""
-    rng = np.random.default_rng(seed)
-    source = np.concatenate([np.arange(min(n, len(texts))), rng.integers(0, len(texts), max(0, n - len(texts)))])
-    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
-    store = open_store(str(folder), DIM, "lexical-budget", Config())
+def build(folder: Path, texts: list[tuple[str, str]], n: int, seed: int) -> Store:
+    """An embedded store of ``n`` passages: ``texts`` (seeded sample), topped up with seeded repeats of them, as
+    ``scale.corpus`` makes the scale benchmark's (its vectors are random here: only the full-text index is searched)."""
+    real = np.random.default_rng(seed).standard_normal((len(texts), DIM)).astype(np.float32)
+    vectors, source = corpus(real / np.linalg.norm(real, axis=1, keepdims=True), n, seed)
+    store = Store(folder, DIM, "lexical-budget")
     docs = [Document(f"v{i}", *texts[j]) for i, j in enumerate(source.tolist())]
-    store.add([Part(d, 0, [d.text], last=True) for d in docs], vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    store.add([Part(d, 0, [d.text], last=True) for d in docs], vectors)
     return store
 
 
-def measure(store, questions: list[str], budget: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+def measure(store: Store, questions: list[str], budget: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
     """Milliseconds and top-k of every question's search at ``budget``."""
     ms, tops = [], []
     for q in questions:

@@ -185,15 +185,11 @@ def _server_p50(store: PassageStore, sql: str, params: list[tuple]) -> float:
 
 def _lexical_params(store: PassageStore, questions: list[str]) -> list[tuple]:
     """SEARCH_TEXT's parameters for each question with content words, as ``PgStore.search_text`` makes them."""
-    from edge_rag.lexical import candidate_terms, query_terms, tsquery
-    from edge_rag.pgsql import POSTINGS
+    from edge_rag.lexical import query_terms
+    from edge_rag.pgsql import text_search_params
 
-    params = []
     with store.pool.connection() as conn:
-        for terms in filter(None, map(query_terms, questions)):
-            postings = [n for (n,) in conn.execute(POSTINGS, ([tsquery([t]) for t in terms],))]
-            params.append((tsquery(terms), tsquery(candidate_terms(terms, postings)[0]), K))
-    return params
+        return [text_search_params(conn, terms, K) for terms in filter(None, map(query_terms, questions))]
 
 
 def _bulk_load(store: PassageStore, docs: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:

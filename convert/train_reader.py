@@ -59,9 +59,8 @@ def bf16() -> bool:
 
 def run_dir(args: argparse.Namespace) -> Path:
     """The folder of this run's state and checkpoints, named by every setting that changes what it trains."""
-    settings = {k: getattr(args, k) for k in ("epochs", "checkpoints", "examples", "swaps", "lr", "seed", "mix")}
-    if args.init:
-        settings["init"] = str(args.init)
+    settings = {k: getattr(args, k) for k in ("epochs", "checkpoints", "examples", "swaps", "lr", "seed")}
+    settings |= {k: str(v) if k == "init" else v for k in ("mix", "init") if (v := getattr(args, k))}  # 2nd stage
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     return args.work / f"run-{digest}"
 

@@ -5,6 +5,7 @@ Kept apart from the store class so the SQL reads in one place (and benchmarks ca
 from __future__ import annotations
 
 from .errors import StoreError
+from .lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
 WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
@@ -51,6 +52,13 @@ def client():
         raise StoreError(f"a postgresql:// store needs the PostgreSQL client ({exc.name} is missing): "
                          "pip install 'edge-rag[pg]'") from None
     return psycopg, psycopg_pool, register_vector
+
+
+def text_search_params(conn, terms: list[str], k: int, budget: int = POSTINGS_BUDGET) -> tuple[str, str, int]:
+    """SEARCH_TEXT's parameters: the query of all ``terms``, that of the rarest (lexical.candidate_terms over each
+    term's postings, read in one round trip) and k."""
+    postings = [n for (n,) in conn.execute(POSTINGS, ([tsquery([t]) for t in terms],))]
+    return tsquery(terms), tsquery(candidate_terms(terms, postings, budget)[0]), k
 
 
 def has_full_text(conn) -> bool:

@@ -27,7 +27,7 @@ from . import hnsw
 from . import pgsql as Q
 from .dburl import mask_url, scrub
 from .errors import StoreError
-from .lexical import POSTINGS_BUDGET, candidate_terms, tsquery
+from .lexical import POSTINGS_BUDGET
 from .store_db import DocumentState, Part
 from .types import Passage
 
@@ -103,11 +103,8 @@ class PgStore:
         passages holding the rarest terms (``budget`` postings, lexical.py), best first."""
         if not terms or k <= 0 or not self.full_text:
             return []
-        terms = list(terms)
         with self._errors("cannot search"), self.pool.connection() as conn:
-            postings = [n for (n,) in conn.execute(Q.POSTINGS, ([tsquery([t]) for t in terms],))]
-            rare, _ = candidate_terms(terms, postings, budget)
-            rows = conn.execute(Q.SEARCH_TEXT, (tsquery(terms), tsquery(rare), k)).fetchall()
+            rows = conn.execute(Q.SEARCH_TEXT, Q.text_search_params(conn, list(terms), k, budget)).fetchall()
         return [(int(i), float(r)) for i, r in rows]
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
