@@ -23,6 +23,7 @@ from . import splits
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("EDGE_RAG_DATA", ROOT.parent / "shared" / "data"))  # env: for worktrees
 FILES = {"squad": DATA_DIR / "squad2_dev_subset.json", "hotpotqa": DATA_DIR / "hotpotqa_dev_subset.jsonl"}
+SQUAD11_TRAIN = DATA_DIR / "squad11_train.json"  # articles in no dev file: more train articles (benchmarks/fusion.py)
 OOD_FILE = DATA_DIR / "squad2_unlabeled_20articles.json"  # out-of-domain questions (splits.json "ood")
 PARTS = ("benchmark", "val", "all")  # the test split, the reader/router val split, the whole file
 LOADERS: dict[str, Callable[[str | Path], tuple[list[Document], list[QAItem]]]] = {

@@ -189,15 +189,18 @@ def run(args: argparse.Namespace) -> int:
         fit = [r for r in rows["reader_val"] if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))
         floor = choose_floor(rows["ood"], rows["reader_val"], combiner)
-        table = RiskTable.count(scores(rows["calibration"], combiner, floor),
-                                np.array([r["wrong"] for r in rows["calibration"]]),
-                                grid(scores(rows["reader_val"], combiner, math.inf)))
-        cal_in = rows["calibration"]
+        cal_in, thresholds = rows["calibration"], grid(scores(rows["reader_val"], combiner, math.inf))
+        cal_scores, cal_wrong = scores(cal_in, combiner, floor), np.array([r["wrong"] for r in cal_in])
+        table = RiskTable.count(cal_scores, cal_wrong, thresholds)
+        unanswerable = np.array([not r["answerable"] for r in cal_in])
         out["readers"][reader] = {
             "combiner": {"features": list(combiner.features), "weights": list(combiner.weights), "bias": combiner.bias,
                          "mean": list(combiner.mean), "scale": list(combiner.scale)},
             "table": {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
-                      "n_errors": list(table.n_errors), "n_cal": table.n_cal},
+                      "n_errors": list(table.n_errors), "n_cal": table.n_cal,
+                      # of n_errors, answers to unanswerable questions (the rest: wrong answers to answerable ones)
+                      "n_errors_unanswerable": list(RiskTable.count(cal_scores, cal_wrong & unanswerable,
+                                                                    thresholds).n_errors)},
             "ood_distance": floor,
             "model_sha256": hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else None,
             "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0},
@@ -230,12 +233,15 @@ def report(out: dict, path: Path) -> str:
                   f"answerable and {fr['calibration_unanswerable']:.1%} of unanswerable calibration questions.", "",
                   f"GPT route: {rc.gpt_errors} errors in {rc.gpt_n} generated answers "
                   f"(upper bound {clopper_pearson_upper(rc.gpt_errors, rc.gpt_n, 0.05):.2f} at delta 0.05).", "",
-                  "| alpha | delta | threshold | coverage | error among answered | CP upper |", "|---|---|---|---|---|---|"]
+                  "| alpha | delta | threshold | coverage | error among answered | CP upper | errors: to unanswerables "
+                  "/ wrong answers |", "|---|---|---|---|---|---|---|"]
+        table = out["readers"][name]["table"]
         for alpha in ALPHAS:
             for delta in (0.05, 0.1):
                 c = rc.table.choose(alpha, delta)
+                to_none = table["n_errors_unanswerable"][table["thresholds"].index(c.threshold)] if c.n_answered else 0
                 lines.append(f"| {alpha:g} | {delta:g} | {c.threshold:.3f} | {c.coverage:.1%} | {c.error:.1%} "
-                             f"| {c.upper:.3f} |")
+                             f"| {c.upper:.3f} | {to_none} / {c.n_errors - to_none} |")
         useful = [a for a in ALPHAS if rc.table.choose(a, 0.05).coverage >= USEFUL_COVERAGE]
         lines += ["", f"Smallest alpha certified at delta 0.05 while answering >= {USEFUL_COVERAGE:.0%} of calibration: "
                       f"{useful[0] if useful else 'none'} (the default Config().max_error_rate is "

@@ -222,7 +222,7 @@ def mixed(examples: list, mix: dict[str, float], n: int, rng: random.Random) -> 
     for source, share in mix.items():
         pool = by_source.get(source)
         if not pool:
-            raise SystemExit(f"--mix: no {source!r} examples (sources: {', '.join(sorted(by_source))})")
+            raise ValueError(f"--mix: no {source!r} examples (sources: {', '.join(sorted(by_source))})")
         repeats, rest = divmod(round(share * n), len(pool))
         out += pool * repeats + rng.sample(pool, rest)
     return out

@@ -73,7 +73,10 @@ def train(args: argparse.Namespace) -> None:
     tok = M.windowing()
     examples = D.build_examples(tok, D.reader_train(), NEGATIVES_PER_ANSWERABLE, args.seed, args.swaps)
     if args.mix:
-        examples = D.mixed(examples, args.mix, args.examples, random.Random(args.seed))
+        try:
+            examples = D.mixed(examples, args.mix, args.examples, random.Random(args.seed))
+        except ValueError as exc:  # a source the data does not hold: a usage error, not a crash
+            raise SystemExit(f"error: {exc}") from None
     elif args.examples and args.examples < len(examples):  # a seeded subset, same mix of sources in expectation
         examples = random.Random(args.seed).sample(examples, args.examples)
     counts = {s: sum(e.source == s for e in examples) for s in sorted({e.source for e in examples})}

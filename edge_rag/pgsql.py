@@ -54,11 +54,16 @@ def client():
     return psycopg, psycopg_pool, register_vector
 
 
-def text_search_params(conn, terms: list[str], k: int, budget: int = POSTINGS_BUDGET) -> tuple[str, str, int]:
-    """SEARCH_TEXT's parameters: the query of all ``terms``, that of the rarest (lexical.candidate_terms over each
-    term's postings, read in one round trip) and k."""
-    postings = [n for (n,) in conn.execute(POSTINGS, ([tsquery([t]) for t in terms],))]
-    return tsquery(terms), tsquery(candidate_terms(terms, postings, budget)[0]), k
+def postings(conn, terms: list[str]) -> list[int]:
+    """How many passages hold each term, in one round trip."""
+    return [n for (n,) in conn.execute(POSTINGS, ([tsquery([t]) for t in terms],))]
+
+
+def text_search_params(terms: list[str], counts: list[int], k: int, budget: int = POSTINGS_BUDGET
+                       ) -> tuple[str, str, int]:
+    """SEARCH_TEXT's parameters: the query of all ``terms``, that of the rarest (lexical.candidate_terms over
+    their postings ``counts``) and k."""
+    return tsquery(terms), tsquery(candidate_terms(terms, counts, budget)[0]), k
 
 
 def has_full_text(conn) -> bool:

@@ -27,7 +27,7 @@ from . import hnsw
 from . import pgsql as Q
 from .dburl import mask_url, scrub
 from .errors import StoreError
-from .lexical import POSTINGS_BUDGET
+from .lexical import POSTINGS_BUDGET, Postings
 from .store_db import DocumentState, Part
 from .types import Passage
 
@@ -47,6 +47,7 @@ class PgStore:
         self._writer_thread: int | None = None
         self.full_text = True  # False: the store predates the full-text column and this role may not add it
         self._count, self._counted_at = 0, -Q.COUNT_TTL_S  # the size ef_search is scaled to (re-read every TTL)
+        self._postings = Postings()  # of the terms searched, re-counted every COUNT_TTL_S
         self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
         with self._errors("cannot open"):
             with self._psycopg.connect(url, connect_timeout=Q.CONNECT_TIMEOUT_S, autocommit=True) as conn:
@@ -103,8 +104,10 @@ class PgStore:
         passages holding the rarest terms (``budget`` postings, lexical.py), best first."""
         if not terms or k <= 0 or not self.full_text:
             return []
+        terms = list(terms)
         with self._errors("cannot search"), self.pool.connection() as conn:
-            rows = conn.execute(Q.SEARCH_TEXT, Q.text_search_params(conn, list(terms), k, budget)).fetchall()
+            counts = self._postings.of(terms, time.monotonic() // Q.COUNT_TTL_S, lambda new: Q.postings(conn, new))
+            rows = conn.execute(Q.SEARCH_TEXT, Q.text_search_params(terms, counts, k, budget)).fetchall()
         return [(int(i), float(r)) for i, r in rows]
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:

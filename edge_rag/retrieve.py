@@ -23,6 +23,7 @@ import numpy as np
 from .config import Config
 from .lexical import query_terms
 from .stores import PassageStore
+from .threads import beside
 from .types import Passage
 
 
@@ -41,10 +42,14 @@ class Retrieved:
 
 def search(store: PassageStore, vector: np.ndarray, question: str, k: int, config: Config) -> Retrieved:
     """The top ``k`` passages by ``config.retrieval``: "dense", "lexical" or "hybrid" (both, fused). A question
-    with no indexable word, or whose words match nothing, is answered from the dense list alone."""
+    with no indexable word, or whose words match nothing, is answered from the dense list alone. The lexical
+    search runs in a thread beside the dense one (hnswlib and SQLite both let go of the GIL while they search):
+    a hybrid search costs the slower of the two, not their sum."""
     mode = config.retrieval
-    lexical = store.search_text(query_terms(question), k) if mode in ("lexical", "hybrid") else []
-    dense = store.search(vector, 1 if mode == "lexical" and lexical else k)  # lexical mode: the nearest only
+    terms = query_terms(question) if mode != "dense" else []
+    pending = beside(store.search_text, terms, k) if terms else None
+    dense = store.search(vector, k)  # lexical mode: only its nearest, unless no word matches
+    lexical = pending.result() if pending is not None else []
     nearest = dense[0] if dense else None
     if not lexical:
         return Retrieved(dense, nearest)
@@ -66,10 +71,11 @@ def fuse(dense: Sequence[int], lexical: Sequence[int], fusion_k: float, lexical_
 def _passages(store: PassageStore, vector: np.ndarray, ranked: list[tuple[int, float]], dense: list[Passage],
               lexical: dict[int, float]) -> list[Passage]:
     """The fused ids as Passages with their cosine (exact, from the stored vectors, for lexical-only hits), BM25
-    score and fused score."""
+    score and fused score. A lexical hit without a vector here (the full-text index is read without the search
+    lock: a commit of another process this one has not loaded yet, or a removal) is left out."""
     known = {p.id: p for p in dense}
     missing = [pid for pid, _ in ranked if pid not in known]
     cosines = store.cosines(vector, missing)
-    for p in store.passages(missing):
+    for p in store.passages([pid for pid in missing if pid in cosines]):
         known[p.id] = replace(p, score=cosines[p.id])
     return [replace(known[pid], lexical=lexical.get(pid, 0.0), fused=score) for pid, score in ranked if pid in known]

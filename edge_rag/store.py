@@ -20,6 +20,7 @@ growing with the index) only read the index, as searches do, and the transaction
 (WAL: searches read theirs meanwhile), both without the lock; only the switch to the new commit takes it again.
 Searches skip the commit's labels until then (``_pending_from``), and its removals are marked deleted at the switch
 (opening marks them from the ``deleted`` table): a passage is searchable while it is committed, as before.
+Full-text searches take no lock (``store_fts``).
 
 Opening checks the index file's size and sha256 against the committed record and its ids against the passages
 (the database itself: ``store_db``); every passage read is checked against its CRC32.
@@ -43,6 +44,7 @@ from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .lexical import POSTINGS_BUDGET
 from .store_db import DB_FILE, DocumentState, Part, check_files, commit_rows, connect, passage_crc
+from .store_fts import FullText
 from .types import Passage
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
@@ -76,6 +78,7 @@ class Store:
         check_files(self.folder, create)
         self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.db = connect(self.folder)
+        self._text = FullText(self.folder)
         meta = self._meta()
         if "dim" in meta and int(meta["dim"]) != dim:
             raise StoreError(f"store {self.folder} holds {meta['dim']}-d vectors, the encoder makes {dim}-d")
@@ -136,10 +139,9 @@ class Store:
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
     def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
-        """Top-k passage ids by BM25 over title and text (store_db.search_fts), best first, with the BM25 score."""
-        with self._lock:
-            self._follow()
-            return store_db.search_fts(self.db, terms, k, budget)
+        """Top-k passage ids by BM25 over title and text (store_fts), best first, with the BM25 score; without the
+        search lock, beside a dense search (retrieve.py)."""
+        return self._text.search(list(terms), k, self._version, budget)
 
     def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
         """Exact cosine similarity of the query to the stored vectors of ``ids`` (lexical hits dense missed)."""
@@ -203,6 +205,7 @@ class Store:
         return n
 
     def close(self) -> None:
+        self._text.close()
         with self._lock:
             self.db.close()
             if self._write_db is not None:
@@ -222,7 +225,7 @@ class Store:
         old_file, new_file, committed = self.index_file, None, False
         try:
             with self._lock:
-                first = int(self._meta().get("next_id", self._max_id() + 1))
+                first = int(self._meta().get("next_id", store_db.max_id(self.db) + 1))
                 marks = ",".join("?" * len(remove))
                 gone = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id IN ({marks})", remove)]
                 self._pending_from = first
@@ -292,7 +295,3 @@ class Store:
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
-
-    def _max_id(self) -> int:
-        row = self.db.execute("SELECT MAX(m) FROM (SELECT MAX(id) m FROM passages UNION ALL SELECT MAX(id) FROM deleted)")
-        return -1 if (v := row.fetchone()[0]) is None else int(v)

@@ -12,7 +12,8 @@ TERMS = ["museum", "zeppelin"]
 def check_rarest_terms_pick_the_candidates(store, dim: int) -> None:
     """40 passages hold "museum", 7 "zeppelin" (3 of them both). At a budget of 10 postings only the 7 are
     candidates, with the scores every term gives them (the same as an unbounded search's), those holding both
-    first; an unbounded search also ranks the museum-only passages."""
+    first; an unbounded search also ranks the museum-only passages. Every top k of the candidates is exact: the
+    best k of their unbounded scores."""
     texts = ([f"The museum room {i} shows old maps" for i in range(40)]
              + [f"The zeppelin hangar {i} held airships" for i in range(4)]
              + [f"The museum keeps zeppelin engine {i}" for i in range(3)])
@@ -26,3 +27,6 @@ def check_rarest_terms_pick_the_candidates(store, dim: int) -> None:
     assert len(exact) == len(texts) and {text[i] for i, _ in budgeted} == set(texts[40:])
     assert all(abs(score - exact[i]) < 1e-9 for i, score in budgeted)
     assert {text[i] for i, _ in budgeted[:3]} == set(texts[44:])
+    best = sorted((exact[i] for i, _ in budgeted), reverse=True)
+    for k in range(1, len(best) + 1):
+        assert np.allclose([s for _, s in store.search_text(TERMS, k, budget=10)], best[:k], rtol=0, atol=1e-9)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from lexical_cases import check_rarest_terms_pick_the_candidates
+from lexical_cases import TERMS, check_rarest_terms_pick_the_candidates
 
 from edge_rag import Config, EdgeRAG, retrieve
 from edge_rag.chunk import make_document
 from edge_rag.config import ConfigError
-from edge_rag.lexical import candidate_terms, fts5_query, query_terms, tsquery
+from edge_rag.lexical import Postings, candidate_terms, fts5_query, query_terms, tsquery
 from edge_rag.store import Store
 from edge_rag.store_db import DB_FILE, FTS_TABLE, Part
 
@@ -38,6 +41,70 @@ def test_candidate_terms_are_the_rarest_within_the_budget():
 def test_rarest_terms_pick_the_candidates(tmp_path):
     store = Store(tmp_path, 8, "enc")
     check_rarest_terms_pick_the_candidates(store, 8)
+    store.close()
+
+
+def test_postings_are_counted_once_per_store_version():
+    calls = []
+
+    def count(terms: list[str]) -> list[int]:
+        calls.append(terms)
+        return [len(t) for t in terms]
+
+    postings = Postings()
+    assert postings.of(["ab", "abc", "ab"], 1, count) == [2, 3, 2] and calls == [["ab", "abc"]]
+    assert postings.of(["abc", "abcd"], 1, count) == [3, 4] and calls[1:] == [["abcd"]]
+    assert postings.of(["abc"], 2, count) == [3] and calls[2:] == [["abc"]]  # a commit: counted again
+
+
+def test_searches_in_many_threads_find_what_one_finds(sample_rag):
+    """Lexical searches run on their own connections beside dense ones (retrieve.search): 8 threads asking at
+    once get what one thread asking alone gets."""
+    rag = sample_rag
+    questions = ["How much does an adult ticket cost?", "When does the museum open on Sunday?",
+                 "Where can visitors park?", "Is the cafe open late?", "the and of it"]
+    vectors = rag.encoder.encode(questions)
+
+    def ask(i: int) -> list[tuple[int, float, float]]:
+        found = retrieve.search(rag.store, vectors[i], questions[i], 10, rag.config)
+        return [(p.id, round(p.score, 5), p.lexical) for p in found.passages]
+
+    alone = [ask(i) for i in range(len(questions))]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, [i for _ in range(20) for i in range(len(questions))], timeout=120))
+    assert together == alone * 20 and any(lex > 0 for hits in alone for _, _, lex in hits)
+
+
+def test_a_lexical_hit_another_process_committed_since_is_left_out(tmp_path):
+    """The full-text index is read without the search lock, so it may find a passage another process committed
+    that this store's vectors do not hold yet: the fused list leaves it out instead of failing the question."""
+    reader, writer = Store(tmp_path, 8, "enc"), Store(tmp_path, 8, "enc")
+    doc = make_document("The zeppelin hangar held airships", "late")
+    writer.add([Part(doc, 0, [doc.text], last=True, sha="late")], np.eye(8, dtype=np.float32)[:1])
+    [(pid, score)] = reader.search_text(["zeppelin"], 5)  # SQLite shows the commit at once
+    query = np.eye(8, dtype=np.float32)[0]
+    assert reader.cosines(query, [pid]) == {}  # the vector is in the writer's index file, not loaded here
+    assert retrieve._passages(reader, query, [(pid, 1.0)], [], {pid: score}) == []
+    writer.close()
+    reader.close()
+
+
+def test_budgeted_full_text_searches_in_many_threads(tmp_path):
+    """16 threads at once, each search two FTS5 queries, on the store's few read connections: each gets its turn
+    and what one thread alone gets (a deadlock guard fails the test instead of hanging it)."""
+    store = Store(tmp_path, 8, "enc")
+    check_rarest_terms_pick_the_candidates(store, 8)  # fills the store: "museum" common, "zeppelin" rare
+    alone = store.search_text(TERMS, 5, budget=10)
+    found: list = []
+    threads = [threading.Thread(target=lambda: found.extend(store.search_text(TERMS, 5, budget=10) for _ in range(12)),
+                                daemon=True) for _ in range(16)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "full-text searches deadlocked"
+    assert found == [alone] * 192
     store.close()
 
 
@@ -72,6 +139,20 @@ def test_full_text_index_commits_with_the_passages(tmp_path, encoder):
     store.fault_hook = None
     store.remove([ds[1].doc_id])
     assert fts_rows(tmp_path) == {0} and store.search_text(["ticket"], 5) == []
+    store.close()
+
+
+def test_commits_keep_the_full_text_index_whole(tmp_path):
+    """Each commit merges the index's segments (store_db.FTS_MERGE_MIN_PAGES): after 40 one-passage commits and a
+    removal FTS5's own integrity check against the passages passes, and each passage is found by its word."""
+    store = Store(tmp_path, 8, "enc")
+    for i in range(40):
+        doc = make_document(f"The word w{i}x appears here", doc_id=f"d{i}")
+        store.add([Part(doc, 0, [doc.text], last=True, sha=doc.doc_id)], np.eye(8, dtype=np.float32)[:1])
+    store.remove(["d7"])
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('integrity-check', 1)")
+    assert [len(store.search_text([f"w{i}x"], 5)) for i in range(40)] == [int(i != 7) for i in range(40)]
     store.close()
 
 

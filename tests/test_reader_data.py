@@ -87,5 +87,5 @@ def test_a_source_mix_sets_the_share_of_each_source_and_repeats_scarce_ones():
     for bad in ("impossible=0.5", "impossible=1.5,answerable=-0.5", "impossible"):
         with pytest.raises(argparse.ArgumentTypeError):
             D.source_mix(bad)
-    with pytest.raises(SystemExit, match="no 'swapped' examples"):
+    with pytest.raises(ValueError, match="no 'swapped' examples"):
         D.mixed(examples, {"swapped": 1.0}, 5, random.Random(0))
