@@ -173,7 +173,7 @@ def test_a_store_from_before_the_full_text_index_gets_one(tmp_path, bundle_dir):
 def test_one_fused_list_with_both_scores(sample_rag, question):
     rag = sample_rag
     vector = rag.encoder.encode_one(question)
-    # a lexical weight above the default's lets BM25-only hits into the top 20 (the default's 0.5 only reorders)
+    # a heavy lexical weight makes sure BM25-only hits reach the top 20 of this small corpus
     found = retrieve.search(rag.store, vector, question, 20, rag.config.with_(lexical_weight=2.0))
     dense = rag.store.search(vector, rag.store.count)
     cosine = {p.id: p.score for p in dense}
