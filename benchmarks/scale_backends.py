@@ -98,9 +98,12 @@ def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, 
         store.add([Part(d, 0, [d.text], last=True) for d in docs], x)
     else:
         _bulk_load(store, docs, x, m, efc, bool(full_text))
+    def reopen() -> PassageStore:
+        return open_store(db, x.shape[1], ENCODER_ID, config)
+
     row = {"backend": backend, "n": n, "full_text": bool(full_text), "build_s": time.perf_counter() - start,
-           "disk_mb": _disk_mb(store, backend), **_searches(store, lambda: open_store(db, x.shape[1], ENCODER_ID, config), queries, questions, x,
-                                config, bool(full_text))}
+           "disk_mb": _disk_mb(store, backend),
+           **_searches(store, reopen, queries, questions, x, config, bool(full_text))}
     if backend == "pgvector":
         from edge_rag.pgsql import SEARCH, SEARCH_TEXT
 
@@ -194,7 +197,8 @@ def _lexical_params(store: PassageStore, questions: list[str]) -> list[tuple]:
     from edge_rag.pgsql import postings, text_search_params
 
     with store.pool.connection() as conn:
-        return [text_search_params(terms, postings(conn, terms), K) for terms in filter(None, map(query_terms, questions))]
+        return [text_search_params(terms, postings(conn, terms), K)
+                for terms in filter(None, map(query_terms, questions))]
 
 
 def _bulk_load(store: PassageStore, docs: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:

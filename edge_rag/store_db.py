@@ -170,7 +170,8 @@ def _add_fts(db: sqlite3.Connection) -> None:
 
 def second_connection(folder: Path) -> sqlite3.Connection:
     """One more connection to the store ``connect`` opened (checked, schema as it found or made it), with the
-    same durable settings: a writer's own, so that searches keep theirs while it commits."""
+    same durable settings: a writer's own, so that searches keep theirs while it commits, or a full-text
+    search's (``store_fts.Readers``)."""
     # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
     # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
     db = sqlite3.connect(folder / DB_FILE, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
