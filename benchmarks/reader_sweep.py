@@ -41,17 +41,26 @@ COVERAGE = 0.25  # about what the shipped calibration answers at alpha 0.5
 FOLDS = 5
 
 
-def cross_fitted_precision(features: list[list[float]], right: list[bool], n_questions: int) -> float:
-    """Right share among the best-scored COVERAGE of all questions, each candidate scored by a combiner
-    fitted on the other folds (seeded folds), so the figure is not the combiner's own training fit."""
-    x, y = np.asarray(features, dtype=float), np.asarray(right, dtype=float)
-    fold = np.random.default_rng(0).permutation(len(y)) % FOLDS
+def cross_fitted_scores(x: np.ndarray, y: np.ndarray, names: tuple[str, ...] = FEATURES, seed: int = 0) -> np.ndarray:
+    """Each candidate's score by a combiner fitted on the other folds (seeded folds): not its own training fit."""
+    fold = np.random.default_rng(seed).permutation(len(y)) % FOLDS
     score = np.empty(len(y))
     for k in range(FOLDS):
-        combiner = fit_combiner(x[fold != k], y[fold != k])
-        score[fold == k] = [combiner(dict(zip(FEATURES, row))) for row in x[fold == k]]
+        combiner = fit_combiner(x[fold != k], y[fold != k], features=names)
+        score[fold == k] = [combiner(dict(zip(names, row))) for row in x[fold == k]]
+    return score
+
+
+def top_precision(score: np.ndarray, y: np.ndarray, n_questions: int) -> float:
+    """Right share among the best-scored COVERAGE of all questions (those without a candidate never answer)."""
     top = np.argsort(-score)[:int(COVERAGE * n_questions)]
     return float(y[top].mean()) if len(top) else 0.0
+
+
+def cross_fitted_precision(features: list[list[float]], right: list[bool], n_questions: int) -> float:
+    """Right share among the best-scored COVERAGE of all questions, cross-fitted (cross_fitted_scores)."""
+    x, y = np.asarray(features, dtype=float), np.asarray(right, dtype=float)
+    return top_precision(cross_fitted_scores(x, y), y, n_questions)
 
 
 def measure(rag: EdgeRAG, items: list, label: str) -> dict:

@@ -96,8 +96,10 @@ def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[
     return rows
 
 
-def fit_combiner(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50) -> Combiner:
-    """Logistic regression by Newton's method on standardised features (numpy; a few hundred rows)."""
+def fit_combiner(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50,
+                 features: tuple[str, ...] = FEATURES) -> Combiner:
+    """Logistic regression by Newton's method on standardised features (numpy; a few hundred rows); the
+    columns of ``x`` are ``features``."""
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0
     z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
@@ -108,7 +110,7 @@ def fit_combiner(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50) 
         grad = z.T @ (p - y) + ridge @ w
         hess = z.T @ (z * (p * (1 - p))[:, None]) + ridge
         w -= np.linalg.solve(hess, grad)
-    return Combiner(tuple(map(float, w[:-1])), float(w[-1]), tuple(map(float, mean)), tuple(map(float, scale)), FEATURES)
+    return Combiner(tuple(map(float, w[:-1])), float(w[-1]), tuple(map(float, mean)), tuple(map(float, scale)), features)
 
 
 def _matrix(rows: list[dict]) -> np.ndarray:

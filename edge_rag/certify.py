@@ -1,9 +1,9 @@
 """Certified selective answering: answer only when a question's score clears a threshold chosen so that the
 error rate among answered questions is <= alpha with probability >= 1 - delta (Learn-then-Test).
 
-One score per candidate answer: a logistic combiner of the reader's span score and no-answer margin and the
-retrieval evidence (top cosine, and how much of the question the top hit covers), fitted on the reader-val
-split only (``python -m convert calibrate``).
+One score per candidate answer: a logistic combiner of the reader's span score and no-answer margin, the
+retrieval evidence (top cosine, and how much of the question the top hit covers) and whether the question holds
+a negation cue, fitted on the reader-val split only (``python -m convert calibrate``).
 The calibration split (questions no training or tuning touched) gives, for every threshold of a grid fixed
 before calibration (strict -> permissive), n answered and n errors; an error is an answer with F1 < 0.5 to
 an answerable question, or any answer to an unanswerable one. ``choose`` runs fixed-sequence testing: walk
@@ -29,7 +29,7 @@ import numpy as np
 from .errors import BundleError
 
 CALIBRATION_ASSET = Path(__file__).resolve().parent / "assets" / "calibration.json"
-FEATURES = ("span_score", "margin", "top_cosine", "overlap@1")  # what a newly fitted combiner sees, in order
+FEATURES = ("span_score", "margin", "top_cosine", "overlap@1", "negated")  # what a newly fitted combiner sees, in order
 F1_CORRECT = 0.5  # an answer with F1 >= this against a gold answer counts as right
 _BISECT_STEPS = 60  # 2^-60: far below any proportion a calibration set can resolve
 

@@ -15,6 +15,7 @@ from typing import Protocol
 from .bundle import Bundle
 from .errors import BundleError
 from .extract import extract
+from .extract.question import negated
 from .reader import Reader, reader_file
 from .route import PROFILE, profile
 from .types import Passage
@@ -35,10 +36,12 @@ class Candidate:
         so only the cosine is used. overlap@1 is the router's: how much of the question the top hit's best
         sentence covers (a hit on the article's topic vs one holding the asked-about names); on reader-val it
         raised the share of right answers among the 20% best scored from 0.50 to 0.58 (5-fold CV, an ad-hoc
-        script; the calibration split moved less: README)."""
+        script; the calibration split moved less: README). negated: whether the question holds a negation cue
+        (extract.question.negated: the reader answers "what is not X?" as "what is X?")."""
         top = max((p.score for p in passages), default=0.0)
         overlap = float(profile(question, passages)[PROFILE.index("overlap@1")])
-        return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top, "overlap@1": overlap}
+        return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top, "overlap@1": overlap,
+                "negated": float(negated(question))}
 
 
 class _Store(Protocol):

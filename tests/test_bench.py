@@ -198,3 +198,27 @@ def test_reader_sweep_precision_is_cross_fitted():
     assert cross_fitted_precision(informative, list(right), 400) == 1.0
     noise = [[rng.standard_normal() for _ in FEATURES] for _ in right]
     assert abs(cross_fitted_precision(noise, list(right), 400) - right.mean()) < 0.15
+
+
+def test_combiner_features_shows_what_leaving_a_feature_out_costs(tmp_path, capsys):
+    """On rows where only `negated` tells right from wrong, leaving it out drops the cross-fitted AUROC to chance;
+    a rows file collected before a feature existed is refused with a message."""
+    from benchmarks import combiner_features
+    from edge_rag.certify import FEATURES
+
+    rng = np.random.default_rng(2)
+    rows = []
+    for i in range(300):
+        wrong = bool(rng.random() < 0.5)
+        features = {f: float(rng.standard_normal()) for f in FEATURES} | {"negated": float(wrong)}
+        rows.append({"id": str(i), "features": features, "candidate": "x", "wrong": wrong})
+    path = tmp_path / "rows-neural-x.json"
+    path.write_text(json.dumps({"reader_val": rows}))
+    assert combiner_features.main([str(path)]) == 0
+    table = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("| all") or line.startswith("| without")}
+    assert table["all"] > 0.95 and abs(table["without negated"] - 0.5) < 0.15
+    old = [{**r, "features": {k: v for k, v in r["features"].items() if k != "negated"}} for r in rows]
+    path.write_text(json.dumps({"reader_val": old}))
+    with pytest.raises(SystemExit, match="without negated"):
+        combiner_features.main([str(path)])

@@ -79,6 +79,18 @@ def test_off_topic_questions_are_refused_on_the_sample_corpus(sample_rag):
     assert all(a.refusal_reason for a in answers if a.route is Route.REFUSE)
 
 
+def test_a_negation_cue_lowers_the_shipped_score(sample_rag):
+    """The shipped combiner reads the question's negation cue (the reader answers "who never X?" as "who X?"):
+    the same evidence with the cue scores lower, for both readers."""
+    cal = Calibration.load(CALIBRATION_ASSET)
+    a = sample_rag.decide("Who founded the Harbourlight Science Museum?")
+    assert a.features["negated"] == 0.0 and a.route is Route.RAG
+    assert sample_rag.decide("Who never founded the Harbourlight Science Museum?").features["negated"] == 1.0
+    for reader in ("neural", "rules"):
+        combiner = cal.reader(reader).combiner
+        assert combiner({**a.features, "negated": 1.0}) < combiner(a.features)
+
+
 def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
     """A sentence hit is widened to its document neighbours (same doc only, in order) for the reader."""
     from edge_rag.read import paragraphs

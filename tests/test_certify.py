@@ -91,19 +91,20 @@ def test_risk_table_counts_nan_as_never_answered():
     assert table.n_answered == (1, 2, 3) and table.n_errors == (0, 1, 1) and table.n_cal == 4
 
 
-def test_combiner_is_monotone_in_a_positive_weight():
-    c = Combiner((2.0, 0.0, 1.0, 0.5), -0.5, (0.5, 0.0, 0.5, 0.5), (0.1, 1.0, 0.1, 0.2))
-    x = {"span_score": 0.5, "margin": 0.0, "top_cosine": 0.5, "overlap@1": 0.5}
+def test_combiner_is_monotone_in_each_weight():
+    c = Combiner((2.0, 0.0, 1.0, 0.5, -1.5), -0.5, (0.5, 0.0, 0.5, 0.5, 0.1), (0.1, 1.0, 0.1, 0.2, 0.3))
+    x = {"span_score": 0.5, "margin": 0.0, "top_cosine": 0.5, "overlap@1": 0.5, "negated": 0.0}
     low, high = (c({**x, "span_score": s}) for s in (0.4, 0.6))
     assert 0.0 < low < c(x) < high < 1.0
     assert c({**x, "overlap@1": 0.3}) < c(x) < c({**x, "overlap@1": 0.9})
+    assert c({**x, "negated": 1.0}) < c(x)
 
 
 def test_a_combiner_reads_the_features_it_was_fitted_on():
-    """A calibration file from before overlap@1 names three features: it scores without the fourth."""
+    """A calibration file from before overlap@1 names three features: it scores without the later ones."""
     old = Combiner((2.0, 0.0, 1.0), -0.5, (0.5, 0.0, 0.5), (0.1, 1.0, 0.1), ("span_score", "margin", "top_cosine"))
     x = {"span_score": 0.6, "margin": 0.0, "top_cosine": 0.5}
-    assert old(x) == old({**x, "overlap@1": 0.9}) > 0.5
+    assert old(x) == old({**x, "overlap@1": 0.9, "negated": 1.0}) > 0.5
 
 
 def test_malformed_calibration_names_the_file(tmp_path):

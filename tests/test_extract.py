@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from edge_rag.extract import Expect, Extraction, QuestionType, classify, expectation, extract
+from edge_rag.extract.question import negated
 from edge_rag.text import split_sentences
 from edge_rag.types import Document, Passage
 from evaluation.datasets import QAItem, load_hotpot, load_squad
@@ -113,6 +114,20 @@ def test_span_kinds(question: str, context: str, answer: str) -> None:
     e = extract(question, [P(context)])
     assert e.answer == answer
     assert e.sentence in context and answer in e.sentence and e.passage_id == 0
+
+
+@pytest.mark.parametrize("question, cue", [
+    ("What is not an example of imperialism?", True),
+    ("Which ruler never visited Rome?", True),
+    ("Why can\u2019t older children go into Little Sparks?", True),  # a typographic apostrophe
+    ("Why don't latecomers get in?", True),
+    ("Nobody lived where?", True),
+    ("Who founded the museum?", False),
+    ("What is a note on the knot garden?", False),  # "not" inside words is no cue
+    ("What is the Nordic name of Norway?", False),
+])
+def test_negation_cues(question: str, cue: bool) -> None:
+    assert negated(question) is cue
 
 
 def test_choice_by_year() -> None:
