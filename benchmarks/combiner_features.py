@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.rows} was collected without {', '.join(missing)}: run `convert calibrate` again")
     print(f"{len(rows)} reader-val questions, {sum(bool(r['candidate']) for r in rows)} with a candidate")
     print("| inputs | AUROC right/wrong | right among best-scored 25% |\n|---|---|---|")
-    for label, names in [("all", FEATURES)] + [(f"without {f}", tuple(g for g in FEATURES if g != f)) for f in FEATURES]:
+    sets = [("all", FEATURES)] + [(f"without {f}", tuple(g for g in FEATURES if g != f)) for f in FEATURES]
+    for label, names in sets:
         auc, top = evaluate(rows, names)
         print(f"| {label} | {auc:.3f} | {top:.3f} |")
     return 0
