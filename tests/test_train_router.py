@@ -98,9 +98,9 @@ def test_shipped_labels_are_for_the_current_config(bundle, squad_path, hotpot_pa
 def test_shipped_router_beats_the_majority_on_held_out_labels(bundle, squad_path, hotpot_path, squad_default_rag):
     """On the test split's genuine SQuAD labels the shipped router is at least as accurate as always-EASY and
     clearly better balanced (measured with hybrid retrieval k = 5, w = 0.75: accuracy 0.866 vs 0.792, balanced
-    accuracy 0.544 vs always-EASY's 1/3): a router whose input learns the training articles' topics — as the query embedding did —
-    falls back to the majority class and fails here. (With dense retrieval EASY was right for 74% of these
-    questions and the margin 0.829 vs 0.740; hybrid puts the answer sentence first more often.)"""
+    accuracy 0.544 vs always-EASY's 1/3): a router whose input learns the training articles' topics — as the query
+    embedding did — falls back to the majority class and fails here. (With dense retrieval EASY was right for 74%
+    of these questions and the margin 0.829 vs 0.740; hybrid puts the answer sentence first more often.)"""
     corpora = load_corpora(squad_path, squad_path.parent / "squad2_train_subset.json", hotpot_path)
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == B.ROLE_ENCODER)
     rows = read_labels(ROUTER_ASSET.parent / LABELS_FILE, settings_key(encoder_sha, label_config(), corpora))
