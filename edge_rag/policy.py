@@ -22,6 +22,7 @@ import re
 from .certify import Certificate
 from .config import Config
 from .extract import Extraction
+from .extract.question import negated
 from .gate import GateResult
 from .types import Route
 
@@ -56,6 +57,9 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
     else:
         why = (f"not sure enough: score {score:.2f} < {cert.threshold:.2f}, the threshold that keeps the error "
                f"among answered <= {cert.alpha:g} (confidence {1 - cert.delta:g}, {cert.n_cal} calibration questions)")
+        if negated(question):
+            why += "; a question with a negation (not, never, ...) scores lower: the reader often answers it as if " \
+                   "the negation were not there"
     if generative(question):
         why += "; generated answers are not certified at this error rate"
     return Route.REFUSE, why

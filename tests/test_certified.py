@@ -85,7 +85,9 @@ def test_a_negation_cue_lowers_the_shipped_score(sample_rag):
     cal = Calibration.load(CALIBRATION_ASSET)
     a = sample_rag.decide("Who founded the Harbourlight Science Museum?")
     assert a.features["negated"] == 0.0 and a.route is Route.RAG
-    assert sample_rag.decide("Who never founded the Harbourlight Science Museum?").features["negated"] == 1.0
+    negated = sample_rag.decide("Who never founded the Harbourlight Science Museum?")
+    assert negated.features["negated"] == 1.0
+    assert negated.route is Route.REFUSE and "negation" in negated.refusal_reason
     for reader in ("neural", "rules"):
         combiner = cal.reader(reader).combiner
         assert combiner({**a.features, "negated": 1.0}) < combiner(a.features)
