@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="gemma")
     p.add_argument("--index-cache", type=Path, default=home() / "bench")
     p.add_argument("--out", type=Path, default=None, help="write the table as JSON here")
-    p.add_argument("--train-articles", type=int, default=0, help="SQuAD 1.1 train articles added (README: 20)")
+    p.add_argument("--train-articles", type=int, default=20, help="SQuAD 1.1 train articles added (0: none)")
     p.add_argument("--train-questions", type=int, default=1500, help="of their questions, asked (seeded sample)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

@@ -10,8 +10,8 @@ words, emoji) has no lexical query, and retrieval falls back to dense.
 Ranking every passage that holds any of the words costs time in proportion to their postings: at 100k passages
 common words ("one", "new", "film": 5-20% of passages each) make an OR-ed question score thousands of passages.
 So the candidates are the passages holding the question's *rarest* words, up to ``POSTINGS_BUDGET`` postings (at
-least the rarest word), and every word still scores them. At 100k passages lexical search takes 1.38 ms p50 so
-against 3.00 exact and gives the exact search's best score for 99.5% of val questions (``python -m
+least the rarest word), and every word still scores them. At 100k passages lexical search took 1.38 ms p50
+against the exact search's 3.00 ms and gave the exact search's best score for 99.5% of val questions (``python -m
 benchmarks.lexical_budget``; README "Hybrid retrieval"). A store smaller than the budget is searched exactly.
 Each store remembers its words' postings (``Postings``) until its next commit: a question's words are counted once.
 """
