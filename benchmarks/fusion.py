@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from edge_rag import EdgeRAG
 from edge_rag.bundle import Bundle
+from edge_rag.config import Config
 from edge_rag.lexical import query_terms
 from edge_rag.models import default_bundle, home
 from edge_rag.retrieve import fuse
@@ -91,8 +92,38 @@ def evaluate(rows: list[dict]) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.fusion", description=__doc__.splitlines()[0])
+def question_sets(args: argparse.Namespace, bundle: Bundle, config: Config) -> list[tuple[str, Path, list]]:
+    """(name, pooled index, questions asked) per question set: the dev file's SQuAD and HotpotQA questions of
+    ``args.parts``, and a seeded sample of ``args.train_articles`` SQuAD 1.1 train articles' questions."""
+    sets = [("squad", data.FILES["squad"]), ("hotpotqa", data.FILES["hotpotqa"])]
+    if args.train_articles:
+        sets.append((TRAIN_SET, train_sample(args.train_articles, args.seed, args.index_cache)))
+    out = []
+    for name, path in sets:
+        db, items = data.pooled_index("squad" if name == TRAIN_SET else name, path, bundle, config, args.index_cache)
+        picked = (data.sample(items, args.train_questions, args.seed) if name == TRAIN_SET
+                  else [q for part in args.parts.split(",") for q in splits.select(items, part)])
+        out.append((name, db, picked))
+    return out
+
+
+def pooled_r1(result: dict, key: str) -> float:
+    """SQuAD R@1 of setting ``key`` over the dev and train questions pooled."""
+    squad = [d for d in result if d != "hotpotqa"]
+    return sum(result[d]["n"] * result[d][key]["R@1"] for d in squad) / sum(result[d]["n"] for d in squad)
+
+
+def choose(result: dict, suffix: str = "") -> str:
+    """The rule: the best pooled SQuAD R@1 among the hybrid settings (those whose key ends with ``suffix``) whose
+    HotpotQA both@5 is no worse than dense's."""
+    floor = result["hotpotqa"]["dense"]["both@5"]
+    return max((k for k in result["squad"] if k.startswith("hybrid") and k.endswith(suffix)
+                and result["hotpotqa"][k]["both@5"] >= floor), key=lambda k: pooled_r1(result, k))
+
+
+def arguments(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options every train/val retrieval benchmark shares (this one and benchmarks.context_index)."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--parts", default=",".join(TUNING_PARTS), help="splits.json parts whose questions are used")
     p.add_argument("--width", type=int, default=20, help="passages per list (the pipeline's search width)")
     p.add_argument("--profile", default="gemma")
@@ -101,17 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-articles", type=int, default=20, help="SQuAD 1.1 train articles added (0: none)")
     p.add_argument("--train-questions", type=int, default=1500, help="of their questions, asked (seeded sample)")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments("python -m benchmarks.fusion", __doc__.splitlines()[0]).parse_args(argv)
     bundle = Bundle.load(default_bundle(args.profile))
     config = bench_config()
     result = {}
-    sets = [("squad", data.FILES["squad"]), ("hotpotqa", data.FILES["hotpotqa"])]
-    if args.train_articles:
-        sets.append((TRAIN_SET, train_sample(args.train_articles, args.seed, args.index_cache)))
-    for name, path in sets:
-        db, items = data.pooled_index("squad" if name == TRAIN_SET else name, path, bundle, config, args.index_cache)
-        picked = (data.sample(items, args.train_questions, args.seed) if name == TRAIN_SET
-                  else [q for part in args.parts.split(",") for q in splits.select(items, part)])
+    for name, db, picked in question_sets(args, bundle, config):
         with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
             rows = ranked_lists(rag, picked, args.width)
         result[name] = {"n": len(rows), **evaluate(rows)}  # n: answerable questions with gold paragraphs
@@ -122,15 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:<24} " + " ".join(f"{result[d][key][m]:>{len(d) + 8}.3f}" for d in result
                                        for m in ("R@1", "R@5", "both@5")))
     squad = [d for d in result if d != "hotpotqa"]
-
-    def squad_r1(key: str) -> float:  # SQuAD R@1 over dev and train questions pooled
-        return sum(result[d]["n"] * result[d][key]["R@1"] for d in squad) / sum(result[d]["n"] for d in squad)
-
-    floor = result["hotpotqa"]["dense"]["both@5"]
-    chosen = max((k for k in result["squad"] if k.startswith("hybrid") and result["hotpotqa"][k]["both@5"] >= floor),
-                 key=squad_r1)
-    print(f"chosen: {chosen} (best SQuAD R@1, {' + '.join(squad)} questions pooled: {squad_r1(chosen):.3f}, with "
-          f"HotpotQA both@5 >= dense's {floor:.3f}); dense {squad_r1('dense'):.3f}, lexical {squad_r1('lexical'):.3f}")
+    chosen = choose(result)
+    print(f"chosen: {chosen} (best SQuAD R@1, {' + '.join(squad)} questions pooled: {pooled_r1(result, chosen):.3f}, "
+          f"with HotpotQA both@5 >= dense's {result['hotpotqa']['dense']['both@5']:.3f}); "
+          f"dense {pooled_r1(result, 'dense'):.3f}, lexical {pooled_r1(result, 'lexical'):.3f}")
     if args.out:
         args.out.write_text(json.dumps({**result, "chosen": chosen}, indent=1))
     return 0

@@ -74,8 +74,5 @@ def _passages(store: PassageStore, vector: np.ndarray, ranked: list[tuple[int, f
     score and fused score. A lexical hit without a vector here (the full-text index is read without the search
     lock: a commit of another process this one has not loaded yet, or a removal) is left out."""
     known = {p.id: p for p in dense}
-    missing = [pid for pid, _ in ranked if pid not in known]
-    cosines = store.cosines(vector, missing)
-    for p in store.passages([pid for pid in missing if pid in cosines]):
-        known[p.id] = replace(p, score=cosines[p.id])
+    known.update((p.id, p) for p in store.scored(vector, [pid for pid, _ in ranked if pid not in known]))
     return [replace(known[pid], lexical=lexical.get(pid, 0.0), fused=score) for pid, score in ranked if pid in known]

@@ -143,10 +143,12 @@ class Store:
         search lock, beside a dense search (retrieve.py)."""
         return self._text.search(list(terms), k, self._version, budget)
 
-    def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
-        """Exact cosine similarity of the query to the stored vectors of ``ids`` (lexical hits dense missed)."""
+    def scored(self, vector: np.ndarray, ids: Sequence[int]) -> list[Passage]:
+        """Passages by id with the exact cosine of their vectors as ``score`` (lexical hits dense missed); an id
+        not in this process's index (another process's commit not loaded yet) is left out."""
         with self._lock:
-            return hnsw.cosines(self.index, vector, ids)
+            cosines = hnsw.cosines(self.index, vector, ids)
+        return [replace(p, score=cosines[p.id]) for p in self.passages([i for i in ids if i in cosines])]
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:
         """Passages by id, in the order given; a passage that fails its checksum raises StoreError."""

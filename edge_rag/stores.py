@@ -60,8 +60,9 @@ class PassageStore(Protocol):
         postings), scored by all of them, best first (lexical.py)."""
         ...
 
-    def cosines(self, vector: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
-        """Exact cosine similarity of the query to the stored vectors of ``ids``."""
+    def scored(self, vector: np.ndarray, ids: Sequence[int]) -> list[Passage]:
+        """Passages by id, in the order given, each with the exact cosine of its stored vector to the query as
+        ``score`` (the lexical hits dense search missed); an id without a vector here is left out."""
         ...
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:

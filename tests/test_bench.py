@@ -222,3 +222,28 @@ def test_combiner_features_shows_what_leaving_a_feature_out_costs(tmp_path, caps
     path.write_text(json.dumps({"reader_val": old}))
     with pytest.raises(SystemExit, match="without negated"):
         combiner_features.main([str(path)])
+
+
+def test_context_index_reads_neighbours_within_a_document(tmp_path):
+    """benchmarks.context_index: with no context (c = 0) its index ranks as the store's own full-text search; with
+    c = 1 the sentences either side of one holding the asked word are found through their context column, ranked
+    below it, and the next document's first sentence (the next id, another document) is not."""
+    from benchmarks.context_index import context_index, search
+    from edge_rag.chunk import make_document
+    from edge_rag.store import Store
+    from edge_rag.store_db import Part
+
+    texts = [["The keeper lived alone on the rock", "He painted the lighthouse tower red", "Ships passed it at night"],
+             ["The harbour cafe sells soup", "Its terrace faces the quay"]]
+    docs = [make_document(" ".join(t), f"doc{i}") for i, t in enumerate(texts)]
+    store = Store(tmp_path, 8, "enc")
+    store.add([Part(d, 0, t, last=True, sha=d.doc_id) for d, t in zip(docs, texts)], np.eye(8, dtype=np.float32)[:5])
+    terms = ["lighthouse", "tower"]
+    exact = [i for i, _ in store.search_text(terms, 5)]
+    store.close()
+    alone, doc_of = context_index(tmp_path, 0)
+    assert search(alone, terms, 0.0, 5) == exact == [1]
+    around, _ = context_index(tmp_path, 1)
+    found = search(around, terms, 0.5, 5)
+    assert found[0] == 1 and sorted(found) == [0, 1, 2] and {doc_of[i] for i in found} == {docs[0].doc_id}
+    assert search(around, ["harbour"], 0.5, 5) == [3, 4]  # the cafe's 2 sentences; the rock's third is another document

@@ -83,7 +83,7 @@ def test_a_lexical_hit_another_process_committed_since_is_left_out(tmp_path):
     writer.add([Part(doc, 0, [doc.text], last=True, sha="late")], np.eye(8, dtype=np.float32)[:1])
     [(pid, score)] = reader.search_text(["zeppelin"], 5)  # SQLite shows the commit at once
     query = np.eye(8, dtype=np.float32)[0]
-    assert reader.cosines(query, [pid]) == {}  # the vector is in the writer's index file, not loaded here
+    assert reader.scored(query, [pid]) == []  # the vector is in the writer's index file, not loaded here
     assert retrieve._passages(reader, query, [(pid, 1.0)], [], {pid: score}) == []
     writer.close()
     reader.close()

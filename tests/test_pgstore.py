@@ -357,7 +357,10 @@ def test_full_text_index_commits_with_the_passages_and_old_stores_get_one(pg_url
     hits = store.search_text(query_terms("How much is an adult ticket?"), 5)
     assert [p.text for p in store.passages([hits[0][0]])] == ["Adult tickets cost 16 pounds"] and hits[0][1] > 0
     query = encoder.encode_one("tickets")
-    assert store.cosines(query, [hits[0][0]])[hits[0][0]] == pytest.approx(float(vectors[hits[0][0]] @ query), abs=1e-5)
+    [scored] = store.scored(query, [hits[0][0]])  # the lexical hit with its exact cosine, in one round trip
+    assert scored.text == "Adult tickets cost 16 pounds"
+    assert scored.score == pytest.approx(float(vectors[hits[0][0]] @ query), abs=1e-5)
+    assert [p.id for p in store.scored(query, [3, 0, 999])] == [3, 0]  # the order given; an unknown id left out
     store.remove([ds[1].doc_id])
     assert store.search_text(["ticket"], 5) == []
     store.close()

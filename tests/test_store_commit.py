@@ -105,10 +105,11 @@ def test_a_removal_takes_effect_at_its_commit_and_after_reopening(tmp_path, monk
     store.add(gone, np.repeat(query[None], 50, axis=0))
     follower = Store(tmp_path, DIM)  # as a second process would: it reloads the index when a commit lands
     held = HeldSave(monkeypatch)
-    hits, cosines = held.while_saving(lambda: store.remove([gone_id]),
-                                      lambda: (store.search(query, 5), store.cosines(query, [300])))
+    hits, scored = held.while_saving(lambda: store.remove([gone_id]),
+                                     lambda: (store.search(query, 5), store.scored(query, [300])))
     assert held.order == ["searched", "saved"]
-    assert [h.doc_id for h in hits] == [gone_id] * 5 and cosines[300] > 0.99  # still committed while it saves
+    assert [h.doc_id for h in hits] == [gone_id] * 5  # still committed while it saves
+    assert [p.id for p in scored] == [300] and scored[0].score > 0.99
     after = store.search(query, 5)
     assert len(after) == 5 and gone_id not in {h.doc_id for h in after}
     assert [h.id for h in follower.search(query, 5)] == [h.id for h in after]
@@ -142,8 +143,8 @@ def test_the_search_lock_goes_to_a_waiting_search_before_the_next_chunk_of_a_com
     assert order == ["search", "chunk"]
 
 
-def test_cosines_leave_out_what_a_commit_removed_since_it_was_found(tmp_path):
-    """A lexical hit found just before a removal commits: its cosine is left out, as its passage is (before: the
+def test_scored_leaves_out_what_a_commit_removed_since_it_was_found(tmp_path):
+    """A lexical hit found just before a removal commits: it is left out of the scored passages (before: the
     question failed with hnswlib's 'Label not found')."""
     rng = np.random.default_rng(2)
     store = Store(tmp_path, DIM)
@@ -152,5 +153,5 @@ def test_cosines_leave_out_what_a_commit_removed_since_it_was_found(tmp_path):
     store.add(keep + gone, _vectors(rng, 20))
     store.remove([gone_id])
     query = _vectors(rng, 1)[0]
-    assert sorted(store.cosines(query, [3, 15])) == [3] and [p.id for p in store.passages([3, 15])] == [3]
+    assert [p.id for p in store.scored(query, [3, 15])] == [3] and [p.id for p in store.passages([3, 15])] == [3]
     store.close()
