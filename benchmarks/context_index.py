@@ -1,12 +1,12 @@
-"""`python -m benchmarks.context_index`: would BM25 over each sentence *with its neighbours* retrieve better?
+"""`python -m benchmarks.context_index`: does BM25 over each sentence *with its neighbours* retrieve better?
 
-The stores index each sentence passage alone (title and text). A sentence holds few of a question's words; the
-sentences around it often hold the rest. This builds, in memory, an SQLite FTS5 index of every pooled passage of
-benchmarks.fusion's question sets with a third column, ``context``: the text of the passages of the same document
-within ``c`` positions of it, weighted ``wc`` in ``bm25()`` (title and text weighted as in the stores). Its lexical
-lists (searched exactly, no postings budget; ``c`` = 0, an empty context, is the stores' index) are fused with the store's dense list
-over the fusion grid and judged by benchmarks.fusion's rule on the same train/val questions, never test or
-calibration. Nothing in edge_rag reads such an index yet: this measures whether one is worth its place in both stores.
+A sentence holds few of a question's words; the sentences around it often hold the rest. This builds, in memory, an
+SQLite FTS5 index of every pooled passage of benchmarks.fusion's question sets with a third column, ``context``: the
+text of the passages of the same document within ``c`` positions of it, weighted ``wc`` in ``bm25()`` (title and
+text weighted as in the stores). Its lexical lists (searched exactly, no postings budget) are fused with the store's
+dense list over the fusion grid and judged by benchmarks.fusion's rule on the same train/val questions, never test
+or calibration. ``c`` = 0 (no context) is the stores' index before the context column; ``c`` =
+store_db.CONTEXT_NEIGHBOURS at ``wc`` = CONTEXT_WEIGHT is the one they keep now, chosen by this run.
 """
 from __future__ import annotations
 
@@ -81,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     best = [choose(result, f" c={c} wc={wc:g}") for c, wc in settings]  # the rule within each index
     for key in ["dense", "lexical c=0 wc=0"] + best:
         print(f"| {key} | {pooled_r1(result, key):.3f} | " + " | ".join(
-            f"{result[d][key][m]:.3f}" for d, m in (("squad", "R@1"), ("squad11-train", "R@1"), ("squad11-train", "R@5"),
-                                                    ("hotpotqa", "both@5")) if d in result) + " |")
+            f"{result[d][key][m]:.3f}" for d, m in (("squad", "R@1"), ("squad11-train", "R@1"),
+                                                    ("squad11-train", "R@5"), ("hotpotqa", "both@5")) if d in result)
+              + " |")
     chosen = choose(result)
     print(f"the rule's choice: {chosen} (pooled R@1 {pooled_r1(result, chosen):.3f}, HotpotQA both@5 "
           f"{result['hotpotqa'][chosen]['both@5']:.3f}, dense's {result['hotpotqa']['dense']['both@5']:.3f})")

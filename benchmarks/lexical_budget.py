@@ -19,12 +19,11 @@ import numpy as np
 
 from edge_rag.chunk import chunk
 from edge_rag.lexical import POSTINGS_BUDGET, query_terms
-from edge_rag.store import Part, Store
-from edge_rag.types import Document
+from edge_rag.store import Store
 
 from . import data
 from .run import corpus_sizes
-from .scale import corpus
+from .scale import corpus, documents
 
 BUDGETS = (500, 1_000, 2_000, 4_000, 8_000)
 EXACT = 10**12
@@ -48,8 +47,7 @@ def build(folder: Path, texts: list[tuple[str, str]], n: int, seed: int) -> Stor
     real = np.random.default_rng(seed).standard_normal((len(texts), DIM)).astype(np.float32)
     vectors, source = corpus(real / np.linalg.norm(real, axis=1, keepdims=True), n, seed)
     store = Store(folder, DIM, "lexical-budget")
-    docs = [Document(f"v{i}", *texts[j]) for i, j in enumerate(source.tolist())]
-    store.add([Part(d, 0, [d.text], last=True) for d in docs], vectors)
+    store.add(documents([texts[j] for j in source.tolist()]), vectors)
     return store
 
 

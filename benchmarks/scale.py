@@ -34,6 +34,22 @@ MAX_QUERIES = 200
 K = 10
 CHUNK = 100_000  # synthetic rows generated at a time (bounds the float temporaries)
 MB = 2**20
+PASSAGES_PER_DOCUMENT = 5  # corpus rows per document in the store benchmarks: each passage gets neighbours
+
+
+def documents(rows: list[tuple[str, str]], prefix: str = "v", per_document: int = PASSAGES_PER_DOCUMENT) -> list:
+    """The corpus rows (title, text), in order, as parts of whole documents of ``per_document`` consecutive
+    passages: the full-text index then holds each passage's context (its neighbours' text) as a real corpus's
+    sentences have, so its size and search cost are measured, not skipped."""
+    from edge_rag.store_db import Part
+    from edge_rag.types import Document
+
+    parts = []
+    for k, at in enumerate(range(0, len(rows), per_document)):
+        group = rows[at:at + per_document]
+        doc = Document(f"{prefix}{k}", group[0][0], " ".join(text for _, text in group))
+        parts.append(Part(doc, 0, [text for _, text in group], last=True, sha=doc.doc_id))
+    return parts
 
 
 def corpus(real: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

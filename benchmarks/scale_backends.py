@@ -34,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.rss import peak_rss_mb
-from benchmarks.scale import MAX_QUERIES, MB, K, corpus
+from benchmarks.scale import MAX_QUERIES, MB, K, corpus, documents
 
 if TYPE_CHECKING:  # importing edge_rag at module level would be measured in the device processes
     from edge_rag import Config
@@ -80,24 +80,23 @@ def _inputs(work: str) -> tuple[np.ndarray, list[str]]:
 
 def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, seed: int, full_text: int) -> dict:
     """Build one store of ``n`` passages, with or without its full-text index, and query it (its own process)."""
-    from edge_rag.stores import Part, open_store
-    from edge_rag.types import Document
+    from edge_rag.stores import open_store
 
     real = np.load(Path(work) / "real.npy")
     texts = json.loads((Path(work) / "texts.json").read_text("utf-8"))
     queries, questions = _inputs(work)
     x, source = corpus(real, n, seed)
     del real
-    docs = [Document(f"v{i}", *texts[j]) for i, j in enumerate(source.tolist())]
+    parts = documents([tuple(texts[j]) for j in source.tolist()])
     config = _config(m, efc, efs)
     store = open_store(db, x.shape[1], ENCODER_ID, config)
     if not full_text:
         drop_full_text(store, backend)
     start = time.perf_counter()
     if backend == "embedded":
-        store.add([Part(d, 0, [d.text], last=True) for d in docs], x)
+        store.add(parts, x)
     else:
-        _bulk_load(store, docs, x, m, efc, bool(full_text))
+        _bulk_load(store, parts, x, m, efc, bool(full_text))
     def reopen() -> PassageStore:
         return open_store(db, x.shape[1], ENCODER_ID, config)
 
@@ -111,9 +110,9 @@ def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, 
         if full_text:
             row["server_lexical_p50_ms"] = _server_p50(store, SEARCH_TEXT, _lexical_params(store, questions))
         # incremental adds into the built indexes, one transaction
-        extra = [Document(f"w{i}", d.title, d.text) for i, d in enumerate(docs[:INSERT_SAMPLE])]
+        extra = documents([(p.doc.title, t) for p in parts for t in p.texts][:INSERT_SAMPLE], prefix="w")
         t = time.perf_counter()
-        store.add([Part(d, 0, [d.text], last=True) for d in extra], x[:len(extra)])
+        store.add(extra, x[:INSERT_SAMPLE])
         row["inserts_per_s"] = len(extra) / (time.perf_counter() - t)
     store.close()
     return {**row, "build_peak_rss_mb": peak_rss_mb()}
@@ -201,9 +200,11 @@ def _lexical_params(store: PassageStore, questions: list[str]) -> list[tuple]:
                 for terms in filter(None, map(query_terms, questions))]
 
 
-def _bulk_load(store: PassageStore, docs: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:
-    """COPY every row, then build the HNSW (and GIN) index once (pgvector's advice for an initial load)."""
+def _bulk_load(store: PassageStore, parts: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:
+    """COPY every row with its context, then build the HNSW (and GIN) index once (pgvector's advice for an initial
+    load)."""
     from edge_rag.pgsql import DOCUMENTS, META, PASSAGES
+    from edge_rag.store_db import contexts
 
     mem_mb = max(1024, len(x) * MAINTENANCE_BYTES_PER_VECTOR // 2**20)
     with store.pool.connection() as conn, conn.transaction():
@@ -212,19 +213,23 @@ def _bulk_load(store: PassageStore, docs: list, x: np.ndarray, m: int, efc: int,
             conn.execute(f"DROP INDEX {PASSAGES}_tsv")
         with conn.cursor() as cur:
             with cur.copy(f"COPY {DOCUMENTS} (doc_id, title, source) FROM STDIN") as copy:
-                for d in docs:
-                    copy.write_row((d.doc_id, d.title, "scale"))
-            with cur.copy(f"COPY {PASSAGES} (id, doc_id, title, text, position, embedding) FROM STDIN "
+                for p in parts:
+                    copy.write_row((p.doc.doc_id, p.doc.title, "scale"))
+            with cur.copy(f"COPY {PASSAGES} (id, doc_id, title, text, position, context, embedding) FROM STDIN "
                           "(FORMAT BINARY)") as copy:
-                copy.set_types(["int8", "text", "text", "text", "int4", "vector"])
-                for i, d in enumerate(docs):
-                    copy.write_row((i, d.doc_id, d.title, d.text, 0, x[i]))
+                copy.set_types(["int8", "text", "text", "text", "int4", "text", "vector"])
+                i = 0
+                for p in parts:
+                    context = contexts([(i + pos, pos, t) for pos, t in enumerate(p.texts)])
+                    for pos, text in enumerate(p.texts):
+                        copy.write_row((i, p.doc.doc_id, p.doc.title, text, pos, context[i], x[i]))
+                        i += 1
         conn.execute(f"SET LOCAL maintenance_work_mem = '{mem_mb}MB'")
         conn.execute(f"CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops) "
                      f"WITH (m = {m}, ef_construction = {efc})")
         if full_text:
             conn.execute(f"CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv)")
-        conn.execute(f"UPDATE {META} SET value = %s WHERE key = 'count'", (str(len(docs)),))
+        conn.execute(f"UPDATE {META} SET value = %s WHERE key = 'count'", (str(len(x)),))
         conn.execute(f"UPDATE {META} SET value = '1' WHERE key = 'version'")
         conn.execute(f"ANALYZE {PASSAGES}")
 

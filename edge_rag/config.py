@@ -118,11 +118,11 @@ class Config:
     hnsw_ef_search: int = 64
     baseline_k: int = 5  # the fixed-k baseline (thesis, LangChain-style)
     # hybrid fusion (weighted reciprocal rank, retrieve.py), chosen on train/val questions only by
-    # `python -m benchmarks.fusion --train-articles 20`: the best SQuAD paragraph R@1 (dev train/val and SQuAD 1.1
-    # train questions pooled: 0.756; dense 0.707, BM25 0.708) among settings whose HotpotQA both-supporting-in-top-5
-    # is no worse than dense's (0.506 vs 0.453; README "Hybrid retrieval")
-    fusion_k: int = 5
-    lexical_weight: float = 0.75
+    # `python -m benchmarks.fusion` (20 SQuAD 1.1 train articles): the best SQuAD paragraph R@1 (dev train/val and
+    # SQuAD 1.1 train questions pooled: 0.789; dense 0.707, BM25 with the context column 0.751) among settings whose
+    # HotpotQA both-supporting-in-top-5 is no worse than dense's (0.523 vs 0.453; README "Hybrid retrieval")
+    fusion_k: int = 2
+    lexical_weight: float = 1.0
 
     # -- router tiers
     tiers: Tiers = DEFAULT_TIERS  # a plain dict is accepted and frozen into Tiers
@@ -154,9 +154,9 @@ class Config:
     azuma_c: float = 1.0  # bound on martingale differences: 1 is the only value [0, 1] scores guarantee
 
     # -- certified selective answering: among answered questions error <= max_error_rate w.p. >= 1 - delta
-    # alpha: calibrate's rule (the smallest alpha certified at delta 0.05 answering >= 25% of calibration) gives 0.4,
-    # but 0.4's threshold refuses one of the demo's questions, which must be answered; 0.5 answers them (README
-    # "Decision layer": threshold, coverage and error of both). Lower it only after calibrating a better reader.
+    # alpha: calibrate's rule (the smallest alpha certified at delta 0.05 answering >= 25% of calibration) gives 0.5
+    # (0.4 answers 24.7%; README "Decision layer": threshold, coverage and error of both). Lower it only after
+    # calibrating a better reader.
     max_error_rate: float = 0.5
     delta: float = 0.05
     # What the neural reader reads: the top `reader_passages` hits, each widened by `reader_window` sentences either

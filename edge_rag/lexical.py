@@ -1,6 +1,7 @@
 """The question as the full-text indexes read it: its content words, OR-ed.
 
-Both stores index each passage's title and text with an English stemmer (SQLite FTS5 ``porter unicode61``,
+Both stores index each passage's title, text and context (its neighbours' text, store_db.CONTEXT_NEIGHBOURS, at a
+lower weight) with an English stemmer (SQLite FTS5 ``porter unicode61``,
 PostgreSQL ``to_tsvector('english', ...)``) and rank by their own term statistics (BM25, ``ts_rank_cd``). A
 question is reduced to its content words (``text.keywords``: lower-case word characters, stop words dropped) and
 any of them may match: questions paraphrase, so requiring every word would miss. Only word characters reach a

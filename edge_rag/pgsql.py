@@ -4,8 +4,11 @@ Kept apart from the store class so the SQL reads in one place (and benchmarks ca
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .errors import StoreError
 from .lexical import POSTINGS_BUDGET, candidate_terms, tsquery
+from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
 WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
@@ -24,16 +27,27 @@ CREATE INDEX {PASSAGES}_doc ON {PASSAGES}(doc_id);
 CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops)
     WITH (m = {{m}}, ef_construction = {{ef_construction}});
 """
-# The full-text index: a tsvector of title and text computed by PostgreSQL on every insert (so it commits with the
-# passage), behind a GIN index. Stores made before it get both on open (one transaction, under the writers' lock).
+# A passage's context (store_db.CONTEXT_NEIGHBOURS): the text of its document's passages within that many positions,
+# for every stored passage at once (the upgrade of a store from before it).
+SET_CONTEXT = f"""UPDATE {PASSAGES} p SET context = (SELECT string_agg(n.text, ' ' ORDER BY n.position)
+    FROM {PASSAGES} n WHERE n.doc_id = p.doc_id AND n.id <> p.id
+    AND n.position BETWEEN p.position - {CONTEXT_NEIGHBOURS} AND p.position + {CONTEXT_NEIGHBOURS})"""
+# The full-text index: a tsvector of title and text (weight A) and context (B) computed by PostgreSQL on every insert
+# or context update (so it commits with the passage), behind a GIN index. Stores made before it, or before its
+# context, get both on open (one transaction, under the writers' lock).
 FULL_TEXT = f"""
-ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector
-    GENERATED ALWAYS AS (to_tsvector('english', title || ' ' || text)) STORED;
+ALTER TABLE {PASSAGES} DROP COLUMN IF EXISTS tsv;
+ALTER TABLE {PASSAGES} ADD COLUMN IF NOT EXISTS context text;
+{SET_CONTEXT};
+ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
+    setweight(to_tsvector('english', title || ' ' || text), 'A')
+    || setweight(to_tsvector('english', coalesce(context, '')), 'B')) STORED;
 CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv);
 """
-# Ranked by every term of the question (q), among the passages holding its rarest terms (c: lexical.py's budget).
-SEARCH_TEXT = f"""SELECT id, ts_rank_cd(tsv, q) AS rank FROM {PASSAGES}, to_tsquery('english', %s) q,
-    to_tsquery('english', %s) c WHERE tsv @@ c ORDER BY rank DESC, id LIMIT %s"""
+# Ranked by every term of the question (q), among the passages holding its rarest terms (c: lexical.py's budget);
+# the weights of labels D, C, B (context) and A (title and text).
+SEARCH_TEXT = f"""SELECT id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', tsv, q) AS rank FROM {PASSAGES},
+    to_tsquery('english', %s) q, to_tsquery('english', %s) c WHERE tsv @@ c ORDER BY rank DESC, id LIMIT %s"""
 POSTINGS = f"""SELECT (SELECT count(*) FROM {PASSAGES} WHERE tsv @@ to_tsquery('english', t))
 FROM unnest(%s::text[]) WITH ORDINALITY AS terms(t, i) ORDER BY i"""
 SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
@@ -67,9 +81,27 @@ def text_search_params(terms: list[str], counts: list[int], k: int, budget: int 
     return tsquery(terms), tsquery(candidate_terms(terms, counts, budget)[0]), k
 
 
+def part_contexts(conn, parts: Sequence[Part], first: int) -> tuple[list[str], list[tuple[str, int]]]:
+    """The context of each passage ``parts`` add (ids from ``first`` on, in order), written with it (an UPDATE
+    re-inserts a row into every index, HNSW too), and (context, id) of the stored passages before a part that it
+    neighbours: a long document comes in several commits (indexing.py)."""
+    c, out, updates, pid = CONTEXT_NEIGHBOURS, [], [], first
+    for p in parts:
+        stored = conn.execute(f"SELECT id, position, text FROM {PASSAGES} WHERE doc_id = %s AND position BETWEEN %s "
+                              "AND %s ORDER BY position", (p.doc.doc_id, p.start - 2 * c, p.start - 1)).fetchall() \
+            if p.start > 0 else []
+        new = [(pid + k, p.start + k, text) for k, text in enumerate(p.texts)]
+        context = contexts(stored + new, c)
+        out += [context[i] for i, _, _ in new]
+        updates += [(context[i], i) for i, pos, _ in stored if pos >= p.start - c]
+        pid += len(p.texts)
+    return out, updates
+
+
 def has_full_text(conn) -> bool:
-    return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_name = %s AND column_name = 'tsv'",
-                        (PASSAGES,)).fetchone() is not None
+    """Whether the passages have the full-text column and the context it reads."""
+    return conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = %s "
+                        "AND column_name IN ('tsv', 'context')", (PASSAGES,)).fetchone()[0] == 2
 
 
 def delete_documents(conn, doc_ids: list[str]) -> int:

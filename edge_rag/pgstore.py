@@ -100,7 +100,7 @@ class PgStore:
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
     def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
-        """Top-k passage ids by full-text rank (``ts_rank_cd`` of all ``terms``) over title and text, among the
+        """Top-k passage ids by full-text rank (``ts_rank_cd`` of all ``terms``) over title, text and context, among the
         passages holding the rarest terms (``budget`` postings, lexical.py), best first."""
         if not terms or k <= 0 or not self.full_text:
             return []
@@ -147,6 +147,7 @@ class PgStore:
             gone = Q.delete_documents(conn, list(remove))
             first = int(meta.get("next_id") or  # ids are never reused, even after a remove
                         conn.execute(f"SELECT coalesce(max(id), -1) + 1 FROM {Q.PASSAGES}").fetchone()[0])
+            contexts, updates = Q.part_contexts(conn, parts, first)
             done = [p.doc.doc_id for p in parts if p.start > 0 and p.last]  # documents finished in this batch
             if done:
                 conn.execute(f"UPDATE {Q.DOCUMENTS} SET complete = true WHERE doc_id = ANY(%s)", (done,))
@@ -155,14 +156,14 @@ class PgStore:
                     for p in parts:
                         if p.start == 0:
                             copy.write_row((p.doc.doc_id, p.doc.title, p.doc.source, p.sha, p.last))
-                cols = "id, doc_id, title, text, position, embedding"
+                cols = "id, doc_id, title, text, position, context, embedding"
                 with cur.copy(f"COPY {Q.PASSAGES} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-                    copy.set_types(["int8", "text", "text", "text", "int4", "vector"])
-                    pid = first
-                    for p in parts:
-                        for pos, text in enumerate(p.texts, p.start):
-                            copy.write_row((pid, p.doc.doc_id, p.doc.title, text, pos, vectors[pid - first]))
-                            pid += 1
+                    copy.set_types(["int8", "text", "text", "text", "int4", "text", "vector"])
+                    rows = ((p.doc.doc_id, p.doc.title, text, pos)
+                            for p in parts for pos, text in enumerate(p.texts, p.start))
+                    for at, (doc_id, title, text, pos) in enumerate(rows):
+                        copy.write_row((first + at, doc_id, title, text, pos, contexts[at], vectors[at]))
+            conn.cursor().executemany(f"UPDATE {Q.PASSAGES} SET context = %s WHERE id = %s", updates)
             self._set_meta(conn, count=int(meta.get("count", 0)) - gone + n, version=int(meta.get("version", 0)) + 1,
                            encoder=self.encoder_id, next_id=first + n)
         return n

@@ -139,8 +139,8 @@ class Store:
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
     def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
-        """Top-k passage ids by BM25 over title and text (store_fts), best first, with the BM25 score; without the
-        search lock, beside a dense search (retrieve.py)."""
+        """Top-k passage ids by BM25 over title, text and context (store_fts), best first, with the BM25 score;
+        without the search lock, beside a dense search (retrieve.py)."""
         return self._text.search(list(terms), k, self._version, budget)
 
     def scored(self, vector: np.ndarray, ids: Sequence[int]) -> list[Passage]:

@@ -1,4 +1,4 @@
-"""The embedded store's full-text search: BM25 over the passages' title and text in SQLite FTS5 (``store_db``
+"""The embedded store's full-text search: BM25 over the passages' title, text and context in SQLite FTS5 (``store_db``
 keeps the index in the passages' transactions), with the candidate budget of ``lexical.py``.
 
 Full-text searches take no search lock: each runs on a read connection of its own, beside the question's dense
@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 
 from .lexical import POSTINGS_BUDGET, Postings, candidate_terms, fts5_query
-from .store_db import FTS_TABLE, TITLE_WEIGHT, second_connection
+from .store_db import CONTEXT_WEIGHT, FTS_TABLE, TITLE_WEIGHT, second_connection
 
 CONNECTIONS = 4  # full-text searches at once per store
 
@@ -27,7 +27,7 @@ class FullText:
 
     def search(self, terms: list[str], k: int, version: Hashable, budget: int = POSTINGS_BUDGET
                ) -> list[tuple[int, float]]:
-        """Top-k passage ids by BM25 over title and text, best first, with the BM25 score made higher-is-better,
+        """Top-k passage ids by BM25 over title, text and context, best first, the BM25 score made higher-is-better,
         among the passages holding the rarest ``terms`` (``budget`` postings), scored by all of them."""
         if not terms or k <= 0:
             return []
@@ -95,9 +95,10 @@ def fts_queries(terms: list[str], counts: list[int], budget: int = POSTINGS_BUDG
 
 
 def query(db: sqlite3.Connection, fts: str, k: int) -> list[tuple[int, float]]:
-    """Top-k (passage id, BM25 over title and text) for an FTS5 query, best first; BM25 made higher-is-better."""
+    """Top-k (passage id, BM25 over title, text and context) for an FTS5 query, best first; BM25 higher-is-better."""
     return [(int(i), -float(s)) for i, s in db.execute(
-        f"SELECT rowid, bm25({FTS_TABLE}, {TITLE_WEIGHT}, 1.0) AS s FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? "
+        f"SELECT rowid, bm25({FTS_TABLE}, {TITLE_WEIGHT}, 1.0, {CONTEXT_WEIGHT}) AS s FROM {FTS_TABLE} "
+        f"WHERE {FTS_TABLE} MATCH ? "
         "ORDER BY s, rowid LIMIT ?", (fts, k))]
 
 

@@ -225,13 +225,13 @@ def test_combiner_features_shows_what_leaving_a_feature_out_costs(tmp_path, caps
 
 
 def test_context_index_reads_neighbours_within_a_document(tmp_path):
-    """benchmarks.context_index: with no context (c = 0) its index ranks as the store's own full-text search; with
-    c = 1 the sentences either side of one holding the asked word are found through their context column, ranked
-    below it, and the next document's first sentence (the next id, another document) is not."""
+    """benchmarks.context_index: with the stores' context (store_db.CONTEXT_NEIGHBOURS at CONTEXT_WEIGHT) its index
+    ranks as the store's own full-text search; with none (c = 0) only the sentence holding the word is found; with
+    c = 1 its neighbours too, ranked below it, and never the next document's first sentence (the next id)."""
     from benchmarks.context_index import context_index, search
     from edge_rag.chunk import make_document
     from edge_rag.store import Store
-    from edge_rag.store_db import Part
+    from edge_rag.store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part
 
     texts = [["The keeper lived alone on the rock", "He painted the lighthouse tower red", "Ships passed it at night"],
              ["The harbour cafe sells soup", "Its terrace faces the quay"]]
@@ -241,8 +241,10 @@ def test_context_index_reads_neighbours_within_a_document(tmp_path):
     terms = ["lighthouse", "tower"]
     exact = [i for i, _ in store.search_text(terms, 5)]
     store.close()
-    alone, doc_of = context_index(tmp_path, 0)
-    assert search(alone, terms, 0.0, 5) == exact == [1]
+    shipped, doc_of = context_index(tmp_path, CONTEXT_NEIGHBOURS)
+    assert search(shipped, terms, CONTEXT_WEIGHT, 5) == exact and exact[0] == 1 and sorted(exact) == [0, 1, 2]
+    alone, _ = context_index(tmp_path, 0)
+    assert search(alone, terms, 0.0, 5) == [1]
     around, _ = context_index(tmp_path, 1)
     found = search(around, terms, 0.5, 5)
     assert found[0] == 1 and sorted(found) == [0, 1, 2] and {doc_of[i] for i in found} == {docs[0].doc_id}

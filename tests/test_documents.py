@@ -98,8 +98,8 @@ def test_a_flipped_passage_is_caught_by_its_checksum(rag, tmp_path):
     rag.close()
     path = folder / DB_FILE
     data = path.read_bytes()
-    at = data.index(b"16 pounds")
-    path.write_bytes(data[:at] + b"61" + data[at + 2 :])  # bit rot inside a row: structure still valid
+    assert b"16 pounds" in data  # in the passage's text and in its neighbours' contexts
+    path.write_bytes(data.replace(b"16 pounds", b"61 pounds"))  # bit rot inside rows: structure still valid
     reopened = EdgeRAG(folder, bundle=rag.bundle.root)
     with pytest.raises(StoreError, match="fails its checksum"):
         reopened.decide("How much does an adult ticket cost?")

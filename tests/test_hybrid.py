@@ -126,7 +126,7 @@ def test_full_text_index_commits_with_the_passages(tmp_path, encoder):
     store.add([Part(d, 0, t, last=True, sha=d.doc_id) for d, t in zip(ds, texts)], encoder.encode(sum(texts, [])))
     hits = store.search_text(query_terms("How much is an adult ticket?"), 5)
     assert [store.passages([i])[0].text for i, _ in hits][:1] == ["Adult tickets cost 16 pounds"]
-    assert hits[0][1] > 0 and fts_rows(tmp_path) == {0, 2, 3}
+    assert hits[0][1] > 0 and fts_rows(tmp_path) == {0, 1, 2, 3}  # 1 by its context: "...guided ships"
 
     def crash(step: str) -> None:
         if step == "rows_written":  # inside the one transaction: passages and full text roll back together
@@ -135,10 +135,10 @@ def test_full_text_index_commits_with_the_passages(tmp_path, encoder):
     store.fault_hook = crash
     with pytest.raises(Crash):
         store.remove([ds[1].doc_id])
-    assert fts_rows(tmp_path) == {0, 2, 3}
+    assert fts_rows(tmp_path) == {0, 1, 2, 3}
     store.fault_hook = None
     store.remove([ds[1].doc_id])
-    assert fts_rows(tmp_path) == {0} and store.search_text(["ticket"], 5) == []
+    assert fts_rows(tmp_path) == {0, 1} and store.search_text(["ticket"], 5) == []
     store.close()
 
 
@@ -156,17 +156,43 @@ def test_commits_keep_the_full_text_index_whole(tmp_path):
     store.close()
 
 
-def test_a_store_from_before_the_full_text_index_gets_one(tmp_path, bundle_dir):
-    with EdgeRAG(tmp_path, bundle=bundle_dir) as rag:
-        rag.add_documents([make_document("Adult tickets cost 16 pounds. The cafe opens at nine.", "Visit")])
-        count = rag.store.count
-    with sqlite3.connect(tmp_path / DB_FILE) as db:  # what a store written by an earlier version holds
-        for name in ("passages_fts_insert", "passages_fts_delete"):
+def _old_store(folder, fts: bool) -> None:
+    """Make the store in ``folder`` what an earlier version wrote: no contexts, and a full-text index of title and
+    text only (``fts``) or none."""
+    with sqlite3.connect(folder / DB_FILE) as db:
+        for name in ("passages_fts_insert", "passages_fts_delete", "passages_fts_update"):
             db.execute(f"DROP TRIGGER {name}")
         db.execute(f"DROP TABLE {FTS_TABLE}")
+        db.execute("UPDATE passages SET context = NULL")
+        if fts:
+            for statement in (
+                    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(title, text, content='passages', content_rowid='id', "
+                    "tokenize='porter unicode61')",
+                    f"CREATE TRIGGER passages_fts_insert AFTER INSERT ON passages BEGIN INSERT INTO {FTS_TABLE}(rowid, "
+                    "title, text) VALUES (new.id, new.title, new.text); END",
+                    f"CREATE TRIGGER passages_fts_delete AFTER DELETE ON passages BEGIN INSERT INTO {FTS_TABLE}("
+                    f"{FTS_TABLE}, rowid, title, text) VALUES ('delete', old.id, old.title, old.text); END",
+                    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')"):
+                db.execute(statement)
+
+
+@pytest.mark.parametrize("fts", [False, True], ids=["no full-text index", "no context column"])
+def test_a_store_from_before_the_full_text_index_gets_one(tmp_path, bundle_dir, fts):
+    """Opened, an older store gets the current index (contexts computed from its passages), in one transaction;
+    removing a document afterwards keeps the index whole."""
     with EdgeRAG(tmp_path, bundle=bundle_dir) as rag:
-        assert len(rag.store.search_text(["ticket", "cafe"], 10)) == count == 2
+        rag.add_documents([make_document("Adult tickets cost 16 pounds. The cafe opens at nine.", "Visit"),
+                           make_document("The lighthouse guided ships. It was built in 1887.", "Light",
+                                         doc_id="light")])
+    _old_store(tmp_path, fts)
+    with EdgeRAG(tmp_path, bundle=bundle_dir) as rag:
+        assert len(rag.store.search_text(["ticket", "cafe"], 10)) == 2  # each sentence of "Visit", one by context
         assert rag.decide("How much is an adult ticket?").passages[0].title == "Visit"
+        rag.remove(["light"])
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('integrity-check', 1)")
+        assert [r[0] for r in db.execute("SELECT context FROM passages ORDER BY position")] == [
+            "The cafe opens at nine.", "Adult tickets cost 16 pounds."]
 
 
 @pytest.mark.parametrize("question", ["What does a concession ticket cost?", "Who was Big Mary?"])
@@ -204,3 +230,27 @@ def test_lexical_and_dense_modes(sample_rag):
     dense = retrieve.search(rag.store, vector, question, 5, rag.config.with_(retrieval="dense"))
     assert np.allclose([p.score for p in dense.passages], [p.score for p in rag.store.search(vector, 5)])
     assert math.isclose(lexical.nearest.score, dense.nearest.score)
+
+
+def test_a_document_committed_in_parts_gets_the_contexts_it_would_get_in_one(tmp_path):
+    """A long document comes in several commits (indexing.py): the last passages of one commit get the rest of their
+    context with the next, so the index ends as if the document had come in one; each passage is found by the word
+    of a neighbour within CONTEXT_NEIGHBOURS (2) positions, below the passage holding it."""
+    texts = [f"Sentence {w} here" for w in "alpha bravo charlie delta echo foxtrot golf".split()]
+    doc = make_document(" ".join(texts), "Long", doc_id="long")
+    vectors = np.eye(8, dtype=np.float32)[:7]
+    one, split = Store(tmp_path / "one", 8, "enc"), Store(tmp_path / "split", 8, "enc")
+    one.add([Part(doc, 0, texts, last=True, sha="s")], vectors)
+    split.add([Part(doc, 0, texts[:3], last=False, sha="s")], vectors[:3])
+    split.add([Part(doc, 3, texts[3:], last=True, sha="s")], vectors[3:])
+    stored = []
+    for folder in (tmp_path / "one", tmp_path / "split"):
+        with sqlite3.connect(folder / DB_FILE) as db:
+            db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('integrity-check', 1)")
+            stored.append(db.execute("SELECT id, context FROM passages ORDER BY id").fetchall())
+    assert stored[0] == stored[1]
+    assert stored[1][2][1] == "Sentence alpha here Sentence bravo here Sentence delta here Sentence echo here"
+    found = [i for i, _ in split.search_text(["delta"], 10)]
+    assert found[0] == 3 and sorted(found) == [1, 2, 3, 4, 5]
+    one.close()
+    split.close()

@@ -365,11 +365,28 @@ def test_full_text_index_commits_with_the_passages_and_old_stores_get_one(pg_url
     assert store.search_text(["ticket"], 5) == []
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # a store written before the full-text index
-        conn.execute("ALTER TABLE edge_rag_passages DROP COLUMN tsv")
+        conn.execute("ALTER TABLE edge_rag_passages DROP COLUMN tsv, DROP COLUMN context")
     again = PgStore(pg_url, encoder.dim, "enc-1")
     assert [p.text for p in again.passages([i for i, _ in again.search_text(["lighthouse"], 5)])] == [
-        "The lighthouse guided ships"]
+        "The lighthouse guided ships", "It was built in 1887"]  # the second by its context
     again.close()
+
+
+def test_a_document_added_in_parts_gets_the_contexts_it_would_get_in_one(pg_url):
+    """The last passages of one commit get the rest of their context with the next (store_db.CONTEXT_NEIGHBOURS = 2):
+    each passage is found by a neighbour's word, below the passage holding it, as in the embedded store."""
+    texts = [f"Sentence {w} here" for w in "alpha bravo charlie delta echo foxtrot golf".split()]
+    doc = make_document(" ".join(texts), "Long", doc_id="long")
+    store = PgStore(pg_url, 8, "enc-1")
+    vectors = np.eye(8, dtype=np.float32)[:7]
+    store.add([Part(doc, 0, texts[:3], last=False, sha="s")], vectors[:3])
+    store.add([Part(doc, 3, texts[3:], last=True, sha="s")], vectors[3:])
+    found = [i for i, _ in store.search_text(["delta"], 10)]
+    assert found[0] == 3 and sorted(found) == [1, 2, 3, 4, 5]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        context = conn.execute("SELECT context FROM edge_rag_passages WHERE position = 2").fetchone()[0]
+    assert context == "Sentence alpha here Sentence bravo here Sentence delta here Sentence echo here"
+    store.close()
 
 
 def test_rarest_terms_pick_the_candidates(pg_url):

@@ -14,6 +14,7 @@ from benchmarks.data import LOADERS
 from edge_rag.chunk import iter_units
 from edge_rag.config import Config
 from edge_rag.lexical import query_terms
+from edge_rag.store_db import CONTEXT_NEIGHBOURS
 from edge_rag.stores import open_store
 
 N = 2_000  # passages: more than the real sentences below, so noisy copies carry their source's text
@@ -67,6 +68,8 @@ def test_built_with_and_without_full_text(built: dict):
 
 
 def test_lexical_hits_hold_a_word_of_the_question(built: dict, inputs: dict):
+    """Every lexical hit holds a word of the question in its title, its text or its context (the passages of its
+    document within CONTEXT_NEIGHBOURS positions: the benchmark's documents hold 5 passages each)."""
     store = open_store(built["db"], DIM, scale_backends.ENCODER_ID, CONFIG, create=False)
     try:
         found = 0
@@ -75,7 +78,9 @@ def test_lexical_hits_hold_a_word_of_the_question(built: dict, inputs: dict):
             hits = store.passages([i for i, _ in store.search_text(terms, 10)])
             found += bool(hits)
             for p in hits:  # both engines stem (porter / snowball): a stem keeps the word's first letters
-                assert any(t[:3] in f"{p.title} {p.text}".lower() for t in terms), (question, p.text)
+                around = range(p.id - CONTEXT_NEIGHBOURS, p.id + CONTEXT_NEIGHBOURS + 1)
+                text = " ".join(f"{q.title} {q.text}" for q in store.passages(list(around)) if q.doc_id == p.doc_id)
+                assert any(t[:3] in text.lower() for t in terms), (question, p.text)
         assert found >= QUESTIONS // 2
     finally:
         store.close()
