@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from .errors import StoreError
 from .lexical import POSTINGS_BUDGET, candidate_terms, tsquery
-from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, contexts
+from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
 WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
@@ -81,21 +81,16 @@ def text_search_params(terms: list[str], counts: list[int], k: int, budget: int 
     return tsquery(terms), tsquery(candidate_terms(terms, counts, budget)[0]), k
 
 
-def part_contexts(conn, parts: Sequence[Part], first: int) -> tuple[list[str], list[tuple[str, int]]]:
-    """The context of each passage ``parts`` add (ids from ``first`` on, in order), written with it (an UPDATE
-    re-inserts a row into every index, HNSW too), and (context, id) of the stored passages before a part that it
-    neighbours: a long document comes in several commits (indexing.py)."""
-    c, out, updates, pid = CONTEXT_NEIGHBOURS, [], [], first
+def part_contexts(conn, parts: Sequence[Part], first: int) -> tuple[dict[int, str], list[tuple[str, int]]]:
+    """store_db.commit_contexts for the passages ``parts`` add (ids from ``first`` on): computed before the COPY and
+    written with each row (an UPDATE re-inserts a row into every index, HNSW too)."""
+    groups, pid = [], first
     for p in parts:
-        stored = conn.execute(f"SELECT id, position, text FROM {PASSAGES} WHERE doc_id = %s AND position BETWEEN %s "
-                              "AND %s ORDER BY position", (p.doc.doc_id, p.start - 2 * c, p.start - 1)).fetchall() \
-            if p.start > 0 else []
-        new = [(pid + k, p.start + k, text) for k, text in enumerate(p.texts)]
-        context = contexts(stored + new, c)
-        out += [context[i] for i, _, _ in new]
-        updates += [(context[i], i) for i, pos, _ in stored if pos >= p.start - c]
+        groups.append((p.doc.doc_id, [(pid + k, p.start + k, text) for k, text in enumerate(p.texts)]))
         pid += len(p.texts)
-    return out, updates
+    return commit_contexts([g for g in groups if g[1]], lambda doc_id, lo, hi: conn.execute(
+        f"SELECT id, position, text FROM {PASSAGES} WHERE doc_id = %s AND position BETWEEN %s AND %s "
+        "ORDER BY position", (doc_id, lo, hi)).fetchall())
 
 
 def has_full_text(conn) -> bool:

@@ -162,7 +162,7 @@ class PgStore:
                     rows = ((p.doc.doc_id, p.doc.title, text, pos)
                             for p in parts for pos, text in enumerate(p.texts, p.start))
                     for at, (doc_id, title, text, pos) in enumerate(rows):
-                        copy.write_row((first + at, doc_id, title, text, pos, contexts[at], vectors[at]))
+                        copy.write_row((first + at, doc_id, title, text, pos, contexts[first + at], vectors[at]))
             conn.cursor().executemany(f"UPDATE {Q.PASSAGES} SET context = %s WHERE id = %s", updates)
             self._set_meta(conn, count=int(meta.get("count", 0)) - gone + n, version=int(meta.get("version", 0)) + 1,
                            encoder=self.encoder_id, next_id=first + n)

@@ -9,7 +9,7 @@ import contextlib
 import sqlite3
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -114,19 +114,23 @@ def contexts(neighbours: Sequence[tuple[int, int, str]], c: int = CONTEXT_NEIGHB
             for pid, pos, _ in neighbours}
 
 
-def with_contexts(db: sqlite3.Connection, rows: Sequence[tuple]) -> tuple[list[tuple], list[tuple]]:
-    """``commit_rows``'s rows with their context appended, and (context, id) of the stored passages whose right
-    neighbours they are: a long document comes in several commits (indexing.py), and the last passages of one
-    commit get the rest of their context with the next."""
-    c, out, updates = CONTEXT_NEIGHBOURS, [], []
-    for doc_id, group in groupby(rows, key=lambda r: r[1]):  # a commit holds one part of a document at most
-        new = list(group)
-        start = new[0][4]
-        stored = db.execute("SELECT id, position, text FROM passages WHERE doc_id = ? AND position BETWEEN ? AND ? "
-                            "ORDER BY position", (doc_id, start - 2 * c, start - 1)).fetchall() if start > 0 else []
-        context = contexts(stored + [(r[0], r[4], r[3]) for r in new], c)
-        out += [(*r, context[r[0]]) for r in new]
-        updates += [(context[pid], pid) for pid, pos, _ in stored if pos >= start - c]
+Neighbours = Callable[[str, int, int], Sequence[tuple[int, int, str]]]
+
+
+def commit_contexts(groups: Iterable[tuple[str, list[tuple[int, int, str]]]], stored: Neighbours
+                    ) -> tuple[dict[int, str], list[tuple[str, int]]]:
+    """Both stores' contexts for one commit: each new passage's (by id), and (context, id) of the stored passages
+    before a group whose right neighbours it adds — a long document comes in several commits (indexing.py), and the
+    last passages of one get the rest of their context with the next. ``groups``: per document, its new (id,
+    position, text), in order (one part of a document per commit); ``stored(doc_id, lo, hi)``: its stored (id,
+    position, text) at positions lo..hi, in order."""
+    c, out, updates = CONTEXT_NEIGHBOURS, {}, []
+    for doc_id, new in groups:
+        start = new[0][1]
+        before = list(stored(doc_id, start - 2 * c, start - 1)) if start > 0 else []
+        context = contexts(before + new, c)
+        out.update((pid, context[pid]) for pid, _, _ in new)
+        updates += [(context[pid], pid) for pid, pos, _ in before if pos >= start - c]
     return out, updates
 
 
@@ -141,9 +145,12 @@ def write_commit(db: sqlite3.Connection, remove: Sequence[str], gone: Sequence[i
     db.executemany("INSERT INTO deleted VALUES (?)", [(g,) for g in gone])
     db.executemany("INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?)", docs)
     db.executemany("UPDATE documents SET complete = 1 WHERE doc_id = ?", done)
-    rows, updates = with_contexts(db, rows)
+    groups = ((doc_id, [(r[0], r[4], r[3]) for r in group]) for doc_id, group in groupby(rows, key=lambda r: r[1]))
+    new, updates = commit_contexts(groups, lambda doc_id, lo, hi: db.execute(
+        "SELECT id, position, text FROM passages WHERE doc_id = ? AND position BETWEEN ? AND ? ORDER BY position",
+        (doc_id, lo, hi)).fetchall())
     db.executemany("INSERT INTO passages (id, doc_id, title, text, position, crc, context) VALUES (?,?,?,?,?,?,?)",
-                   rows)
+                   [(*r, new[r[0]]) for r in rows])
     db.executemany("UPDATE passages SET context = ? WHERE id = ?", updates)
     db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
     if _has_fts(db):  # FTS5 'merge' < 0: merge segments of any level, this many pages at most (incremental optimize)
