@@ -203,8 +203,7 @@ def _lexical_params(store: PassageStore, questions: list[str]) -> list[tuple]:
 def _bulk_load(store: PassageStore, parts: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:
     """COPY every row with its context, then build the HNSW (and GIN) index once (pgvector's advice for an initial
     load)."""
-    from edge_rag.pgsql import DOCUMENTS, META, PASSAGES
-    from edge_rag.store_db import contexts
+    from edge_rag.pgsql import DOCUMENTS, META, PASSAGES, part_contexts
 
     mem_mb = max(1024, len(x) * MAINTENANCE_BYTES_PER_VECTOR // 2**20)
     with store.pool.connection() as conn, conn.transaction():
@@ -218,12 +217,10 @@ def _bulk_load(store: PassageStore, parts: list, x: np.ndarray, m: int, efc: int
             with cur.copy(f"COPY {PASSAGES} (id, doc_id, title, text, position, context, embedding) FROM STDIN "
                           "(FORMAT BINARY)") as copy:
                 copy.set_types(["int8", "text", "text", "text", "int4", "text", "vector"])
-                i = 0
-                for p in parts:
-                    context = contexts([(i + pos, pos, t) for pos, t in enumerate(p.texts)])
-                    for pos, text in enumerate(p.texts):
-                        copy.write_row((i, p.doc.doc_id, p.doc.title, text, pos, context[i], x[i]))
-                        i += 1
+                context, _ = part_contexts(conn, parts, 0)  # whole documents: no stored neighbours to read
+                rows = ((p.doc.doc_id, p.doc.title, text, pos) for p in parts for pos, text in enumerate(p.texts))
+                for i, (doc_id, title, text, pos) in enumerate(rows):
+                    copy.write_row((i, doc_id, title, text, pos, context[i], x[i]))
         conn.execute(f"SET LOCAL maintenance_work_mem = '{mem_mb}MB'")
         conn.execute(f"CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops) "
                      f"WITH (m = {m}, ef_construction = {efc})")
