@@ -48,6 +48,38 @@ def export_fp32(model, out: Path) -> Path:
     return out
 
 
+def state_from_int8(path: Path) -> dict:
+    """The torch state of a shipped int8 ``reader.onnx``, dequantized: a second training stage can start from the
+    device's reader when its fp32 checkpoint is gone. Each quantized MatMul weight is named by the bias its output
+    is added to (``….bias`` → ``….weight``, transposed back to torch's (out, in)); the rest keep torch's names."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(path)).graph
+    arrays = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def dequantized(name: str) -> np.ndarray:
+        q, scale, zero = (arrays[f"{name}_{k}"] for k in ("quantized", "scale", "zero_point"))
+        return (q.astype(np.float32) - zero.astype(np.float32)) * scale.astype(np.float32)
+
+    state = {n: a for n, a in arrays.items() if a.dtype == np.float32 and not n.endswith(("_scale", "_zero_point"))}
+    for name in [n[: -len("_quantized")] for n in arrays if n.endswith("_quantized")]:
+        if not name.startswith("onnx::"):  # embeddings keep their torch name
+            state[name] = dequantized(name)
+            continue
+        out = next(n for n in graph.node if n.op_type == "MatMulInteger" and f"{name}_quantized" in n.input).output[0]
+        while not (bias := next((i for n in consumers[out] if n.op_type == "Add" for i in n.input
+                                 if i.endswith(".bias")), None)):
+            out = consumers[out][0].output[0]  # Cast, Mul (the scales) until the Add of the bias
+        state[bias.removesuffix(".bias") + ".weight"] = dequantized(name).T
+    return {n: torch.tensor(a) for n, a in state.items()}
+
+
 def sample_inputs(questions: list, negatives: list) -> list[dict]:
     """Parity inputs: (question, title, text) with the gold paragraph, and with a paragraph lacking the answer."""
     rows = [{"question": q.question, "title": q.title, "text": q.context} for q in questions]

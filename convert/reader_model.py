@@ -13,6 +13,7 @@ import torch.nn as nn
 from tokenizers import Tokenizer
 from transformers import AutoModel
 
+from convert import reader as X
 from convert import reader_data as D
 from edge_rag.models import ENCODER, home
 from edge_rag.reader import MAX_ANSWER_TOKENS, MAX_SEQ_LEN, STRIDE, Windows, best_span, passage_context
@@ -44,10 +45,15 @@ def model_dir() -> Path:
 
 
 def load_model(checkpoint: Path | None = None) -> SpanReader:
-    """The base encoder with a fresh head, or the weights of a saved checkpoint."""
+    """The base encoder with a fresh head, or the weights of a saved checkpoint (``.pt``, or a shipped int8
+    ``reader.onnx``, dequantized)."""
     encoder = AutoModel.from_pretrained(model_dir(), local_files_only=True, attn_implementation="eager")
     model = SpanReader(encoder)
-    if checkpoint is not None:
+    if checkpoint is not None and checkpoint.suffix == ".onnx":
+        missing, unexpected = model.load_state_dict(X.state_from_int8(checkpoint), strict=False)
+        if unexpected or [k for k in missing if ".pooler." not in k]:  # the pooler is unused, not exported
+            raise ValueError(f"{checkpoint}: not a reader of this shape (missing {missing}, unexpected {unexpected})")
+    elif checkpoint is not None:
         model.load_state_dict(torch.load(checkpoint, map_location="cpu"))
     return model.eval()
 

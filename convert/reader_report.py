@@ -156,18 +156,24 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
     fig.savefig(ASSETS / "reader_margins.png", dpi=90)
     plt.close("all")
     seconds, hp = history["checkpoints"][-1]["seconds"], history["settings"]
+    mix = ",".join(f"{k}={v}" for k, v in args.mix.items()) if args.mix else None
+    stage_two = "".join(f" --{k} {v}" for k, v in (("init", args.init), ("skip-subset", args.skip_subset), ("mix", mix)) if v)
     lines = [
         "# Reader training report", "",
-        f"Produced by `make reader` (`python -m convert train-reader --lr {args.lr} "
-        f"--epochs {args.epochs} --checkpoints {args.checkpoints} --examples {args.examples} --swaps {args.swaps} "
-        f"--seed {args.seed}`).", "",
+        f"Produced by `python -m convert train-reader --lr {args.lr} --epochs {args.epochs} --checkpoints "
+        f"{args.checkpoints} --examples {args.examples} --swaps {args.swaps} --seed {args.seed}{stage_two}`"
+        f"{'' if stage_two else ' (`make reader`)'}.", "",
         "## Data (reader-train part only)", "",
         "| source | windows |", "|---|---|",
         *[f"| {k} | {v} |" for k, v in history["counts"].items()], "",
-        "Sources are described in `convert/reader_data.py`" + ("; the subset is a seeded sample of all windows." if args.examples
-                                                          else "; every window of the reader-train part."), "",
+        "Sources are described in `convert/reader_data.py`" + (
+            f"; the windows are a seeded sample of those outside the first stage's {args.skip_subset}." if args.skip_subset
+            else "; the subset is a seeded sample of all windows." if args.examples
+            else "; every window of the reader-train part."), "",
         "## Training", "",
-        f"MiniLM-L6 (all-MiniLM-L6-v2 weights) + Linear(384→2); max {MAX_SEQ_LEN} tokens, stride {STRIDE}, "
+        f"MiniLM-L6 ({f'continued from `{args.init}` as it was before this run' if args.init else 'all-MiniLM-L6-v2 weights'}"
+        f"{', int8 dequantized' if args.init and args.init.suffix == '.onnx' else ''}) + "
+        f"Linear(384→2); max {MAX_SEQ_LEN} tokens, stride {STRIDE}, "
         f"batch {hp['batch']}, AdamW lr {args.lr}, warm-up {hp['warmup']:.0%} then linear decay, weight decay "
         f"{hp['weight_decay']}, {history['steps']} steps, bf16 autocast {history['bf16']}, {hp['threads']} torch "
         f"threads, {seconds / 60:.1f} min on the "

@@ -9,7 +9,8 @@ linear decay, seeded, 2 torch threads, bfloat16 autocast where the CPU has nativ
 score equally spaced checkpoints on reader-val; export the best to ONNX fp32 + int8 with a parity check
 (``convert.reader``), then write ``reader_report.md`` (``convert.reader_report``).
 
-A second stage starts from a checkpoint (``--init``) and trains on a chosen mix of sources (``--mix
+A second stage starts from a checkpoint (``--init``: a ``.pt`` of a run, or a shipped int8 ``reader.onnx``,
+dequantized), on the windows a first stage did not see (``--skip-subset N``), or on a chosen mix of sources (``--mix
 impossible=0.2,answerable=0.45,...`` of ``--examples`` windows; a source with fewer windows than its share is
 repeated): SQuAD 1.1 teaches spans, but its 144,635 windows hold only ~1,270 real unanswerables, too few for the
 reader to tell SQuAD-2's look-alike questions from answerable ones (README "The extractive reader").
@@ -60,7 +61,7 @@ def bf16() -> bool:
 def run_dir(args: argparse.Namespace) -> Path:
     """The folder of this run's state and checkpoints, named by every setting that changes what it trains."""
     settings = {k: getattr(args, k) for k in ("epochs", "checkpoints", "examples", "swaps", "lr", "seed")}
-    settings |= {k: str(v) if k == "init" else v for k in ("mix", "init") if (v := getattr(args, k))}  # 2nd stage
+    settings |= {k: str(v) if k == "init" else v for k in ("mix", "init", "skip_subset") if (v := getattr(args, k))}
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     return args.work / f"run-{digest}"
 
@@ -72,13 +73,15 @@ def train(args: argparse.Namespace) -> None:
     torch.set_num_threads(THREADS)
     tok = M.windowing()
     examples = D.build_examples(tok, D.reader_train(), NEGATIVES_PER_ANSWERABLE, args.seed, args.swaps)
+    if args.skip_subset:  # the windows a first stage of --examples N (same seed) trained on: the rest are new to it
+        examples = D.seeded_subset(examples, args.skip_subset, args.seed)[1]
     if args.mix:
         try:
             examples = D.mixed(examples, args.mix, args.examples, random.Random(args.seed))
         except ValueError as exc:  # a source the data does not hold: a usage error, not a crash
             raise SystemExit(f"error: {exc}") from None
     elif args.examples and args.examples < len(examples):  # a seeded subset, same mix of sources in expectation
-        examples = random.Random(args.seed).sample(examples, args.examples)
+        examples = D.seeded_subset(examples, args.examples, args.seed)[0]
     counts = {s: sum(e.source == s for e in examples) for s in sorted({e.source for e in examples})}
     print(f"examples {len(examples)} {counts}; bf16 autocast {bf16()}", flush=True)
     model = M.load_model(args.init).train()
@@ -188,6 +191,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--swaps", type=float, default=SWAPS_PER_ANSWERABLE,
                    help="share of answerable SQuAD questions also trained with a swapped name/number as no-answer")
     p.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights (a second stage)")
+    p.add_argument("--skip-subset", type=int, default=0,
+                   help="leave out the seeded subset of this many windows (a first stage's --examples, same seed)")
     p.add_argument("--mix", type=D.source_mix, default=None,
                    help="train on --examples windows with these shares of sources, e.g. impossible=0.2,answerable=0.8")
     p.add_argument("--seed", type=int, default=0)

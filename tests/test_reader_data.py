@@ -89,3 +89,11 @@ def test_a_source_mix_sets_the_share_of_each_source_and_repeats_scarce_ones():
             D.source_mix(bad)
     with pytest.raises(ValueError, match="no 'swapped' examples"):
         D.mixed(examples, {"swapped": 1.0}, 5, random.Random(0))
+
+
+def test_a_second_stage_skips_exactly_the_windows_the_first_stage_trained_on():
+    examples = [D.Example([i], [0], 0, 0, "answerable") for i in range(500)]
+    first, rest = D.seeded_subset(examples, 300, seed=0)
+    assert first == random.Random(0).sample(examples, 300)  # how stage-one runs drew their subset before this helper
+    assert len(rest) == 200 and {e.ids[0] for e in first}.isdisjoint(e.ids[0] for e in rest)
+    assert [e.ids[0] for e in rest] == sorted(e.ids[0] for e in rest)  # the rest keeps the data's order

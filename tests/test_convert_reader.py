@@ -1,0 +1,47 @@
+"""The shipped int8 reader back in torch (convert.reader.state_from_int8): a second training stage can start from
+the device's reader. Compared with the device's own reads, not exact floats (int8 activations are rounded on the
+device, not in torch)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from convert import reader_model as M
+from edge_rag import bundle as B
+from edge_rag.models import ROUTER_ASSET
+from edge_rag.reader import READER_ASSET, Reader
+from edge_rag.types import Passage
+
+SAMPLE_DOCS = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
+QUESTIONS = ("Who founded the Harbourlight Science Museum?", "How much does an adult ticket cost?",
+             "Where can visitors park?", "When does the museum open?")
+
+
+def passages() -> list[Passage]:
+    out = []
+    for pid, path in enumerate(sorted(SAMPLE_DOCS.glob("*.md"))[:12]):  # 01 … 12: hours, tickets, parking, founder
+        head, _, body = path.read_text(encoding="utf-8").partition("\n")
+        out.append(Passage(id=pid, doc_id=path.name, title=head.lstrip("# ").strip(), text=body.strip()))
+    return out
+
+
+def test_the_dequantized_reader_reads_as_the_device_reader(bundle: B.Bundle):
+    model = M.load_model(READER_ASSET)
+    tok = M.windowing()
+    device = Reader(READER_ASSET, bundle.require(B.ROLE_TOKENIZER), threads=2)
+    pairs = [(q, p) for q in QUESTIONS for p in passages()]
+    same_text = same_decision = 0
+    for q, p in pairs:
+        torch_read = M.read_one(model, tok, q, p.title, p.text)
+        span = device.read(q, [p])
+        same_decision += (torch_read["margin"] > 0) == (span.margin > 0)
+        same_text += (torch_read["text"] or "") == (span.text or "") or (torch_read["margin"] <= 0 and span.margin <= 0)
+    assert same_decision >= 0.9 * len(pairs) and same_text >= 0.8 * len(pairs), (same_decision, same_text, len(pairs))
+    founder = M.read_one(model, tok, QUESTIONS[0], *next((p.title, p.text) for p in passages() if "founder" in p.doc_id))
+    assert "Hollins" in founder["text"] and founder["margin"] > 0
+
+
+def test_a_model_of_another_shape_is_refused():
+    with pytest.raises(ValueError, match="not a reader"):
+        M.load_model(ROUTER_ASSET)
