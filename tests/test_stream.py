@@ -7,7 +7,7 @@ from edge_rag.types import Route
 
 
 def test_extractive_and_refused_questions_stream_route_then_answer(sample_rag):
-    for question, route in (("How much does an adult ticket cost?", Route.RAG),
+    for question, route in (("Who founded the Harbourlight Science Museum?", Route.RAG),
                             ("How do I bake sourdough bread?", Route.REFUSE)):
         events = list(sample_rag.ask_stream(question))
         assert [type(e) for e in events] == [RouteDecided, Final]  # no Token: nothing is generated
