@@ -83,7 +83,8 @@ router: models
 calibrate: models
 	$(BIN)/python -m convert calibrate $(ARGS)
 
-# Re-train the shipped extractive reader (edge_rag/assets/reader.onnx, int8) and its report; seeded.
+# Re-train the extractive reader (edge_rag/assets/reader.onnx, int8) and its report; seeded. This is the first stage;
+# the shipped reader adds a second one on windows it did not see (README "The extractive reader").
 reader: models
 	$(BIN)/python -m convert train-reader $(ARGS)
 
