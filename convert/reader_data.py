@@ -216,8 +216,8 @@ def negative_pairs(questions: list[Question], seed: int) -> list[tuple[Question,
 def seeded_subset(examples: list, n: int, seed: int) -> tuple[list, list]:
     """The seeded subset of ``n`` examples a run trains on, and the rest (what a second stage has not seen)."""
     chosen = random.Random(seed).sample(range(len(examples)), n)
-    left = set(range(len(examples))) - set(chosen)
-    return [examples[i] for i in chosen], [e for i, e in enumerate(examples) if i in left]
+    taken = set(chosen)
+    return [examples[i] for i in chosen], [e for i, e in enumerate(examples) if i not in taken]
 
 
 def mixed(examples: list, mix: dict[str, float], n: int, rng: random.Random) -> list:

@@ -3,9 +3,8 @@ the device's reader. Compared with the device's own reads, not exact floats (int
 device, not in torch)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from test_reader import SAMPLE_DOCS, doc_passage
 
 from convert import reader_model as M
 from edge_rag import bundle as B
@@ -13,17 +12,13 @@ from edge_rag.models import ROUTER_ASSET
 from edge_rag.reader import READER_ASSET, Reader
 from edge_rag.types import Passage
 
-SAMPLE_DOCS = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
 QUESTIONS = ("Who founded the Harbourlight Science Museum?", "How much does an adult ticket cost?",
              "Where can visitors park?", "When does the museum open?")
 
 
 def passages() -> list[Passage]:
-    out = []
-    for pid, path in enumerate(sorted(SAMPLE_DOCS.glob("*.md"))[:12]):  # 01 … 12: hours, tickets, parking, founder
-        head, _, body = path.read_text(encoding="utf-8").partition("\n")
-        out.append(Passage(id=pid, doc_id=path.name, title=head.lstrip("# ").strip(), text=body.strip()))
-    return out
+    """Sample documents 01 … 12 (hours, tickets, parking, founder among them), one passage each."""
+    return [doc_passage(pid, path.name) for pid, path in enumerate(sorted(SAMPLE_DOCS.glob("*.md"))[:12])]
 
 
 def test_the_dequantized_reader_reads_as_the_device_reader(bundle: B.Bundle):
