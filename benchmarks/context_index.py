@@ -4,7 +4,7 @@ A sentence holds few of a question's words; the sentences around it often hold t
 SQLite FTS5 index of every pooled passage of benchmarks.fusion's question sets with a third column, ``context``: the
 text of the passages of the same document within ``c`` positions of it, weighted ``wc`` in ``bm25()`` (title and
 text weighted as in the stores). Its lexical lists (searched exactly, no postings budget) are fused with the store's
-dense list over the fusion grid and judged by benchmarks.fusion's rule on the same train/val questions, never test
+dense list over the fusion grids and judged by benchmarks.fusion's rule on the same train/val questions, never test
 or calibration. ``c`` = 0 (no context) is the stores' index before the context column; ``c`` =
 store_db.CONTEXT_NEIGHBOURS at ``wc`` = CONTEXT_WEIGHT is the one they keep now, chosen by this run.
 """
@@ -21,6 +21,7 @@ from edge_rag import EdgeRAG
 from edge_rag.bundle import Bundle
 from edge_rag.lexical import fts5_query, query_terms
 from edge_rag.models import default_bundle
+from edge_rag.retrieve import with_cosines
 from edge_rag.store_db import DB_FILE, TITLE_WEIGHT
 
 from .fusion import arguments, choose, evaluate, pooled_r1, question_sets
@@ -61,21 +62,25 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, dict] = {}
     for name, db, picked in question_sets(args, bundle, config):
         asked = [q for q in picked if not q.is_impossible and q.gold_doc_ids]
-        with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-            vectors = rag.encoder.encode([q.question for q in asked])
-            dense = [[p.id for p in rag.store.search(v, args.width)] for v in vectors]
         terms = [query_terms(q.question) for q in asked]
         result[name] = {"n": len(asked)}
-        for c in (0, *NEIGHBOURS):
-            index, doc_of = context_index(db, c)
-            for wc in [w for cc, w in settings if cc == c]:
-                rows = [{"dense": d, "lexical": search(index, t, wc, args.width), "gold": sorted(q.gold_doc_ids)}
-                        for d, t, q in tqdm(list(zip(dense, terms, asked)), desc=f"{name} c={c} wc={wc:g}", unit="q")]
-                for r in rows:
-                    r["docs"] = {i: doc_of[i] for i in r["dense"] + r["lexical"]}
-                for key, value in evaluate(rows).items():
-                    result[name][key if key == "dense" else f"{key} c={c} wc={wc:g}"] = value
-            index.close()
+        with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
+            vectors = rag.encoder.encode([q.question for q in asked])
+            dense = [rag.store.search(v, args.width) for v in vectors]
+            for c in (0, *NEIGHBOURS):
+                index, doc_of = context_index(db, c)
+                for wc in [w for cc, w in settings if cc == c]:
+                    rows = []
+                    for d, v, t, q in tqdm(list(zip(dense, vectors, terms, asked)), desc=f"{name} c={c} wc={wc:g}",
+                                           unit="q"):
+                        lexical = search(index, t, wc, args.width)
+                        cos = with_cosines(rag.store, v, d, dict.fromkeys(lexical, 0.0))
+                        rows.append({"dense": [p.id for p in d], "lexical": lexical, "gold": sorted(q.gold_doc_ids),
+                                     "cos": {i: p.score for i, p in cos.items()},
+                                     "docs": {i: doc_of[i] for i in [p.id for p in d] + lexical}})
+                    for key, value in evaluate(rows).items():
+                        result[name][key if key == "dense" else f"{key} c={c} wc={wc:g}"] = value
+                index.close()
     print("| setting | pooled SQuAD R@1 | SQuAD dev R@1 | SQuAD 1.1 train R@1 | train R@5 | HotpotQA both@5 |")
     print("|---|---|---|---|---|---|")
     best = [choose(result, f" c={c} wc={wc:g}") for c, wc in settings]  # the rule within each index

@@ -1,14 +1,16 @@
 """`python -m benchmarks.fusion`: paragraph retrieval per retriever, and the hybrid fusion chosen on train/val only.
 
 For each question of the chosen split (default: the reader-train and reader-val SQuAD articles and HotpotQA buckets,
-never test or calibration) the pooled corpus is searched once densely and once by BM25 (top ``--width``); weighted
-reciprocal-rank fusion is then replayed offline over a grid of ``fusion_k`` x ``lexical_weight``. A hit counts when
+never test or calibration) the pooled corpus is searched once densely and once by BM25 (top ``--width``), every
+passage of either list with its cosine; two fusions are then replayed offline over a grid of ``fusion_k`` x
+``lexical_weight``: the stores' blend (``retrieve.fuse``: cosine + weight / (k + BM25 rank)) and weighted
+reciprocal-rank fusion of both ranks (the stores' fusion before; weight / (k + rank) per list). A hit counts when
 its passage's document is a gold one (SQuAD: the question's paragraph; HotpotQA: its two supporting paragraphs).
 The dev file's train/val split holds 6 SQuAD articles, so ``--train-articles`` more come from SQuAD 1.1 train (a
 seeded sample, pooled into a corpus of their own; none of its articles is in a dev file), ``--train-questions``
 of their questions asked. Printed per retriever and grid point: R@1, R@3, R@5, MRR@10, and HotpotQA's
-both-supporting-paragraphs-in-top-5. The choice: the best SQuAD R@1 (dev and train questions pooled) among settings
-whose HotpotQA both@5 is no worse than dense's.
+both-supporting-paragraphs-in-top-5. The choice: the best SQuAD R@1 (dev and train questions pooled) among the
+settings of both fusions whose HotpotQA both@5 is no worse than dense's.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from edge_rag.bundle import Bundle
 from edge_rag.config import Config
 from edge_rag.lexical import query_terms
 from edge_rag.models import default_bundle, home
-from edge_rag.retrieve import fuse
+from edge_rag.retrieve import fuse, with_cosines
 
 from . import data, splits
 from . import metrics as M
@@ -33,21 +35,24 @@ from .data import SQUAD11_TRAIN
 from .systems import bench_config
 
 TRAIN_SET = "squad11-train"
-GRID_K = (2, 5, 10, 20, 60)
-GRID_WEIGHT = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+GRID_K = (1, 2, 5, 10, 20, 60)
+GRID_WEIGHT = {"blend": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0),  # BM25's first place adds w / (k + 1)
+               "rrf": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)}  # BM25's weight beside dense's 1
 TUNING_PARTS = ("reader_train", "reader_val")
 
 
 def ranked_lists(rag: EdgeRAG, items: Sequence, width: int) -> list[dict]:
-    """Per answerable question with gold documents: its dense and lexical id lists, and a doc id per passage id."""
+    """Per answerable question with gold documents: its dense and lexical id lists, each listed passage's cosine
+    and document id."""
     rows = []
     vectors = rag.encoder.encode([q.question for q in items])
     for q, v in tqdm(list(zip(items, vectors)), desc="search", unit="q"):
         if q.is_impossible or not q.gold_doc_ids:
             continue
-        dense = [p.id for p in rag.store.search(v, width)]
-        lexical = [i for i, _ in rag.store.search_text(query_terms(q.question), width)]
-        rows.append({"dense": dense, "lexical": lexical, "gold": sorted(q.gold_doc_ids)})
+        dense = rag.store.search(v, width)
+        lexical = dict(rag.store.search_text(query_terms(q.question), width))
+        rows.append({"dense": [p.id for p in dense], "lexical": list(lexical), "gold": sorted(q.gold_doc_ids),
+                     "cos": {i: p.score for i, p in with_cosines(rag.store, v, dense, lexical).items()}})
     ids = sorted({i for r in rows for i in r["dense"] + r["lexical"]})
     doc_of = {p.id: p.doc_id for p in rag.store.passages(ids)}
     for r in rows:
@@ -82,13 +87,31 @@ def docs(row: dict, ids: Sequence[int]) -> list[str]:
     return [row["docs"][i] for i in ids]
 
 
+def rrf(dense: Sequence[int], lexical: Sequence[int], fusion_k: float, lexical_weight: float) -> list[int]:
+    """Weighted reciprocal-rank fusion, the stores' fusion before the blend: ids by 1 / (k + dense rank) +
+    weight / (k + lexical rank), best first; ties keep the dense order, then the lexical one."""
+    fused: dict[int, float] = {}
+    for weight, ids in ((1.0, dense), (lexical_weight, lexical)):
+        for rank, pid in enumerate(ids, 1):
+            fused[pid] = fused.get(pid, 0.0) + weight / (fusion_k + rank)
+    return sorted(fused, key=lambda pid: -fused[pid])
+
+
+def fused(row: dict, form: str, k: float, w: float) -> list[int]:
+    """The row's ids fused by ``form``: "blend" (the stores' retrieve.fuse) or "rrf"."""
+    if form == "rrf":
+        return rrf(row["dense"], row["lexical"], k, w)
+    return [i for i, _ in fuse({i: row["cos"][i] for i in row["dense"] + row["lexical"]}, row["lexical"], k, w)]
+
+
 def evaluate(rows: list[dict]) -> dict:
+    """scores() per retriever: dense, lexical, and each fusion setting ("blend k=.. w=..", "rrf k=.. w=..")."""
     golds = [r["gold"] for r in rows]
     out = {name: scores([docs(r, r[name]) for r in rows], golds) for name in ("dense", "lexical")}
-    for k in GRID_K:
-        for w in GRID_WEIGHT:
-            fused = [docs(r, [i for i, _ in fuse(r["dense"], r["lexical"], k, w)]) for r in rows]
-            out[f"hybrid k={k} w={w:g}"] = scores(fused, golds)
+    for form, weights in GRID_WEIGHT.items():
+        for k in GRID_K:
+            for w in weights:
+                out[f"{form} k={k} w={w:g}"] = scores([docs(r, fused(r, form, k, w)) for r in rows], golds)
     return out
 
 
@@ -114,10 +137,10 @@ def pooled_r1(result: dict, key: str) -> float:
 
 
 def choose(result: dict, suffix: str = "") -> str:
-    """The rule: the best pooled SQuAD R@1 among the hybrid settings (those whose key ends with ``suffix``) whose
+    """The rule: the best pooled SQuAD R@1 among the fusion settings (those whose key ends with ``suffix``) whose
     HotpotQA both@5 is no worse than dense's."""
     floor = result["hotpotqa"]["dense"]["both@5"]
-    return max((k for k in result["squad"] if k.startswith("hybrid") and k.endswith(suffix)
+    return max((k for k in result["squad"] if k.startswith(tuple(GRID_WEIGHT)) and k.endswith(suffix)
                 and result["hotpotqa"][k]["both@5"] >= floor), key=lambda k: pooled_r1(result, k))
 
 

@@ -117,12 +117,13 @@ class Config:
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 64
     baseline_k: int = 5  # the fixed-k baseline (thesis, LangChain-style)
-    # hybrid fusion (weighted reciprocal rank, retrieve.py), chosen on train/val questions only by
-    # `python -m benchmarks.fusion` (20 SQuAD 1.1 train articles): the best SQuAD paragraph R@1 (dev train/val and
-    # SQuAD 1.1 train questions pooled: 0.789; dense 0.707, BM25 with the context column 0.751) among settings whose
-    # HotpotQA both-supporting-in-top-5 is no worse than dense's (0.523 vs 0.453; README "Hybrid retrieval")
-    fusion_k: int = 2
-    lexical_weight: float = 1.0
+    # hybrid fusion (retrieve.py: cosine + lexical_weight / (fusion_k + BM25 rank)), chosen on train/val questions
+    # only by `python -m benchmarks.fusion` (20 SQuAD 1.1 train articles): the best SQuAD paragraph R@1 (dev
+    # train/val and SQuAD 1.1 train questions pooled: 0.803; reciprocal-rank fusion at its best 0.789, dense 0.707,
+    # BM25 with the context column 0.751) among settings whose HotpotQA both-supporting-in-top-5 is no worse than
+    # dense's (0.523 vs 0.453; README "Hybrid retrieval")
+    fusion_k: int = 1
+    lexical_weight: float = 0.4
 
     # -- router tiers
     tiers: Tiers = DEFAULT_TIERS  # a plain dict is accepted and frozen into Tiers

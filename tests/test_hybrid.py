@@ -84,7 +84,7 @@ def test_a_lexical_hit_another_process_committed_since_is_left_out(tmp_path):
     [(pid, score)] = reader.search_text(["zeppelin"], 5)  # SQLite shows the commit at once
     query = np.eye(8, dtype=np.float32)[0]
     assert reader.scored(query, [pid]) == []  # the vector is in the writer's index file, not loaded here
-    assert retrieve._passages(reader, query, [(pid, 1.0)], [], {pid: score}) == []
+    assert retrieve.with_cosines(reader, query, [], {pid: score}) == {}
     writer.close()
     reader.close()
 
@@ -209,6 +209,13 @@ def test_one_fused_list_with_both_scores(sample_rag, question):
                                                               for p in found.passages if p.lexical > 0)
     for p in found.passages:  # every hit carries its exact cosine, lexical-only hits too
         assert math.isclose(p.score, cosine[p.id], abs_tol=1e-5)
+    # fused = cosine + a bonus for the BM25 rank; the list is the best 20 of both lists' passages by it
+    lexical = [pid for pid, _ in rag.store.search_text(query_terms(question), 20)]
+    k, w = rag.config.fusion_k, 2.0
+    fused = {pid: cosine[pid] + (w / (k + lexical.index(pid) + 1) if pid in lexical else 0.0)
+             for pid in [d.id for d in dense[:20]] + lexical}
+    assert all(math.isclose(p.fused, fused[p.id], abs_tol=1e-5) for p in found.passages)
+    assert found.passages[-1].fused >= max(f for pid, f in fused.items() if pid not in {p.id for p in found.passages}) - 1e-5
     assert math.isclose(found.nearest.score, dense[0].score, abs_tol=1e-6)  # the distance floor stays dense
 
 
