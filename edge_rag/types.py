@@ -37,7 +37,7 @@ class Passage:
     position: int = 0  # index of the unit inside its document
     score: float = 0.0  # cosine similarity to the query (0 until retrieved): the dense score every stage reads
     lexical: float = 0.0  # BM25 score of the full-text index (higher is better; 0: no query term matched)
-    fused: float = 0.0  # the fused rank score that ordered the hybrid list (retrieve.py)
+    fused: float = 0.0  # what ordered the hybrid list: cosine + the BM25 rank bonus (retrieve.py)
 
     @property
     def distance(self) -> float:
