@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         terms = [query_terms(q.question) for q in asked]
         result[name] = {"n": len(asked)}
         with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-            vectors = rag.encoder.encode([q.question for q in asked])
+            vectors = rag.encoder.encode_alone([q.question for q in asked])  # as the pipeline encodes a question
             dense = [rag.store.search(v, args.width) for v in vectors]
             for c in (0, *NEIGHBOURS):
                 index, doc_of = context_index(db, c)

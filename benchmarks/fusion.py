@@ -45,10 +45,9 @@ def ranked_lists(rag: EdgeRAG, items: Sequence, width: int) -> list[dict]:
     """Per answerable question with gold documents: its dense and lexical id lists, each listed passage's cosine
     and document id."""
     rows = []
-    vectors = rag.encoder.encode([q.question for q in items])
-    for q, v in tqdm(list(zip(items, vectors)), desc="search", unit="q"):
-        if q.is_impossible or not q.gold_doc_ids:
-            continue
+    asked = [q for q in items if not q.is_impossible and q.gold_doc_ids]
+    vectors = rag.encoder.encode_alone([q.question for q in asked])  # as the pipeline encodes a question
+    for q, v in tqdm(list(zip(asked, vectors)), desc="search", unit="q"):
         dense = rag.store.search(v, width)
         lexical = dict(rag.store.search_text(query_terms(q.question), width))
         rows.append({"dense": [p.id for p in dense], "lexical": list(lexical), "gold": sorted(q.gold_doc_ids),

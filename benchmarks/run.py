@@ -209,7 +209,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
     with EdgeRAG(db, bundle=bundle.root, config=base) as rag:
-        qvecs = rag.encoder.encode([q.question for q in ds.items])
+        qvecs = rag.encoder.encode_alone([q.question for q in ds.items])  # as `ask` encodes them
         result = {"file": str(ds.path), "sha256": ds.sha256, "part": ds.part, "corpus": corpus,
                   "n_questions": len(ds.items),
                   "n_answerable": sum(not q.is_impossible for q in ds.items),

@@ -119,9 +119,9 @@ class Config:
     baseline_k: int = 5  # the fixed-k baseline (thesis, LangChain-style)
     # hybrid fusion (retrieve.py: cosine + lexical_weight / (fusion_k + BM25 rank)), chosen on train/val questions
     # only by `python -m benchmarks.fusion` (20 SQuAD 1.1 train articles): the best SQuAD paragraph R@1 (dev
-    # train/val and SQuAD 1.1 train questions pooled: 0.803; reciprocal-rank fusion at its best 0.789, dense 0.707,
+    # train/val and SQuAD 1.1 train questions pooled: 0.803; reciprocal-rank fusion at its best 0.791, dense 0.715,
     # BM25 with the context column 0.751) among settings whose HotpotQA both-supporting-in-top-5 is no worse than
-    # dense's (0.523 vs 0.453; README "Hybrid retrieval")
+    # dense's (0.506 vs 0.448; README "Hybrid retrieval")
     fusion_k: int = 1
     lexical_weight: float = 0.4
 

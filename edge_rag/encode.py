@@ -70,6 +70,15 @@ class Encoder:
     def encode_one(self, text: str) -> np.ndarray:
         return self.encode([text])[0]
 
+    def encode_alone(self, texts: Sequence[str]) -> np.ndarray:
+        """``encode``, each text in a batch of its own, as the pipeline encodes a question: an int8 model scales its
+        activations by the largest value in the whole batch, so a vector shifts with the texts batched with it
+        (cosine ~0.992 on SQuAD questions; README "The int8 encoder on other CPUs")."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            out[i] = self.encode_one(text)
+        return out
+
     def _run(self, encodings: list) -> np.ndarray:
         feeds = pad_batch(encodings)
         hidden = self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]

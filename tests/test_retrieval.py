@@ -1,10 +1,11 @@
 """Paragraph-level retrieval on the SQuAD 2.0 subset: open corpus of all its paragraphs."""
+import numpy as np
 
 
 def test_squad_recall_at_5(squad_rag):
     rag, items = squad_rag
     answerable = [q for q in items if not q.is_impossible]
-    vectors = rag.encoder.encode([q.question for q in answerable])
+    vectors = rag.encoder.encode_alone([q.question for q in answerable])  # as `ask` encodes a question
     hits = 0
     for q, v in zip(answerable, vectors):
         docs = {p.doc_id for p in rag.store.search(v, 5)}
@@ -12,3 +13,14 @@ def test_squad_recall_at_5(squad_rag):
     recall = hits / len(answerable)
     print(f"SQuAD paragraph Recall@5 = {recall:.3f} over {len(answerable)} answerable questions")
     assert recall >= 0.80
+
+
+def test_questions_are_encoded_alone_as_the_pipeline_does(encoder):
+    """An int8 model scales its activations per batch, so benchmarks encode questions one by one
+    (Encoder.encode_alone): each row is the text's vector on its own, whatever else the list holds."""
+    texts = ["What is Big Mary?", "Who?", "How much does an adult ticket cost at the museum on a Sunday in winter?"]
+    alone = encoder.encode_alone(texts)
+    assert alone.shape == (3, encoder.dim) and encoder.encode_alone([]).shape == (0, encoder.dim)
+    for row, text in zip(alone, texts):
+        np.testing.assert_array_equal(row, encoder.encode([text])[0])
+    np.testing.assert_array_equal(encoder.encode_alone([texts[0], texts[2]])[0], alone[0])
