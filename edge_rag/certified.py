@@ -35,12 +35,14 @@ class CertifiedPath:
         # A missing calibration file refuses every question (with that reason), never answers uncertified.
         self.calibration = Calibration.load(calibration) if calibration.is_file() else None
         self.certificate: Certificate | None = None
+        self.gpt_allowed = False  # whether generated answers are certified at this alpha (a bisection: once, here)
         self.uncertified = "not calibrated: run `python -m convert calibrate`"  # why every question is refused
         if self.calibration is not None:
             rc = self.calibration.reader(config.reader)
             self.uncertified = stale_reader(bundle, rc) if config.reader == "neural" else None
             if self.uncertified is None:
                 self.certificate = rc.table.choose(config.max_error_rate, config.delta)
+                self.gpt_allowed = rc.gpt_allowed(config.max_error_rate, config.delta)
         self._neural: NeuralReader | None = None
 
     def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store) -> Candidate:
@@ -61,8 +63,8 @@ class CertifiedPath:
             return Verdict(candidate, Route.REFUSE, self.uncertified, {"features": features})
         rc = self.calibration.reader(c.reader)
         score = rc.combiner(features) if candidate.text else math.nan
-        route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score,
-                                         cert, rc.gpt_allowed(c.max_error_rate, c.delta))
+        route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score, cert,
+                                         self.gpt_allowed)
         return Verdict(candidate, route, reason, {
             "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
             "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,

@@ -143,3 +143,17 @@ def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sampl
     verdict = path.decide("Who founded it?", 0.1, confident, sample_rag.store.passages([0, 1]))
     assert path.certificate is None and verdict.route is Route.REFUSE
     assert "reader model" in verdict.reason and "make calibrate" in verdict.reason
+
+
+def test_why_questions_are_generated_only_at_an_alpha_that_certifies_generation(sample_rag):
+    """The GPT route answers a why question the reader cannot only if the calibration's generated answers meet alpha
+    themselves: the shipped ones (most of them wrong) do not at the default alpha, and do at 0.99."""
+    from edge_rag.certified import CertifiedPath
+    from edge_rag.read import Candidate
+
+    question, nothing = "Why is the museum called Harbourlight?", Candidate(None, None, 0.0, 0.0, 0.0)
+    default = CertifiedPath(sample_rag.bundle, Config(temperature=0.0)).decide(question, 0.0, nothing, [])
+    assert default.route is Route.REFUSE and "generated answers are not certified" in default.reason
+    lenient = CertifiedPath(sample_rag.bundle, Config(temperature=0.0, max_error_rate=0.99))
+    assert lenient.decide(question, 0.0, nothing, []).route is Route.GPT
+    assert lenient.decide("Who founded the museum?", 0.0, nothing, []).route is Route.REFUSE  # not a why question
