@@ -11,10 +11,11 @@ words, emoji) has no lexical query, and retrieval falls back to dense.
 Ranking every passage that holds any of the words costs time in proportion to their postings: at 100k passages
 common words ("one", "new", "film": 5-20% of passages each) make an OR-ed question score thousands of passages.
 So the candidates are the passages holding the question's *rarest* words, up to ``POSTINGS_BUDGET`` postings (at
-least the rarest word), and every word still scores them. The budget was chosen before the context column: at 100k
-passages it gave the exact search's best score for 99.5% of val questions (1.38 ms p50 against 3.00). With the
-context column each word's postings grow, and the same measurement gives 88.8% (2.03 ms against 11.35; ``python -m
-benchmarks.lexical_budget``; README "Hybrid retrieval"). A store smaller than the budget is searched exactly.
+least the rarest word; ``Config.lexical_budget``), and every word still scores them. What that costs in R@1, on every
+SQuAD 1.1 train article indexed (92,182 sentence passages with their context column) and 2,000 questions of the
+articles ``benchmarks.fusion`` tunes on: nothing at 2,000 postings (hybrid R@1 0.717, as exact search), 0.3 points at
+1,000 (0.714), 0.5 at 500; hybrid p50 3.33 ms at 2,000, 2.65 at 1,000, 12.83 exact (``python -m
+benchmarks.lexical_budget --real``; README "Hybrid retrieval"). A store smaller than the budget is searched exactly.
 Each store remembers its words' postings (``Postings``) until its next commit: a question's words are counted once.
 """
 from __future__ import annotations

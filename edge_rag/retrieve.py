@@ -51,7 +51,7 @@ def search(store: PassageStore, vector: np.ndarray, question: str, k: int, confi
     a hybrid search costs the slower of the two, not their sum."""
     mode = config.retrieval
     terms = query_terms(question) if mode != "dense" else []
-    pending = beside(store.search_text, terms, k) if terms else None
+    pending = beside(store.search_text, terms, k, config.lexical_budget) if terms else None
     dense = store.search(vector, k)  # lexical mode: only its nearest, unless no word matches
     lexical = dict(pending.result()) if pending is not None else {}
     nearest = dense[0] if dense else None

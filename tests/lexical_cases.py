@@ -1,8 +1,10 @@
-"""One check of the lexical candidate budget (lexical.POSTINGS_BUDGET) that both stores' tests run."""
+"""One check of the lexical candidate budget (lexical.POSTINGS_BUDGET, Config.lexical_budget) that both stores' tests
+run."""
 from __future__ import annotations
 
 import numpy as np
 
+from edge_rag import Config, retrieve
 from edge_rag.chunk import make_document
 from edge_rag.store_db import Part
 
@@ -13,7 +15,7 @@ def check_rarest_terms_pick_the_candidates(store, dim: int) -> None:
     """40 passages hold "museum", 7 "zeppelin" (3 of them both). At a budget of 10 postings only the 7 are
     candidates, with the scores every term gives them (the same as an unbounded search's), those holding both
     first; an unbounded search also ranks the museum-only passages. Every top k of the candidates is exact: the
-    best k of their unbounded scores."""
+    best k of their unbounded scores. The pipeline's search takes its budget from the Config."""
     texts = ([f"The museum room {i} shows old maps" for i in range(40)]
              + [f"The zeppelin hangar {i} held airships" for i in range(4)]
              + [f"The museum keeps zeppelin engine {i}" for i in range(3)])
@@ -30,3 +32,7 @@ def check_rarest_terms_pick_the_candidates(store, dim: int) -> None:
     best = sorted((exact[i] for i, _ in budgeted), reverse=True)
     for k in range(1, len(best) + 1):
         assert np.allclose([s for _, s in store.search_text(TERMS, k, budget=10)], best[:k], rtol=0, atol=1e-9)
+    question, lexical = "museum zeppelin?", Config(retrieval="lexical")
+    for budget, holding in ((10, texts[40:]), (10**9, texts)):
+        found = retrieve.search(store, vectors[0], question, 10, lexical.with_(lexical_budget=budget)).passages
+        assert len(found) == min(10, len(holding)) and {p.text for p in found} <= set(holding)
