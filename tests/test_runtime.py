@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT, SAMPLE_DOCS
@@ -70,8 +71,6 @@ def test_no_thread_burns_cpu_once_a_question_is_decided(sample_rag):
     encoder, router and reader sessions in a row, and on 2 cores each pool's spinning workers took the cores the next
     session needed (ask p50 41 ms with spinning, 20 ms without). Spinning burnt 29-58 ms of CPU in the 200 ms after
     each question; an idle kiosk burns none."""
-    import time
-
     burnt = []
     for question in ("Who founded the Harbourlight Science Museum?", "Where is the Carrow Meteorite displayed?",
                      "How many steps do you climb to reach the observatory?"):
