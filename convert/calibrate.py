@@ -36,14 +36,14 @@ from tqdm import tqdm
 from benchmarks import data, splits
 from edge_rag import Config, EdgeRAG
 from edge_rag.bundle import Bundle
-from edge_rag.certify import CALIBRATION_ASSET, F1_CORRECT, FEATURES, Combiner, RiskTable
+from edge_rag.calibrate import wrong as answer_wrong
+from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable
 from edge_rag.config import Tier
 from edge_rag.models import default_bundle, home
 from edge_rag.policy import generative
 from edge_rag.read import reader_path
 from edge_rag.reader import READER_ASSET
 from evaluation.datasets import QAItem
-from evaluation.metrics import best_f1
 
 OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse
 DESIGN_ALPHA = Config().max_error_rate  # the alpha the floor is chosen for: the default one
@@ -61,8 +61,9 @@ SEED = 0
 
 
 def wrong(candidate: str | None, item: QAItem) -> bool:
-    """An answer is an error if the question has none, or if it matches no gold answer at F1 >= 0.5."""
-    return bool(candidate) and (item.is_impossible or best_f1(candidate, item.answers) < F1_CORRECT)
+    """An answer is an error if the question has none, or if it matches no gold answer at F1 >= 0.5 (the rule
+    ``edge-rag calibrate`` counts by on the device)."""
+    return answer_wrong(candidate, () if item.is_impossible else item.answers)
 
 
 def collect(rag: EdgeRAG, items: list[QAItem], label: str) -> list[dict]:

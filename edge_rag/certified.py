@@ -10,6 +10,7 @@ from pathlib import Path
 from . import bundle as B
 from .certify import CALIBRATION_ASSET, Calibration, Certificate, ReaderCalibration
 from .config import Config
+from .errors import BundleError
 from .fileio import sha256_file
 from .policy import decide_certified
 from .read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
@@ -30,10 +31,16 @@ class Verdict:
 class CertifiedPath:
     """The shipped calibration, the reader (loaded on first use) and this config's certificate."""
 
-    def __init__(self, bundle: B.Bundle, config: Config, calibration: Path = CALIBRATION_ASSET) -> None:
+    def __init__(self, bundle: B.Bundle, config: Config, calibration: Path | None = None) -> None:
+        """``calibration``: a file of ``edge-rag calibrate`` (it must exist), or None for the shipped one."""
         self.bundle, self.config = bundle, config
-        # A missing calibration file refuses every question (with that reason), never answers uncertified.
-        self.calibration = Calibration.load(calibration) if calibration.is_file() else None
+        self.calibration_path = Path(calibration) if calibration is not None else CALIBRATION_ASSET
+        if calibration is not None and not self.calibration_path.is_file():
+            raise BundleError(f"calibration file {calibration} does not exist (make one with `edge-rag calibrate`)")
+        # A missing shipped calibration refuses every question (with that reason), never answers uncertified.
+        self.calibration = Calibration.load(self.calibration_path) if self.calibration_path.is_file() else None
+        # cached answers were decided under one calibration: its hash is part of the cache's key
+        self.calibration_sha256 = sha256_file(self.calibration_path) if self.calibration is not None else None
         self.certificate: Certificate | None = None
         self.gpt_allowed = False  # whether generated answers are certified at this alpha (a bisection: once, here)
         self.uncertified = "not calibrated: run `python -m convert calibrate`"  # why every question is refused

@@ -1,4 +1,4 @@
-"""``edge-rag`` command line: models pull|install|verify|list, index, remove, ask, demo, doctor, serve."""
+"""``edge-rag`` command line: models pull|install|verify|list, index, remove, ask, demo, calibrate, doctor, serve."""
 from __future__ import annotations
 
 import argparse
@@ -29,8 +29,11 @@ def _open(args: argparse.Namespace, create: bool = True):
         changes["threads"] = args.threads
     if getattr(args, "seed_decision", False):
         changes["certified"] = False
+    if getattr(args, "max_error_rate", None) is not None:
+        changes["max_error_rate"] = args.max_error_rate
     return EdgeRAG(args.db, bundle=args.bundle, config=Config().with_(**changes), profile=args.profile,
-                   create=create, lock_timeout=getattr(args, "wait", 0.0))
+                   create=create, lock_timeout=getattr(args, "wait", 0.0),
+                   calibration=getattr(args, "calibration", None))
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -136,6 +139,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Certify the decision on the store's own questions: write a calibration file (edge_rag/calibrate.py)."""
+    from tqdm import tqdm
+
+    from .calibrate import load_questions, run, summary
+
+    questions = load_questions(args.questions)  # a bad file fails before any model loads
+    with _open(args, create=False) as rag:
+        cal = run(rag, questions, Path(args.questions), Path(args.out),
+                  progress=lambda qs: tqdm(qs, unit="q", leave=False))
+    print(f"{args.out}: {summary(cal, rag.config.reader, args.delta)}")
+    print(f"use it: edge-rag serve --db {mask_url(args.db)} --calibration {args.out} --max-error-rate ALPHA")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """recall@10 of the store's search against exact search on a sample of its own vectors."""
     from .doctor import check_recall
@@ -167,6 +185,14 @@ def _positive_mb(text: str) -> int:
 def _wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="if another process is writing to the store, wait this long for it (default: fail at once)")
+
+
+def _decision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration", metavar="FILE",
+                   help="a calibration made by `edge-rag calibrate` on this device's own questions "
+                        "(default: the shipped one, certified on SQuAD-2 questions)")
+    p.add_argument("--max-error-rate", type=float, metavar="ALPHA",
+                   help=f"the error among answered questions the decision certifies (default {Config().max_error_rate:g})")
 
 
 def _common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
@@ -224,13 +250,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("questions", nargs="+")
     p.add_argument("--json", action="store_true", help="print the whole Answer as JSON")
     p.add_argument("--temperature", type=float, help="0 for deterministic answers")
+    _decision(p)
     _common(p)
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("demo", help="index the packaged sample corpus and answer its questions")
     p.add_argument("-n", type=int, default=8, help="number of sample questions")
+    _decision(p)
     _common(p, db_required=False)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("calibrate", help="certify the answer/refuse decision on your own questions "
+                                         "(writes a calibration file for --calibration)")
+    p.add_argument("--questions", required=True, metavar="FILE",
+                   help='JSON list of {"question": ..., "answer": "..." | ["...", ...] | null}: a sample of the '
+                        "questions this device will be asked, each with its answer in the documents (null: none)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write")
+    p.add_argument("--delta", type=float, default=Config().delta, help="confidence 1 - delta of the figures printed")
+    _common(p)
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("doctor", help="check the store's search: recall@10 against exact search (warns below 0.95)")
     p.add_argument("--sample", type=int, default=100, help="stored vectors used as queries (seeded)")
@@ -239,6 +277,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="HTTP API and kiosk page on 127.0.0.1 (needs the serve extra)")
     serve.add_arguments(p)
+    _decision(p)
     _common(p)
     p.set_defaults(func=cmd_serve)
     return ap

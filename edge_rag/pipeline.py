@@ -50,10 +50,13 @@ class EdgeRAG:
     Thread-safe: ``ask``/``decide`` may run in many threads at once (encoding, retrieval and extraction
     in parallel; generation one at a time on the single llama.cpp context). ``create=False`` refuses a
     ``db`` that holds no store; ``lock_timeout`` is how long indexing waits for another process's.
+    ``calibration``: a file of ``edge-rag calibrate`` certifying the decision on this device's own questions
+    (default: the shipped calibration, certified on SQuAD-2 questions).
     """
 
     def __init__(self, db: str | Path, bundle: str | Path | None = None, config: Config | None = None,
-                 profile: str = "gemma", create: bool = True, lock_timeout: float = 0.0) -> None:
+                 profile: str = "gemma", create: bool = True, lock_timeout: float = 0.0,
+                 calibration: str | Path | None = None) -> None:
         self.bundle = B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
@@ -61,6 +64,8 @@ class EdgeRAG:
         remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
         self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote)
         self.config = self.plan.apply(config)
+        # the certified decision's calibration: the shipped one, or one made on this device's own questions
+        self.certified = CertifiedPath(self.bundle, self.config, Path(calibration) if calibration else None)
         info = self.bundle.encoder
         encoder_path = self._encoder_path = select_encoder(self.bundle, self.config.threads)  # verified here
         self.encoder = Encoder(
@@ -78,8 +83,8 @@ class EdgeRAG:
         self.router = Router(router_path, threads=1) if router_path else None
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
         self.cache = AnswerCache(self.config, cache_file)
-        self._config_key = hashlib.sha1(repr(self.config).encode()).hexdigest()[:12]
-        self.certified = CertifiedPath(self.bundle, self.config)
+        key = repr((self.config, self.certified.calibration_sha256))  # cached answers: this config and calibration
+        self._config_key = hashlib.sha1(key.encode()).hexdigest()[:12]
 
     # -- indexing ------------------------------------------------------------------------------
     def add_documents(self, documents: Iterable[Document | str], progress: bool | Progress = False,

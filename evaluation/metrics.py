@@ -1,40 +1,16 @@
-"""SQuAD answer metrics (EM, token F1) — used by router labelling, tests and benchmarks."""
+"""SQuAD answer metrics (EM, token F1) — used by router labelling, tests and benchmarks. Token F1 lives on the
+device (``edge_rag.squad_f1``: a certificate counts right and wrong answers by it) and is re-exported here."""
 from __future__ import annotations
 
-import re
-import string
-from collections import Counter
+from edge_rag.squad_f1 import best_f1, f1_score, normalize_answer
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower-case, strip punctuation and articles, collapse white space."""
-    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
+__all__ = ["best_em", "best_f1", "exact_match", "f1_score", "normalize_answer"]
 
 
 def exact_match(prediction: str | None, gold: str) -> float:
     return float(normalize_answer(prediction or "") == normalize_answer(gold))
 
 
-def f1_score(prediction: str | None, gold: str) -> float:
-    pred = normalize_answer(prediction or "").split()
-    ref = normalize_answer(gold).split()
-    if not pred or not ref:
-        return float(pred == ref)
-    common = sum((Counter(pred) & Counter(ref)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
 def best_em(prediction: str | None, golds: list[str]) -> float:
     """EM against the best-matching gold answer (0 when there are none)."""
     return max((exact_match(prediction, g) for g in golds), default=0.0)
-
-
-def best_f1(prediction: str | None, golds: list[str]) -> float:
-    """Token F1 against the best-matching gold answer (0 when there are none)."""
-    return max((f1_score(prediction, g) for g in golds), default=0.0)

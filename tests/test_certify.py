@@ -10,6 +10,7 @@ from edge_rag.certify import (
     Combiner,
     RiskTable,
     binom_cdf,
+    bounded_by,
     clopper_pearson_upper,
 )
 from edge_rag.errors import BundleError
@@ -35,6 +36,18 @@ def test_clopper_pearson_edges():
 def test_clopper_pearson_matches_the_beta_quantile(k, n, delta):
     stats = pytest.importorskip("scipy.stats", reason="scipy is the reference (installed with the dev extra)")
     assert clopper_pearson_upper(k, n, delta) == pytest.approx(stats.beta.ppf(1 - delta, k + 1, n - k), abs=1e-9)
+
+
+def test_bounded_by_says_what_the_bound_says():
+    """The one-CDF test a certificate is chosen by agrees with computing the bound, on random counts and levels
+    (and the edges: no data, every answer wrong)."""
+    rng = np.random.default_rng(0)
+    cases = [(0, 0, 0.5, 0.05), (0, 0, 1.0, 0.05), (4, 4, 0.9, 0.05), (4, 4, 1.0, 0.05)]
+    for _ in range(300):
+        n = int(rng.integers(1, 1500))
+        cases.append((int(rng.integers(0, n + 1)), n, float(rng.uniform(0.01, 0.99)), float(rng.choice([0.01, 0.05, 0.1]))))
+    for errors, n, alpha, delta in cases:
+        assert bounded_by(errors, n, alpha, delta) == (clopper_pearson_upper(errors, n, delta) <= alpha), (errors, n)
 
 
 def test_binom_cdf_small_exact():

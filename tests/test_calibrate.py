@@ -1,0 +1,136 @@
+"""`edge-rag calibrate`: the decision certified on the device's own questions, end to end on the real bundle."""
+import json
+import random
+
+import pytest
+
+from benchmarks import splits
+from edge_rag import calibrate
+from edge_rag.certify import CALIBRATION_ASSET, Calibration
+from edge_rag.cli import SAMPLE_DIR, main
+from edge_rag.config import Config
+from edge_rag.errors import BundleError, InputError
+from edge_rag.pipeline import EdgeRAG
+from edge_rag.read import Candidate
+from edge_rag.types import Route
+from evaluation.metrics import best_f1
+
+ALPHAS = (0.3, 0.4)
+
+
+@pytest.fixture(scope="module")
+def own(squad_default_rag, tmp_path_factory):
+    """A calibration made by `calibrate.run` on 160 answerable calibration-split questions and 40 SQuAD-2
+    unanswerables (a kiosk-like mix); the questions file and the calibration file."""
+    rag, items = squad_default_rag
+    part = splits.select(items, "calibration")
+    rng = random.Random(0)
+    picked = (rng.sample([q for q in part if not q.is_impossible], 160)
+              + rng.sample([q for q in part if q.is_impossible], 40))
+    folder = tmp_path_factory.mktemp("own-calibration")
+    questions = folder / "questions.json"
+    questions.write_text(json.dumps([{"question": q.question, "answer": None if q.is_impossible else q.answers}
+                                     for q in picked]), encoding="utf-8")
+    out = folder / "calibration.json"
+    calibrate.run(rag, calibrate.load_questions(questions), questions, out)
+    return picked, out
+
+
+def test_the_file_keeps_the_shipped_score_and_counts_only_the_new_questions(own):
+    picked, out = own
+    mine, shipped = Calibration.load(out).reader("neural"), Calibration.load(CALIBRATION_ASSET).reader("neural")
+    assert mine.combiner == shipped.combiner and mine.ood_distance == shipped.ood_distance
+    assert mine.table.thresholds == shipped.table.thresholds and mine.model_sha256 == shipped.model_sha256
+    assert mine.table.n_cal == len(picked) and mine.table.n_answered != shipped.table.n_answered
+    assert (mine.gpt_n, mine.gpt_errors) == (0, 0)
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_the_device_answers_what_the_calibration_counted(squad_default_rag, own, alpha):
+    """Opened with the file, the device answers exactly as many of the calibration questions as the certificate
+    says, with as many errors (judged here by F1 against the gold answers), and the bound holds alpha."""
+    rag, _ = squad_default_rag
+    picked, out = own
+    with EdgeRAG(rag.store.folder, bundle=rag.bundle.root, config=Config(temperature=0.0, max_error_rate=alpha),
+                 calibration=out) as mine:
+        cert = mine.certified.certificate
+        answers = [mine.decide(q.question) for q in picked]
+    answered = [(a, q) for a, q in zip(answers, picked) if a.route is Route.RAG]
+    errors = sum(q.is_impossible or best_f1(a.answer, q.answers) < 0.5 for a, q in answered)
+    assert cert.n_answered > 0 and cert.upper <= alpha
+    assert (len(answered), errors) == (cert.n_answered, cert.n_errors)
+    assert all(a.score_threshold == cert.threshold and a.n_cal == len(picked) for a in answers if a.route is Route.RAG)
+
+
+def test_generation_is_never_certified_by_an_own_calibration(sample_rag, own):
+    """The questions are not generated for, so the file certifies no GPT-route answer even at alpha 0.99 (where
+    the shipped calibration does)."""
+    from edge_rag.certified import CertifiedPath
+
+    _, out = own
+    question, nothing = "Why is the museum called Harbourlight?", Candidate(None, None, 0.0, 0.0, 0.0)
+    path = CertifiedPath(sample_rag.bundle, Config(temperature=0.0, max_error_rate=0.99), out)
+    assert path.gpt_allowed is False and path.decide(question, 0.0, nothing, []).route is Route.REFUSE
+
+
+def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
+    db = tmp_path / "db"
+    import shutil
+
+    shutil.copytree(sample_db, db)
+    out = tmp_path / "kiosk.json"
+    questions = SAMPLE_DIR / "questions.json"
+    assert main(["calibrate", "--db", str(db), "--questions", str(questions), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"{len(json.loads(questions.read_text()))} questions" in printed and "--calibration" in printed
+    assert Calibration.load(out).source["questions_sha256"]
+    # 24 questions certify nothing from the strict end of the grid: the device says so instead of answering
+    assert main(["ask", "--db", str(db), "--calibration", str(out), "--max-error-rate", "0.2",
+                 "Who founded the Harbourlight Science Museum?"]) == 0
+    assert "no score threshold keeps the error among answered <= 0.2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,why", [
+    (b"{\"question\": \"a\", \"answer\": null}", "JSON list"),
+    (b"[{\"question\": \"Who?\"}]", "\"answer\""),
+    (b"[{\"question\": \"Who?\", \"answer\": 3}]", "non-empty string"),
+    (b"[{\"question\": \"Who?\", \"answer\": [\"\"]}]", "non-empty string"),
+    (b"[{\"question\": 7, \"answer\": \"x\"}]", "must be a str"),
+    (b"[]", "no questions"),
+    (b"[{\"question\": ", "cannot read"),
+    (b"\xff\xfe[", "cannot read"),
+])
+def test_a_bad_questions_file_is_refused_and_the_old_calibration_kept(sample_db, tmp_path, capsys, content, why):
+    questions, out = tmp_path / "q.json", tmp_path / "kiosk.json"
+    questions.write_bytes(content)
+    out.write_text("previous calibration")
+    with pytest.raises(InputError, match=why):
+        calibrate.load_questions(questions)
+    assert main(["calibrate", "--db", str(sample_db), "--questions", str(questions), "--out", str(out)]) == 2
+    assert why in capsys.readouterr().err and out.read_text() == "previous calibration"
+
+
+def test_a_huge_questions_file_is_refused_unread(tmp_path):
+    huge = tmp_path / "q.json"
+    with open(huge, "wb") as f:
+        f.truncate(calibrate.MAX_FILE_BYTES + 1)  # sparse: nothing written
+    with pytest.raises(InputError, match="may hold"):
+        calibrate.load_questions(huge)
+
+
+def test_a_missing_calibration_file_is_a_clear_error(sample_db, tmp_path):
+    with pytest.raises(BundleError, match="edge-rag calibrate"):
+        EdgeRAG(sample_db, calibration=tmp_path / "nope.json")
+
+
+def test_cached_answers_are_not_served_under_another_calibration(sample_db, own, tmp_path):
+    import shutil
+
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    config, question = Config(temperature=0.0, persistent_cache=True), "Who founded the Harbourlight Science Museum?"
+    with EdgeRAG(db, config=config) as rag:
+        rag.ask(question)
+        assert rag.ask(question).cache_hit
+    with EdgeRAG(db, config=config, calibration=own[1]) as rag:
+        assert not rag.ask(question).cache_hit
