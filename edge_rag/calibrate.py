@@ -27,6 +27,7 @@ import numpy as np
 from .certify import F1_CORRECT, Calibration, RiskTable
 from .errors import InputError, check_str
 from .fileio import atomic_write_text, sha256_file
+from .pipeline import check_question
 from .reader import reader_file
 from .squad_f1 import best_f1
 
@@ -77,8 +78,11 @@ def load_questions(path: str | Path) -> list[LabelledQuestion]:
         answers = [] if answer is None else [answer] if isinstance(answer, str) else answer
         if not isinstance(answers, list) or not all(isinstance(a, str) and a.strip() for a in answers):
             raise InputError(f"{where}: \"answer\" must be a non-empty string, a list of them, or null")
-        out.append(LabelledQuestion(check_str(item["question"], f"{where}: the question"),
-                                    tuple(check_str(a, f"{where}: an answer") for a in answers)))
+        try:
+            question = check_question(item["question"])  # what `ask` would refuse, refused here, before any is run
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        out.append(LabelledQuestion(question, tuple(check_str(a, f"{where}: an answer") for a in answers)))
     if not out:
         raise InputError(f"{path} holds no questions (a few hundred certify a useful error rate)")
     return out

@@ -96,6 +96,7 @@ def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
     (b"[{\"question\": \"Who?\", \"answer\": 3}]", "non-empty string"),
     (b"[{\"question\": \"Who?\", \"answer\": [\"\"]}]", "non-empty string"),
     (b"[{\"question\": 7, \"answer\": \"x\"}]", "must be a str"),
+    (b"[{\"question\": \" \", \"answer\": \"x\"}]", "entry 0: the question is empty"),
     (b"[]", "no questions"),
     (b"[{\"question\": ", "cannot read"),
     (b"\xff\xfe[", "cannot read"),
@@ -134,3 +135,19 @@ def test_cached_answers_are_not_served_under_another_calibration(sample_db, own,
         assert rag.ask(question).cache_hit
     with EdgeRAG(db, config=config, calibration=own[1]) as rag:
         assert not rag.ask(question).cache_hit
+
+
+def test_the_kiosk_server_says_which_calibration_it_decides_by(sample_db, own, tmp_path):
+    serving = pytest.importorskip("serving", reason="the serve extra (starlette, uvicorn, httpx) is not installed")
+    import shutil
+
+    import httpx
+
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    rag = EdgeRAG(db, config=Config(temperature=0.0, max_error_rate=0.4), calibration=own[1])
+    with serving.running_server(rag) as url:  # the app closes rag
+        decision = httpx.get(f"{url}/api/health", timeout=60).json()["decision"]
+    assert decision["calibration"] == str(own[1]) and decision["calibration_questions"] == len(own[0])
+    assert decision["certified"] and decision["max_error_rate"] == 0.4
+    assert decision["threshold"] == Calibration.load(own[1]).reader("neural").table.choose(0.4, 0.05).threshold

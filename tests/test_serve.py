@@ -42,6 +42,9 @@ def test_health_and_page(served):
     assert h["bundle"]["profile"] == "gemma"
     assert 0 < h["plan"]["total_mb"] <= h["plan"]["budget_mb"] == h["memory"]["budget_mb"]
     assert 0 < h["memory"]["rss_mb"] <= h["memory"]["peak_rss_mb"]
+    decision = h["decision"]  # the test server runs the seeds' decision; the certificate it would use is shown
+    assert decision["certified"] is False and decision["calibration"].endswith("assets/calibration.json")
+    assert decision["calibration_questions"] > 1000 and 0 < decision["threshold"] < 1
     page = httpx.get(url, timeout=T)
     assert page.status_code == 200 and '<label for="question"' in page.text
     for asset in ("kiosk.css", "kiosk.js"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import tempfile
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -274,7 +275,16 @@ def _health(rag: EdgeRAG, lanes: Lanes) -> dict:
         "memory": {"rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
                    "budget_mb": rag.config.memory_budget_mb},
         "generation": {"waiting": lanes.waiting},
+        "decision": _decision(rag),
     }
+
+
+def _decision(rag: EdgeRAG) -> dict:
+    """Which certificate the answers are decided by: the shipped calibration or one of ``edge-rag calibrate``."""
+    cert, c = rag.certified.certificate, rag.config
+    return {"certified": c.certified, "max_error_rate": c.max_error_rate, "delta": c.delta,
+            "calibration": str(rag.certified.calibration_path), "calibration_questions": cert.n_cal if cert else 0,
+            "threshold": cert.threshold if cert and math.isfinite(cert.threshold) else None}
 
 
 def _sse(event: str, data: dict) -> str:
