@@ -27,7 +27,7 @@ import numpy as np
 from .certify import F1_CORRECT, Calibration, RiskTable
 from .errors import InputError, check_str
 from .fileio import atomic_write_text, sha256_file
-from .pipeline import check_question
+from .pipeline import EdgeRAG, check_question
 from .reader import reader_file
 from .squad_f1 import best_f1
 
@@ -88,7 +88,7 @@ def load_questions(path: str | Path) -> list[LabelledQuestion]:
     return out
 
 
-def measure(rag, questions: Sequence[LabelledQuestion], progress: Callable = iter) -> list[Measured]:
+def measure(rag: EdgeRAG, questions: Sequence[LabelledQuestion], progress: Callable = iter) -> list[Measured]:
     """Each question through the device's own decision (``EdgeRAG.decide``, no generation), scored as the
     shipped calibration scores it."""
     rc = Calibration.load(rag.certified.calibration_path).reader(rag.config.reader)
@@ -117,7 +117,7 @@ def calibration(base: Path, reader: str, model_sha256: str | None, measured: Seq
     return {"readers": {reader: entry}, "source": {**source, "base_calibration_sha256": sha256_file(base)}}
 
 
-def run(rag, questions: Sequence[LabelledQuestion], questions_file: Path, out: Path,
+def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Path, out: Path,
         progress: Callable = iter) -> Calibration:
     """Measure ``questions`` (read from ``questions_file``) on ``rag`` and write the calibration file ``out``
     (atomically: a crash leaves the old file or the new one)."""
@@ -125,7 +125,7 @@ def run(rag, questions: Sequence[LabelledQuestion], questions_file: Path, out: P
     source = {"command": "edge-rag calibrate", "questions": str(questions_file),
               "questions_sha256": sha256_file(questions_file), "n_questions": len(questions),
               "n_without_answer": sum(not q.answers for q in questions), "store": str(rag.store.location),
-              "reader": rag.config.reader, "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+              "reader": rag.config.reader, "config": repr(rag.config), "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     model = sha256_file(reader_file(rag.bundle)) if rag.config.reader == "neural" else None
     content = calibration(rag.certified.calibration_path, rag.config.reader, model, measured, source)
     atomic_write_text(out, json.dumps(content, indent=1) + "\n")
