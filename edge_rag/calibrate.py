@@ -58,20 +58,10 @@ def wrong(candidate: str | None, answers: Sequence[str]) -> bool:
 
 
 def load_questions(path: str | Path) -> list[LabelledQuestion]:
-    """A JSON list of {"question": str, "answer": str | [str, ...] | null}; InputError naming the first bad entry."""
-    try:
-        size = Path(path).stat().st_size
-        if size <= MAX_FILE_BYTES:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"cannot read questions from {path}: {exc}") from None
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{path} is {size / 1e6:.0f} MB; a questions file may hold {MAX_FILE_BYTES / 1e6:.0f} MB")
-    if not isinstance(raw, list):
-        raise InputError(f"{path} must hold a JSON list of {{\"question\": ..., \"answer\": ...}} objects")
+    """A JSON list of {"question": str, "answer": str | [str, ...] | null}, or such objects one per line (a
+    ``.jsonl`` file: the kiosk's question log, labelled); InputError naming the first bad entry."""
     out = []
-    for i, item in enumerate(raw):
-        where = f"{path}, entry {i}"
+    for where, item in _entries(Path(path)):
         if not isinstance(item, dict) or "question" not in item or "answer" not in item:
             raise InputError(f"{where}: need an object with \"question\" and \"answer\" (null: no answer)")
         answer = item["answer"]
@@ -86,6 +76,35 @@ def load_questions(path: str | Path) -> list[LabelledQuestion]:
     if not out:
         raise InputError(f"{path} holds no questions (a few hundred certify a useful error rate)")
     return out
+
+
+def _entries(path: Path) -> list[tuple[str, object]]:
+    """(where, parsed entry) of a JSON list file or a JSON-lines file (blank lines skipped)."""
+    try:
+        size = path.stat().st_size
+        if size <= MAX_FILE_BYTES:
+            text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read questions from {path}: {exc}") from None
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{path} is {size / 1e6:.0f} MB; a questions file may hold {MAX_FILE_BYTES / 1e6:.0f} MB")
+    if path.suffix == ".jsonl":
+        entries = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    entries.append((f"{path}, line {n}", json.loads(line)))
+                except ValueError as exc:
+                    raise InputError(f"cannot read questions from {path}, line {n}: {exc}") from None
+        return entries
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"cannot read questions from {path}: {exc}") from None
+    if not isinstance(raw, list):
+        raise InputError(f"{path} must hold a JSON list of {{\"question\": ..., \"answer\": ...}} objects "
+                         "(or one per line, as a .jsonl file)")
+    return [(f"{path}, entry {i}", item) for i, item in enumerate(raw)]
 
 
 def measure(rag: EdgeRAG, questions: Sequence[LabelledQuestion], progress: Callable = iter) -> list[Measured]:

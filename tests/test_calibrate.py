@@ -151,3 +151,64 @@ def test_the_kiosk_server_says_which_calibration_it_decides_by(sample_db, own, t
     assert decision["calibration"] == str(own[1]) and decision["calibration_questions"] == len(own[0])
     assert decision["certified"] and decision["max_error_rate"] == 0.4
     assert decision["threshold"] == Calibration.load(own[1]).reader("neural").table.choose(0.4, 0.05).threshold
+
+
+def test_the_kiosk_keeps_its_questions_to_label_and_calibrate_on(sample_db, tmp_path):
+    """`serve --question-log`: every accepted question (plain and streamed) is one JSON line, without an answer;
+    once labelled the file is what `edge-rag calibrate` reads; a line cut by a crash is reported by number."""
+    serving = pytest.importorskip("serving", reason="the serve extra (starlette, uvicorn, httpx) is not installed")
+    import shutil
+
+    import httpx
+
+    from edge_rag.serve.config import ServeConfig
+
+    db, kept = tmp_path / "db", tmp_path / "questions.jsonl"
+    shutil.copytree(sample_db, db)
+    asked = ["Who founded the Harbourlight Science Museum?", "How old is Taylor Swift?", "Wie teuer ist ein Ticket?"]
+    config = ServeConfig(port=0, question_timeout_s=900, question_log=str(kept))
+    with serving.running_server(EdgeRAG(db, config=Config(temperature=0.0)), config) as url:
+        for q in asked[:2]:
+            assert httpx.post(f"{url}/api/ask", json={"question": q}, timeout=120).status_code == 200
+        with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": asked[2]}, timeout=120) as r:
+            assert "event: answer" in r.read().decode()
+        assert httpx.post(f"{url}/api/ask", json={"question": "x" * 600}, timeout=60).status_code == 413
+    lines = [json.loads(line) for line in kept.read_text(encoding="utf-8").splitlines()]
+    assert [line["question"] for line in lines] == asked and all(set(line) == {"question", "asked"} for line in lines)
+    with pytest.raises(InputError, match="line 1: need an object with"):
+        calibrate.load_questions(kept)  # not labelled yet
+    labels = ["Margaret Hollins", None, None]
+    kept.write_text("".join(json.dumps({**line, "answer": a}) + "\n" for line, a in zip(lines, labels)))
+    assert [(q.question, q.answers) for q in calibrate.load_questions(kept)] == [
+        (asked[0], ("Margaret Hollins",)), (asked[1], ()), (asked[2], ())]
+    with open(kept, "a") as f:
+        f.write('{"question": "Where is the caf')
+    with pytest.raises(InputError, match="line 4"):
+        calibrate.load_questions(kept)
+
+
+def test_questions_logged_from_many_threads_stay_whole_lines(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from edge_rag.serve.question_log import QuestionLog
+
+    kept = QuestionLog(tmp_path / "q.jsonl")
+    questions = [f"question {i} " + "é" * (i % 50) for i in range(400)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(kept.add, questions))
+    lines = (tmp_path / "q.jsonl").read_text(encoding="utf-8").splitlines()
+    assert sorted(json.loads(line)["question"] for line in lines) == sorted(questions)
+
+
+def test_the_question_log_stops_growing_at_its_limit(tmp_path, monkeypatch, caplog):
+    from edge_rag.serve import question_log
+
+    monkeypatch.setattr(question_log, "MAX_BYTES", 2_000)
+    kept = question_log.QuestionLog(tmp_path / "q.jsonl")
+    for i in range(100):
+        kept.add(f"question number {i}?")  # never raises: the question is answered all the same
+    size = (tmp_path / "q.jsonl").stat().st_size
+    lines = (tmp_path / "q.jsonl").read_text(encoding="utf-8").splitlines()
+    assert 1_900 < size <= 2_000 and all(json.loads(line)["question"] for line in lines)
+    assert sum("no longer kept" in r.getMessage() for r in caplog.records) == 1
+

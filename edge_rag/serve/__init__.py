@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=d.max_queue, help="generations that may wait in line")
     p.add_argument("--title", default=d.title, help="heading of the kiosk page")
     p.add_argument("--idle-reset", type=int, default=d.idle_reset_s, help="seconds before the page resets")
+    p.add_argument("--question-log", metavar="FILE.jsonl", help="append every question asked to this file, to "
+                   "label and calibrate on (`edge-rag calibrate`); it holds what visitors typed (off by default)")
 
 
 def main(args: argparse.Namespace, open_rag: Callable) -> int:
@@ -52,7 +54,7 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     try:
         config = ServeConfig(host=args.host, port=args.port, token=token, allowed_hosts=tuple(args.allow_host),
                              question_timeout_s=args.timeout, max_queue=args.max_queue, title=args.title,
-                             idle_reset_s=args.idle_reset)
+                             idle_reset_s=args.idle_reset, question_log=args.question_log)
     except ValueError as exc:
         raise EdgeRAGError(str(exc)) from exc
     sock = _bind(config.host, config.port)  # bound before loading models: a taken port fails fast

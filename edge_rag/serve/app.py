@@ -46,6 +46,7 @@ from .errors import HANDLERS, error
 from .jobs import Job, Jobs, progress_of
 from .lanes import Busy, Failed, Lanes
 from .origin import SameOrigin
+from .question_log import QuestionLog
 from .suggest import suggestions
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -58,6 +59,7 @@ MAX_FILENAME_BYTES = 255  # one path component on every common file system
 def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     """The ASGI app serving ``rag``; it closes ``rag`` when the server shuts down."""
     lanes = Lanes(rag, config.question_timeout_s, config.max_queue)
+    questions = QuestionLog(Path(config.question_log) if config.question_log else None)
     jobs = Jobs(rag)
 
     @asynccontextmanager
@@ -86,6 +88,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
             raise HTTPException(400, 'send {"question": "..."}')
         question = _question(payload["question"], config)
+        await asyncio.to_thread(questions.add, question)
         try:
             async for event in lanes.ask(question):
                 if isinstance(event, Failed):
@@ -98,6 +101,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
     async def ask_stream(request: Request) -> Response:
         question = _question(request.query_params.get("q", ""), config)
+        await asyncio.to_thread(questions.add, question)
 
         async def events():
             try:

@@ -27,6 +27,7 @@ class ServeConfig:
     title: str = "Ask me anything about this place"
     keepalive_s: float = 15.0  # an SSE comment this often while a stream waits (queue, prompt evaluation)
     shutdown_grace_s: float = 10.0  # on SIGTERM/Ctrl-C: how long open streams may take to finish
+    question_log: str | None = None  # append accepted questions here, for `edge-rag calibrate` (question_log.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

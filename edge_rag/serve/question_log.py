@@ -1,0 +1,55 @@
+"""The kiosk's own questions, kept for ``edge-rag calibrate`` (opt-in: ``edge-rag serve --question-log FILE``).
+
+A certificate covers questions drawn like its calibration questions, and a kiosk's visitors are that draw. Every
+question the server accepts is appended to a JSON-lines file as ``{"question": ..., "asked": ...}`` (UTC time; no
+address, no answer). Someone who knows the documents then adds ``"answer"`` to each line — the text, a list of
+acceptable texts, or null where the documents hold none — and calibrates on the file. The device's own answers are
+left out on purpose: labels copied from them would certify the device by its own word. The file holds what
+visitors typed, verbatim: tell them, and delete it once calibrated.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import threading
+from pathlib import Path
+
+from ..errors import EdgeRAGError
+
+log = logging.getLogger("edge_rag")
+MAX_BYTES = 32_000_000  # ~150,000 questions; then it stops growing (a script on the kiosk's browser may ask forever)
+
+
+class QuestionLog:
+    """Appends accepted questions to ``path`` (None: keeps nothing); one line per question, whole or not at all
+    but for a crash mid-write, which ``edge-rag calibrate`` reports by line number."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()  # questions arrive on many threads; lines must not interleave
+        self._failed = False
+        if path is not None:
+            try:
+                with open(path, "a", encoding="utf-8"):
+                    pass
+            except OSError as exc:
+                raise EdgeRAGError(f"cannot write the question log {path}: {exc}") from exc
+
+    def add(self, question: str) -> None:
+        """Keep ``question``; a failed write (disk full, the file at MAX_BYTES) is logged once and never fails the
+        question."""
+        if self.path is None:
+            return
+        asked = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        line = json.dumps({"question": question, "asked": asked}, ensure_ascii=False) + "\n"
+        with self._lock:
+            try:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    if f.tell() + len(line.encode()) > MAX_BYTES:
+                        raise OSError(f"it has reached {MAX_BYTES // 1_000_000} MB; questions are no longer kept")
+                    f.write(line)
+            except OSError as exc:
+                if not self._failed:
+                    log.warning("cannot append to the question log %s: %s", self.path, exc)
+                self._failed = True
