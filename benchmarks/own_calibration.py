@@ -35,8 +35,8 @@ from tqdm import tqdm
 
 from edge_rag import Config, EdgeRAG
 from edge_rag.bundle import Bundle
-from edge_rag.calibrate import REPORT_ALPHAS, LabelledQuestion, Measured, measure
-from edge_rag.certify import Calibration, RiskTable
+from edge_rag.calibrate import REPORT_ALPHAS, LabelledQuestion, Measured, measure, risk_table
+from edge_rag.certify import Calibration
 from edge_rag.models import default_bundle, home
 from evaluation.datasets import QAItem
 
@@ -51,8 +51,8 @@ def labelled(items: list[QAItem]) -> list[LabelledQuestion]:
     return [LabelledQuestion(q.question, () if q.is_impossible else tuple(q.answers)) for q in items]
 
 
-def table(rows: list[Measured], thresholds: tuple[float, ...]) -> RiskTable:
-    return RiskTable.count(np.array([m.score for m in rows]), np.array([m.wrong for m in rows]), np.array(thresholds))
+def threshold_text(t: float) -> str:
+    return f"{t:.3f}" if math.isfinite(t) else "none"
 
 
 def realised(rows: list[Measured], answerable: np.ndarray, threshold: float) -> tuple[float, float, int]:
@@ -67,12 +67,12 @@ def coverage(rows: list[Measured], thresholds: tuple[float, ...], alpha: float, 
              ) -> tuple[float, float]:
     """(share of i.i.d. draws from ``rows`` whose certified threshold keeps the error among answered of all
     ``rows`` <= alpha, median share of ``rows`` answered at it)."""
-    rng, population = np.random.default_rng(SEED), table(rows, thresholds)
+    rng, population = np.random.default_rng(SEED), risk_table(rows, thresholds)
     error = {t: e / n if n else 0.0 for t, n, e in zip(thresholds, population.n_answered, population.n_errors)}
     answered = dict(zip(thresholds, population.n_answered))
     held, covered = [], []
     for _ in range(draws):
-        cert = table([rows[i] for i in rng.integers(0, len(rows), size)], thresholds).choose(alpha, DELTA)
+        cert = risk_table([rows[i] for i in rng.integers(0, len(rows), size)], thresholds).choose(alpha, DELTA)
         held.append(error.get(cert.threshold, 0.0) <= alpha)
         covered.append(answered.get(cert.threshold, 0) / len(rows))
     return float(np.mean(held)), float(np.median(covered))
@@ -86,7 +86,7 @@ def article_splits(rows: list[Measured], groups: list[str], thresholds: tuple[fl
     held, covered = [], []
     for _ in range(draws):
         first = set(rng.permutation(names)[: len(names) // 2])
-        cert = table([m for m, g in zip(rows, groups) if g in first], thresholds).choose(alpha, DELTA)
+        cert = risk_table([m for m, g in zip(rows, groups) if g in first], thresholds).choose(alpha, DELTA)
         rest = [m for m, g in zip(rows, groups) if g not in first]
         answered = [m for m in rest if m.score >= cert.threshold]
         held.append(np.mean([m.wrong for m in answered]) <= alpha if answered else True)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         cal_rows = measure(rag, labelled(cal), lambda qs: tqdm(qs, desc="calibration", unit="q"))
         test_rows = measure(rag, labelled(test), lambda qs: tqdm(qs, desc="test", unit="q"))
     thresholds = shipped.table.thresholds
-    own = table(cal_rows, thresholds)
+    own = risk_table(cal_rows, thresholds)
     answerable = np.array([not q.is_impossible for q in test])
 
     lines = ["# Calibrating on the device's own kind of question", "",
@@ -144,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                         "shipped_threshold": theirs.threshold, "shipped_answered": a_sh, "shipped_error": e_sh,
                         "mc_coverage_held": held_q, "mc_coverage_answered": cov_q,
                         "mc_shift_held": held, "mc_shift_answered": cov})
-        fmt = lambda t: f"{t:.3f}" if math.isfinite(t) else "none"  # noqa: E731
-        lines.append(f"| {alpha:g} | {fmt(mine.threshold)} | {a_own:.1%} | {e_own:.1%} | {fmt(theirs.threshold)} | "
+        lines.append(f"| {alpha:g} | {threshold_text(mine.threshold)} | {a_own:.1%} | {e_own:.1%} | {threshold_text(theirs.threshold)} | "
                      f"{a_sh:.1%} | {e_sh:.1%} | {held_q:.1%} ({cov_q:.1%}) | {held:.1%} ({cov:.1%}) |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "own_calibration.json").write_text(json.dumps(figures, indent=1) + "\n")

@@ -37,7 +37,7 @@ from benchmarks import data, splits
 from edge_rag import Config, EdgeRAG
 from edge_rag.bundle import Bundle
 from edge_rag.calibrate import wrong as answer_wrong
-from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable
+from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable, answer_score
 from edge_rag.config import Tier
 from edge_rag.models import default_bundle, home
 from edge_rag.policy import generative
@@ -120,8 +120,7 @@ def _matrix(rows: list[dict]) -> np.ndarray:
 
 def scores(rows: list[dict], combiner: Combiner, floor: float) -> np.ndarray:
     """Each question's score; NaN when it is never answered (no candidate, or beyond the floor)."""
-    return np.array([combiner(r["features"]) if r["candidate"] and r["d_min"] <= floor else math.nan
-                     for r in rows])
+    return np.array([answer_score(combiner, floor, r["candidate"], r["features"], r["d_min"]) for r in rows])
 
 
 def grid(val_scores: np.ndarray) -> np.ndarray:

@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .certify import F1_CORRECT, Calibration, RiskTable
-from .errors import InputError, check_str
+from .certified import reader_sha256
+from .certify import F1_CORRECT, Calibration, RiskTable, answer_score
+from .errors import BundleError, InputError, check_str
 from .fileio import atomic_write_text, sha256_file
 from .pipeline import EdgeRAG, check_question
-from .reader import reader_file
 from .squad_f1 import best_f1
 
 MAX_FILE_BYTES = 64_000_000  # a questions file is read whole: ~300,000 questions, far more than calibration needs
@@ -110,13 +109,21 @@ def _entries(path: Path) -> list[tuple[str, object]]:
 def measure(rag: EdgeRAG, questions: Sequence[LabelledQuestion], progress: Callable = iter) -> list[Measured]:
     """Each question through the device's own decision (``EdgeRAG.decide``, no generation), scored as the
     shipped calibration scores it."""
-    rc = Calibration.load(rag.certified.calibration_path).reader(rag.config.reader)
+    if rag.certified.calibration is None:
+        raise BundleError(f"no calibration at {rag.certified.calibration_path} to take the score and floor from")
+    rc = rag.certified.calibration.reader(rag.config.reader)
     out = []
     for q in progress(questions):
         a = rag.decide(q.question)
-        answered = bool(a.candidate) and a.d_min <= rc.ood_distance
-        out.append(Measured(rc.combiner(a.features) if answered else math.nan, wrong(a.candidate, q.answers)))
+        out.append(Measured(answer_score(rc.combiner, rc.ood_distance, a.candidate, a.features, a.d_min),
+                            wrong(a.candidate, q.answers)))
     return out
+
+
+def risk_table(measured: Sequence[Measured], thresholds: Sequence[float]) -> RiskTable:
+    """Questions answered and errors among them at each threshold."""
+    return RiskTable.count(np.array([m.score for m in measured]), np.array([m.wrong for m in measured]),
+                           np.array(thresholds))
 
 
 def calibration(base: Path, reader: str, model_sha256: str | None, measured: Sequence[Measured],
@@ -126,8 +133,7 @@ def calibration(base: Path, reader: str, model_sha256: str | None, measured: Seq
     is never certified by it)."""
     raw = json.loads(Path(base).read_text(encoding="utf-8"))
     entry = dict(raw["readers"][reader])
-    table = RiskTable.count(np.array([m.score for m in measured]), np.array([m.wrong for m in measured]),
-                            np.array(entry["table"]["thresholds"]))
+    table = risk_table(measured, entry["table"]["thresholds"])
     entry["table"] = {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
                       "n_errors": list(table.n_errors), "n_cal": table.n_cal}
     entry["gpt"] = {"n": 0, "errors": 0}
@@ -144,8 +150,9 @@ def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Pat
     source = {"command": "edge-rag calibrate", "questions": str(questions_file),
               "questions_sha256": sha256_file(questions_file), "n_questions": len(questions),
               "n_without_answer": sum(not q.answers for q in questions), "store": str(rag.store.location),
-              "reader": rag.config.reader, "config": repr(rag.config), "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
-    model = sha256_file(reader_file(rag.bundle)) if rag.config.reader == "neural" else None
+              "reader": rag.config.reader, "config": repr(rag.config),
+              "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+    model = reader_sha256(rag.bundle) if rag.config.reader == "neural" else None
     content = calibration(rag.certified.calibration_path, rag.config.reader, model, measured, source)
     atomic_write_text(out, json.dumps(content, indent=1) + "\n")
     return Calibration.load(out)

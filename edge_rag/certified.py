@@ -85,9 +85,15 @@ def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None
     path = reader_file(bundle)
     if calibration.model_sha256 is None or not path.is_file():
         return None  # an old calibration file records no model; a missing reader fails when it loads
-    entry = next((f for f in bundle.files() if f["role"] == B.ROLE_READER), None)
-    sha = entry["sha256"] if entry and bundle.root / entry["name"] == path else sha256_file(path)
+    sha = reader_sha256(bundle)
     if sha == calibration.model_sha256:
         return None
     return (f"not calibrated for this reader model ({path.name} sha256 {sha[:12]}, calibrated with "
             f"{calibration.model_sha256[:12]}): run `make calibrate`")
+
+
+def reader_sha256(bundle: B.Bundle) -> str:
+    """The sha256 of the reader ONNX the certified path reads with: the bundle's manifest holds it, else hashed."""
+    path = reader_file(bundle)
+    entry = next((f for f in bundle.files() if f["role"] == B.ROLE_READER), None)
+    return entry["sha256"] if entry and bundle.root / entry["name"] == path else sha256_file(path)

@@ -101,6 +101,13 @@ class Combiner:
         return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
 
+def answer_score(combiner: Combiner, floor: float, candidate: str | None, features: dict[str, float],
+                 d_min: float) -> float:
+    """A calibration question's score; NaN when no threshold answers it (no candidate, or its nearest passage
+    beyond the out-of-domain floor ``floor``, which refuses first)."""
+    return combiner(features) if candidate and d_min <= floor else math.nan
+
+
 @dataclass(frozen=True)
 class Certificate:
     """The threshold a config's (alpha, delta) gets and the calibration figures behind it.

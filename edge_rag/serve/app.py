@@ -88,7 +88,8 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
             raise HTTPException(400, 'send {"question": "..."}')
         question = _question(payload["question"], config)
-        await asyncio.to_thread(questions.add, question)
+        if questions.path is not None:
+            await asyncio.to_thread(questions.add, question)
         try:
             async for event in lanes.ask(question):
                 if isinstance(event, Failed):
@@ -101,7 +102,8 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
     async def ask_stream(request: Request) -> Response:
         question = _question(request.query_params.get("q", ""), config)
-        await asyncio.to_thread(questions.add, question)
+        if questions.path is not None:
+            await asyncio.to_thread(questions.add, question)
 
         async def events():
             try:
