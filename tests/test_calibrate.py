@@ -73,6 +73,32 @@ def test_generation_is_never_certified_by_an_own_calibration(sample_rag, own):
     assert path.gpt_allowed is False and path.decide(question, 0.0, nothing, []).route is Route.REFUSE
 
 
+def test_an_own_calibration_certifies_only_the_config_it_was_measured_with(sample_rag, own, tmp_path):
+    """The file records the Config it measured with: a decision input changed since (how the search ranks, what
+    the reader reads, the reader itself) certifies nothing and every question is refused naming the change; another
+    alpha, temperature or thread count keeps the certificate. A file that records no Config is taken unchecked."""
+    from edge_rag.certified import CertifiedPath
+
+    _, out = own
+    recorded = Calibration.load(out).source["config"]
+    assert "retrieval='hybrid'" in recorded and "reader_window=3" in recorded
+    question, fields = "Who founded the Harbourlight Science Museum?", ("retrieval", "reader_window", "reader")
+    for changes, field in zip(({"retrieval": "dense"}, {"reader_window": 1}, {"reader": "rules"}), fields):
+        with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,
+                     config=Config(temperature=0.0, **changes), calibration=out) as rag:
+            a = rag.decide(question)
+        assert rag.certified.certificate is None and a.route is Route.REFUSE and a.candidate
+        assert a.refusal_reason == rag.certified.uncertified and field in a.refusal_reason
+        assert "calibrate again with this Config" in a.refusal_reason
+    kept = CertifiedPath(sample_rag.bundle, Config(temperature=0.7, max_error_rate=0.3, threads=1), out)
+    assert kept.uncertified is None and kept.certificate.n_answered > 0
+    unrecorded = tmp_path / "old.json"
+    raw = json.loads(out.read_text(encoding="utf-8"))
+    del raw["source"]["config"]
+    unrecorded.write_text(json.dumps(raw), encoding="utf-8")
+    assert CertifiedPath(sample_rag.bundle, Config(retrieval="dense"), unrecorded).certificate is not None
+
+
 def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
     db = tmp_path / "db"
     import shutil
