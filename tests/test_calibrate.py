@@ -111,9 +111,14 @@ def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
     assert f"{len(json.loads(questions.read_text()))} questions" in printed and "--calibration" in printed
     assert Calibration.load(out).source["questions_sha256"]
     # 24 questions certify nothing from the strict end of the grid: the device says so instead of answering
-    assert main(["ask", "--db", str(db), "--calibration", str(out), "--max-error-rate", "0.2",
+    assert main(["ask", "--db", str(db), "--calibration", str(out), "--max-error-rate", "0.2", "--delta", "0.1",
                  "Who founded the Harbourlight Science Museum?"]) == 0
-    assert "no score threshold keeps the error among answered <= 0.2" in capsys.readouterr().out
+    assert "no score threshold keeps the error among answered <= 0.2 at confidence 0.9" in capsys.readouterr().out
+    for flag, value, allowed in (("--delta", "1", "delta=1.0: allowed values are a number > 0.0 and < 1.0"),
+                                 ("--delta", "x", "not a number: 'x'"), ("--max-error-rate", "0", "max_error_rate=0.0")):
+        with pytest.raises(SystemExit) as stop:
+            main(["ask", "--db", str(db), flag, value, "Who?"])
+        assert stop.value.code == 2 and f"argument {flag}: {allowed}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content,why", [
