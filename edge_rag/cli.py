@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from . import serve
+from .cli_options import add_common, add_decision, add_delta, add_wait, open_rag
 from .config import Config
 from .dburl import mask_url
 from .errors import EdgeRAGError
@@ -15,25 +16,6 @@ from .models import PROFILES, default_bundle, home
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"
-
-
-def _open(args: argparse.Namespace, create: bool = True):
-    from .pipeline import EdgeRAG
-
-    changes = {}
-    if getattr(args, "memory_mb", None) is not None:
-        changes["memory_budget_mb"] = args.memory_mb
-    if getattr(args, "temperature", None) is not None:
-        changes["temperature"] = args.temperature
-    if getattr(args, "threads", None):
-        changes["threads"] = args.threads
-    if getattr(args, "seed_decision", False):
-        changes["certified"] = False
-    if getattr(args, "max_error_rate", None) is not None:
-        changes["max_error_rate"] = args.max_error_rate
-    return EdgeRAG(args.db, bundle=args.bundle, config=Config().with_(**changes), profile=args.profile,
-                   create=create, lock_timeout=getattr(args, "wait", 0.0),
-                   calibration=getattr(args, "calibration", None))
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -89,7 +71,7 @@ def _warn_skipped(path: Path, reason: str) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    with _open(args) as rag:
+    with open_rag(args) as rag:
         added = rag.add_files(args.paths, progress=not args.quiet, strict=args.strict, on_skip=_warn_skipped)
         print(f"added {added} passages; the store at {rag.store.location} now holds {rag.store.count}")
     return 0
@@ -97,7 +79,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_remove(args: argparse.Namespace) -> int:
     """Remove documents by id, or every document indexed from a file."""
-    with _open(args, create=False) as rag:
+    with open_rag(args, create=False) as rag:
         ids: list[str] = []
         for item in args.items:
             from_file = rag.store.documents_from(str(Path(item).expanduser().resolve()))  # the file may be gone
@@ -120,7 +102,7 @@ def _print_answer(answer, as_json: bool) -> None:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    with _open(args, create=False) as rag:
+    with open_rag(args, create=False) as rag:
         for question in args.questions:
             _print_answer(rag.ask(question), args.json)
     return 0
@@ -130,7 +112,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Index the packaged sample corpus and answer its sample questions."""
     args.db = args.db or str(home() / "demo-db" / args.profile)
     questions = [q["question"] for q in json.loads((SAMPLE_DIR / "questions.json").read_text())][: args.n]
-    with _open(args) as rag:
+    with open_rag(args) as rag:
         added = rag.add_files([SAMPLE_DOCS], progress=True)
         print(f"sample corpus: {rag.store.count} passages ({added} new) in {mask_url(args.db)}\n")
         for question in questions:
@@ -146,10 +128,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibrate import load_questions, run, summary
 
     questions = load_questions(args.questions)  # a bad file fails before any model loads
-    with _open(args, create=False) as rag:
+    with open_rag(args, create=False) as rag:
         cal = run(rag, questions, Path(args.questions), Path(args.out),
                   progress=lambda qs: tqdm(qs, unit="q", leave=False))
-    print(f"{args.out}: {summary(cal, rag.config.reader, args.delta)}")
+    print(f"{args.out}: {summary(cal, rag.config.reader, rag.config.delta)}")
     print(f"use it: edge-rag serve --db {mask_url(args.db)} --calibration {args.out} --max-error-rate ALPHA")
     return 0
 
@@ -158,7 +140,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """recall@10 of the store's search against exact search on a sample of its own vectors."""
     from .doctor import check_recall
 
-    with _open(args, create=False) as rag:
+    with open_rag(args, create=False) as rag:
         report = check_recall(rag.store, sample=args.sample)
     print(f"{rag.store.location}: {report.summary()}")
     if not report.ok:
@@ -169,42 +151,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    return serve.main(args, _open)
-
-
-def _positive_mb(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of MB: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"the memory budget must be positive, not {value} MB")
-    return value
-
-
-def _wait(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="if another process is writing to the store, wait this long for it (default: fail at once)")
-
-
-def _decision(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--calibration", metavar="FILE",
-                   help="a calibration made by `edge-rag calibrate` on this device's own questions "
-                        "(default: the shipped one, certified on SQuAD-2 questions)")
-    p.add_argument("--max-error-rate", type=float, metavar="ALPHA",
-                   help=f"the error among answered questions the decision certifies (default {Config().max_error_rate:g})")
-
-
-def _common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
-    p.add_argument("--db", required=db_required,
-                   help="passage store: a folder, or postgresql://user@host/dbname (needs edge-rag[pg])")
-    p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
-    p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
-    p.add_argument("--memory-mb", type=_positive_mb, help="memory budget for the whole process, MB")
-    p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    p.add_argument("--seed-decision", action="store_true",
-                   help="the seeds' answer/refuse decision (generates for open questions; its answers are not "
-                        "certified) instead of the certified default")
+    return serve.main(args, open_rag)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -234,30 +181,30 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="add files or folders (.txt .md .json .jsonl .pdf .html) to a store")
     p.add_argument("paths", nargs="+")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    _wait(p)
+    add_wait(p)
     p.add_argument("--strict", action="store_true",
                    help="stop at the first file that cannot be read (default: warn, skip it, index the rest)")
-    _common(p)
+    add_common(p)
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("remove", help="remove documents (by id, or all those indexed from a file) from a store")
     p.add_argument("items", nargs="+", metavar="DOC_ID_OR_FILE")
-    _wait(p)
-    _common(p)
+    add_wait(p)
+    add_common(p)
     p.set_defaults(func=cmd_remove)
 
     p = sub.add_parser("ask", help="answer questions from a store")
     p.add_argument("questions", nargs="+")
     p.add_argument("--json", action="store_true", help="print the whole Answer as JSON")
     p.add_argument("--temperature", type=float, help="0 for deterministic answers")
-    _decision(p)
-    _common(p)
+    add_decision(p)
+    add_common(p)
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("demo", help="index the packaged sample corpus and answer its questions")
     p.add_argument("-n", type=int, default=8, help="number of sample questions")
-    _decision(p)
-    _common(p, db_required=False)
+    add_decision(p)
+    add_common(p, db_required=False)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("calibrate", help="certify the answer/refuse decision on your own questions "
@@ -266,19 +213,19 @@ def parser() -> argparse.ArgumentParser:
                    help='JSON list of {"question": ..., "answer": "..." | ["...", ...] | null}: a sample of the '
                         "questions this device will be asked, each with its answer in the documents (null: none)")
     p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write")
-    p.add_argument("--delta", type=float, default=Config().delta, help="confidence 1 - delta of the figures printed")
-    _common(p)
+    add_delta(p, f"the figures printed hold with probability 1 - DELTA (default {Config().delta:g})")
+    add_common(p)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("doctor", help="check the store's search: recall@10 against exact search (warns below 0.95)")
     p.add_argument("--sample", type=int, default=100, help="stored vectors used as queries (seeded)")
-    _common(p)
+    add_common(p)
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("serve", help="HTTP API and kiosk page on 127.0.0.1 (needs the serve extra)")
     serve.add_arguments(p)
-    _decision(p)
-    _common(p)
+    add_decision(p)
+    add_common(p)
     p.set_defaults(func=cmd_serve)
     return ap
 

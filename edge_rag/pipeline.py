@@ -51,7 +51,8 @@ class EdgeRAG:
     in parallel; generation one at a time on the single llama.cpp context). ``create=False`` refuses a
     ``db`` that holds no store; ``lock_timeout`` is how long indexing waits for another process's.
     ``calibration``: a file of ``edge-rag calibrate`` certifying the decision on this device's own questions
-    (default: the shipped calibration, certified on SQuAD-2 questions).
+    (default: the shipped calibration, certified on SQuAD-2 questions); made under other decision inputs than
+    ``config`` (calibrated_config.DECISION_INPUTS), it certifies nothing and every question is refused saying why.
     """
 
     def __init__(self, db: str | Path, bundle: str | Path | None = None, config: Config | None = None,

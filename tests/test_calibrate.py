@@ -73,6 +73,32 @@ def test_generation_is_never_certified_by_an_own_calibration(sample_rag, own):
     assert path.gpt_allowed is False and path.decide(question, 0.0, nothing, []).route is Route.REFUSE
 
 
+def test_an_own_calibration_certifies_only_the_config_it_was_measured_with(sample_rag, own, tmp_path):
+    """The file records the Config it measured with: a decision input changed since (how the search ranks, what
+    the reader reads, the reader itself) certifies nothing and every question is refused naming the change; another
+    alpha, temperature or thread count keeps the certificate. A file that records no Config is taken unchecked."""
+    from edge_rag.certified import CertifiedPath
+
+    _, out = own
+    recorded = Calibration.load(out).source["config"]
+    assert "retrieval='hybrid'" in recorded and "reader_window=3" in recorded
+    question, fields = "Who founded the Harbourlight Science Museum?", ("retrieval", "reader_window", "reader")
+    for changes, field in zip(({"retrieval": "dense"}, {"reader_window": 1}, {"reader": "rules"}), fields):
+        with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,
+                     config=Config(temperature=0.0, **changes), calibration=out) as rag:
+            a = rag.decide(question)
+        assert rag.certified.certificate is None and a.route is Route.REFUSE and a.candidate
+        assert a.refusal_reason == rag.certified.uncertified and field in a.refusal_reason
+        assert "calibrate again with this Config" in a.refusal_reason
+    kept = CertifiedPath(sample_rag.bundle, Config(temperature=0.7, max_error_rate=0.3, threads=1), out)
+    assert kept.uncertified is None and kept.certificate.n_answered > 0
+    unrecorded = tmp_path / "old.json"
+    raw = json.loads(out.read_text(encoding="utf-8"))
+    del raw["source"]["config"]
+    unrecorded.write_text(json.dumps(raw), encoding="utf-8")
+    assert CertifiedPath(sample_rag.bundle, Config(retrieval="dense"), unrecorded).certificate is not None
+
+
 def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
     db = tmp_path / "db"
     import shutil
@@ -85,9 +111,14 @@ def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
     assert f"{len(json.loads(questions.read_text()))} questions" in printed and "--calibration" in printed
     assert Calibration.load(out).source["questions_sha256"]
     # 24 questions certify nothing from the strict end of the grid: the device says so instead of answering
-    assert main(["ask", "--db", str(db), "--calibration", str(out), "--max-error-rate", "0.2",
+    assert main(["ask", "--db", str(db), "--calibration", str(out), "--max-error-rate", "0.2", "--delta", "0.1",
                  "Who founded the Harbourlight Science Museum?"]) == 0
-    assert "no score threshold keeps the error among answered <= 0.2" in capsys.readouterr().out
+    assert "no score threshold keeps the error among answered <= 0.2 at confidence 0.9" in capsys.readouterr().out
+    for flag, value, allowed in (("--delta", "1", "delta=1.0: allowed values are a number > 0.0 and < 1.0"),
+                                 ("--delta", "x", "not a number: 'x'"), ("--max-error-rate", "0", "max_error_rate=0.0")):
+        with pytest.raises(SystemExit) as stop:
+            main(["ask", "--db", str(db), flag, value, "Who?"])
+        assert stop.value.code == 2 and f"argument {flag}: {allowed}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content,why", [
@@ -149,7 +180,9 @@ def test_the_kiosk_server_says_which_calibration_it_decides_by(sample_db, own, t
     with serving.running_server(rag) as url:  # the app closes rag
         decision = httpx.get(f"{url}/api/health", timeout=60).json()["decision"]
     assert decision["calibration"] == str(own[1]) and decision["calibration_questions"] == len(own[0])
-    assert decision["certified"] and decision["max_error_rate"] == 0.4
+    assert decision["certified"] and decision["reason"] is None and decision["max_error_rate"] == 0.4
+    assert decision["summary"] == (f"Answers certified: error ≤ 40% among answered (δ 0.05), calibrated on "
+                                   f"{len(own[0])} questions (own calibration: {own[1].name})")
     assert decision["threshold"] == Calibration.load(own[1]).reader("neural").table.choose(0.4, 0.05).threshold
 
 

@@ -145,6 +145,23 @@ def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sampl
     assert "reader model" in verdict.reason and "make calibrate" in verdict.reason
 
 
+def test_a_config_the_shipped_calibration_was_not_measured_with_refuses_every_question(sample_rag):
+    """The shipped table counts the hybrid search's and the +-3-sentence reader's mistakes: under dense retrieval the
+    certified path refuses every question and says which field differs, as for a stale reader; the default is
+    certified, and so is another alpha."""
+    question = "Who founded the Harbourlight Science Museum?"
+    assert sample_rag.decide(question).route is Route.RAG
+    with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,
+                 config=Config(temperature=0.0, retrieval="dense")) as dense:
+        a = dense.decide(question)
+        assert dense.certified.certificate is None and a.route is Route.REFUSE and a.candidate
+        assert a.refusal_reason == dense.certified.uncertified
+        assert "retrieval: calibrated 'hybrid', now 'dense'" in a.refusal_reason and "calibrate again" in a.refusal_reason
+    with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,
+                 config=Config(temperature=0.0, max_error_rate=0.5)) as lenient:
+        assert lenient.certified.uncertified is None and lenient.decide(question).route is Route.RAG
+
+
 def test_why_questions_are_generated_only_at_an_alpha_that_certifies_generation(sample_rag):
     """The GPT route answers a why question the reader cannot only if the calibration's generated answers meet alpha
     themselves: the shipped ones (most of them wrong) do not at the default alpha, and do at 0.99."""

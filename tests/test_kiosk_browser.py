@@ -13,7 +13,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
                                "pip install 'edge-rag[dev]' (make test installs it)")
 httpx = pytest.importorskip("httpx")
 
-from serving import OFF_TOPIC  # noqa: E402
+from serving import OFF_TOPIC, running_server  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parent / ".artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -35,14 +35,14 @@ def browser():
         b.close()
 
 
-def open_page(browser, url: str, size: str):
+def open_page(browser, url: str, size: str, ready: str = "#suggestion-list button"):
     width, height = SIZES[size]
     context = browser.new_context(viewport={"width": width, "height": height}, has_touch=True)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(url)
-    page.wait_for_selector("#suggestion-list button")
+    page.wait_for_selector(ready)
     return context, page, errors
 
 
@@ -118,5 +118,33 @@ def test_kiosk_page_streams_answers_and_refuses(browser, served):
     shot(page, "800x480-refusal")
     page.click("#reset")
     assert page.input_value("#question") == "" and page.is_hidden("#result")
+    # the footer says the seeds' decision answers this server, uncertified
+    assert page.inner_text("#certificate").startswith("Answers not certified: the seeds' decision")
     assert not errors, errors
     context.close()
+
+
+def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path):
+    """Certified by an own calibration: error bound, delta, questions and the file's name, as text (a name that is
+    markup stays text); under a Config the calibration was not measured with: not certified, and why."""
+    from edge_rag.certify import CALIBRATION_ASSET, Calibration
+    from edge_rag.config import Config
+    from edge_rag.pipeline import EdgeRAG
+
+    n_cal = Calibration.load().reader("neural").table.n_cal
+    own = tmp_path / "<img src=x onerror=alert(1)>.json"
+    shutil.copy(CALIBRATION_ASSET, own)
+    expected = {Config(temperature=0.0): (f"Answers certified: error ≤ 40% among answered (δ 0.05), calibrated on "
+                                          f"{n_cal:,} questions (own calibration: {own.name})"),
+                Config(temperature=0.0, retrieval="dense"): ("Answers not certified: not calibrated for this Config "
+                                                             "(retrieval: calibrated 'hybrid', now 'dense')")}
+    for n, (config, footer) in enumerate(expected.items()):
+        db = tmp_path / f"db{n}"
+        shutil.copytree(sample_db, db)
+        with running_server(EdgeRAG(db, config=config, calibration=own)) as url:
+            context, page, errors = open_page(browser, url, "800x480", ready="#certificate:not(:empty)")
+            assert page.inner_text("#certificate").startswith(footer)
+            assert page.locator("#certificate *").count() == 0, "the file name became markup"
+            shot(page, f"800x480-footer-{n}")
+            assert not errors, errors
+            context.close()

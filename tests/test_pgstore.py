@@ -85,8 +85,9 @@ def test_round_trip_and_incremental_add(pg_url, encoder):
 
 
 def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
-    """Same passages, scores, route and answer from both backends for every sample question (dense retrieval: the
-    full-text ranks differ by design, BM25 in SQLite and ts_rank_cd in PostgreSQL)."""
+    """Same passages, scores, route, reader's candidate and answer from both backends for every sample question
+    (dense retrieval: the full-text ranks differ by design, BM25 in SQLite and ts_rank_cd in PostgreSQL; the
+    shipped calibration was measured on hybrid retrieval, so both refuse: the candidate is what the reader read)."""
     import json
 
     from edge_rag.pipeline import EdgeRAG
@@ -101,7 +102,7 @@ def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
             a, b = local.decide(q), remote.decide(q)
             assert [p.id for p in a.passages] == [p.id for p in b.passages], q
             assert np.allclose([p.score for p in a.passages], [p.score for p in b.passages], atol=1e-5)
-            assert (a.route, a.answer, a.context) == (b.route, b.answer, b.context), q
+            assert (a.route, a.answer, a.candidate, a.context) == (b.route, b.answer, b.candidate, b.context), q
 
 
 def test_another_encoder_or_dimension_is_refused(pg_url):

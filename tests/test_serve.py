@@ -45,12 +45,14 @@ def test_health_and_page(served):
     decision = h["decision"]  # the test server runs the seeds' decision; the certificate it would use is shown
     assert decision["certified"] is False and decision["calibration"].endswith("assets/calibration.json")
     assert decision["calibration_questions"] > 1000 and 0 < decision["threshold"] < 1
+    assert "--seed-decision" in decision["reason"] and decision["summary"].startswith("Answers not certified")
     page = httpx.get(url, timeout=T)
     assert page.status_code == 200 and '<label for="question"' in page.text
     for asset in ("kiosk.css", "kiosk.js"):
         assert httpx.get(f"{url}/static/{asset}", timeout=T).status_code == 200
     kiosk = httpx.get(f"{url}/api/kiosk", timeout=T).json()
     assert kiosk["questions"] and OFF_TOPIC not in kiosk["questions"]
+    assert kiosk["decision"] == decision  # the page's footer shows it
 
 
 def test_deep_health_measures_search_recall(served):

@@ -1,8 +1,8 @@
 """The HTTP API and the kiosk page of ``edge-rag serve`` (Starlette).
 
     GET  /                    the kiosk page (edge_rag/static/)
-    GET  /api/health          bundle, corpus size, memory plan, memory now, generation line
-    GET  /api/kiosk           suggested questions and page settings
+    GET  /api/health          bundle, corpus size, memory plan, memory now, generation line, the decision (health.py)
+    GET  /api/kiosk           suggested questions, page settings, and which certificate decides the answers
     POST /api/ask             {"question": "..."} → the Answer JSON (+ "sources": title and passage text)
     GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or error)
     POST /api/documents       multipart files (.txt .md .json .jsonl .pdf .html): 202 + an indexing job;
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import tempfile
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -37,12 +36,12 @@ from ..chunk import read_documents
 from ..doctor import check_recall
 from ..errors import EdgeRAGError
 from ..events import Final
-from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG, check_question
 from ..types import Answer, Document
 from .auth import require_writer
 from .config import ServeConfig
 from .errors import HANDLERS, error
+from .health import decision, health_report
 from .jobs import Job, Jobs, progress_of
 from .lanes import Busy, Failed, Lanes
 from .origin import SameOrigin
@@ -73,14 +72,14 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def health(request: Request) -> Response:
-        data = await lanes.fast(_health, rag, lanes)
+        data = await lanes.fast(health_report, rag, lanes)
         if request.query_params.get("deep") == "1":  # off the fast lane: questions go on meanwhile
             data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()
         return JSONResponse(data)
 
     async def kiosk(request: Request) -> Response:
         questions = await lanes.fast(suggestions, rag, config.suggestions)
-        return JSONResponse({"title": config.title, "questions": questions,
+        return JSONResponse({"title": config.title, "questions": questions, "decision": decision(rag),
                              "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars})
 
     async def ask(request: Request) -> Response:
@@ -267,30 +266,6 @@ def _answer_json(rag: EdgeRAG, answer: Answer) -> dict:
     texts = {p.id: p.text for p in rag.store.passages([p.id for p in answer.passages])}
     data["sources"] = [{"id": p.id, "title": p.title, "text": texts.get(p.id, "")} for p in answer.passages]
     return data
-
-
-def _health(rag: EdgeRAG, lanes: Lanes) -> dict:
-    plan = rag.plan
-    return {
-        "status": "ok",
-        "bundle": {"path": str(rag.bundle.root), "profile": rag.bundle.manifest.get("profile"),
-                   "encoder": rag.bundle.encoder.get("name"), "generator": rag.bundle.generator.get("name")},
-        "corpus": {"passages": rag.store.count, "version": rag.store.version},
-        "plan": {"budget_mb": plan.budget_mb, "total_mb": round(plan.total_mb, 1), "n_ctx": plan.n_ctx,
-                 "text": str(plan)},
-        "memory": {"rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
-                   "budget_mb": rag.config.memory_budget_mb},
-        "generation": {"waiting": lanes.waiting},
-        "decision": _decision(rag),
-    }
-
-
-def _decision(rag: EdgeRAG) -> dict:
-    """Which certificate the answers are decided by: the shipped calibration or one of ``edge-rag calibrate``."""
-    cert, c = rag.certified.certificate, rag.config
-    return {"certified": c.certified, "max_error_rate": c.max_error_rate, "delta": c.delta,
-            "calibration": str(rag.certified.calibration_path), "calibration_questions": cert.n_cal if cert else 0,
-            "threshold": cert.threshold if cert and math.isfinite(cert.threshold) else None}
 
 
 def _sse(event: str, data: dict) -> str:

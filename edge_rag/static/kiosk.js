@@ -137,6 +137,9 @@ async function init() {
     document.title = k.title;
     idleMs = k.idle_reset_s * 1000;
     $("question").maxLength = k.max_question_chars;
+    // Which certificate decides, in one discreet line; a server's text, so textContent only, never markup.
+    text($("certificate"), k.decision.summary);
+    $("certificate").classList.toggle("uncertified", !k.decision.certified);
     const list = $("suggestion-list");
     for (const q of k.questions) {
       const li = document.createElement("li");

@@ -1,0 +1,59 @@
+"""What ``/api/health`` reports, and the decision block the kiosk page shows: which certificate decides the
+answers (the shipped calibration or one of ``edge-rag calibrate``), or why none does."""
+from __future__ import annotations
+
+import math
+
+from ..certify import CALIBRATION_ASSET
+from ..memory import peak_rss_mb, rss_mb
+from ..pipeline import EdgeRAG
+from .lanes import Lanes
+
+
+def health_report(rag: EdgeRAG, lanes: Lanes) -> dict:
+    """What an operator checks first: bundle, corpus, memory plan and use, generations waiting, the decision."""
+    plan = rag.plan
+    return {
+        "status": "ok",
+        "bundle": {"path": str(rag.bundle.root), "profile": rag.bundle.manifest.get("profile"),
+                   "encoder": rag.bundle.encoder.get("name"), "generator": rag.bundle.generator.get("name")},
+        "corpus": {"passages": rag.store.count, "version": rag.store.version},
+        "plan": {"budget_mb": plan.budget_mb, "total_mb": round(plan.total_mb, 1), "n_ctx": plan.n_ctx,
+                 "text": str(plan)},
+        "memory": {"rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
+                   "budget_mb": rag.config.memory_budget_mb},
+        "generation": {"waiting": lanes.waiting},
+        "decision": decision(rag),
+    }
+
+
+def decision(rag: EdgeRAG) -> dict:
+    """Whether the answers are certified and by what: alpha, delta, the calibration file, its questions and the
+    threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), ``reason``
+    when they are not certified, and ``summary``, one line saying so for the kiosk page's footer."""
+    path, cert, c = rag.certified, rag.certified.certificate, rag.config
+    if not c.cgr:
+        reason = "no answer/refuse decision: every question is generated for (Config(cgr=False))"
+    elif not c.certified:
+        reason = "the seeds' decision answers (--seed-decision, Config(certified=False))"
+    else:
+        reason = path.uncertified
+    threshold = cert.threshold if cert and math.isfinite(cert.threshold) else None
+    own = path.calibration_path != CALIBRATION_ASSET
+    return {"certified": reason is None, "reason": reason, "max_error_rate": c.max_error_rate, "delta": c.delta,
+            "calibration": str(path.calibration_path), "own_calibration": own,
+            "calibration_questions": cert.n_cal if cert else 0, "threshold": threshold,
+            "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold,
+                                f"own calibration: {path.calibration_path.name}" if own else "shipped calibration")}
+
+
+def _summary(reason: str | None, alpha: float, delta: float, n_cal: int, threshold: float | None,
+             which: str) -> str:
+    """The decision in one line a visitor can read."""
+    if reason is not None:
+        return f"Answers not certified: {reason}"
+    if threshold is None:
+        return (f"Every question is refused: no threshold of the {which} ({n_cal:,} questions) certifies "
+                f"error ≤ {alpha * 100:g}% (δ {delta:g})")
+    return (f"Answers certified: error ≤ {alpha * 100:g}% among answered (δ {delta:g}), calibrated on "
+            f"{n_cal:,} questions ({which})")

@@ -1,0 +1,64 @@
+"""The Config a calibration recorded, read back as data and checked against the running one (no model needed)."""
+from dataclasses import replace
+
+import pytest
+
+from edge_rag.calibrated_config import DECISION_INPUTS, config_change, recorded_config
+from edge_rag.certify import Calibration
+from edge_rag.config import Config, Tier
+from edge_rag.errors import ConfigError
+
+
+def test_a_recorded_config_reads_back_as_it_was():
+    base = Config()
+    for config in (base, base.with_(retrieval="dense", tier_override=Tier.HARD, lexical_weight=0.25, seed=-3),
+                   base.with_(tiers={t: replace(s, k=s.k + 1) for t, s in base.tiers.items()}, fallback_tier="EASY")):
+        assert recorded_config(repr(config)) == config
+
+
+def test_a_field_the_record_lacks_takes_its_default_and_a_dropped_one_is_ignored():
+    text = repr(Config(reader_window=2)).replace("lexical_budget=2000, ", "").replace("Config(", "Config(gone=1, ")
+    assert recorded_config(text) == Config(reader_window=2)
+
+
+@pytest.mark.parametrize("text", ["__import__('os').system('touch /tmp/edge-rag-pwned')", "Config(retrieval=open('x'))",
+                                  "Config(reader_window=-1)", "Config(" + "[" * 5000, "Tiers({})", ""])
+def test_anything_else_is_refused_unevaluated(text):
+    with pytest.raises(ConfigError, match="not a recorded Config"):
+        recorded_config(text)
+    assert "cannot be read" in config_change({"config": text}, Config())
+
+
+def test_the_shipped_calibration_was_measured_with_the_default_decision_inputs():
+    then = recorded_config(Calibration.load().source["config"])
+    assert all(view(then) == view(Config()) for view in DECISION_INPUTS.values())
+    assert config_change(Calibration.load().source, Config()) is None
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"retrieval": "dense"}, "retrieval: calibrated 'hybrid', now 'dense'"),
+    ({"reader_window": 1, "reader_passages": 2}, "reader_passages: calibrated 1, now 2; reader_window: calibrated 3"),
+    ({"lexical_weight": 0.8}, "lexical_weight"),
+    ({"hnsw_ef_search": 200}, "hnsw_ef_search"),
+    ({"gate_max_n": 40}, "search width"),  # the search keeps 40 hits: the top cosine and fused list are over them
+    ({"reader": "rules", "rerank": False}, "rerank: calibrated True, now False"),  # the rule reader reads the context
+    ({"reader": "rules", "tier_override": "HARD"}, "tier_override: calibrated None, now 'HARD'"),
+])
+def test_a_decision_input_changed_since_is_named_with_the_fix(changes, named):
+    why = config_change({"config": repr(Config())}, Config(**changes))
+    assert named in why and why.startswith("not calibrated for this Config") and "calibrate again" in why
+
+
+@pytest.mark.parametrize("changes", [
+    {"max_error_rate": 0.2, "delta": 0.1}, {"temperature": 0.9, "top_k": 5, "seed": 7}, {"threads": 1},
+    {"memory_budget_mb": 900, "encode_batch_tokens": 512, "n_ctx": 2048}, {"cache_size": 0, "persistent_cache": True},
+    {"tiers": {t: replace(s, max_new_tokens=8) for t, s in Config().tiers.items()}},  # generation only
+    {"baseline_k": 8, "rerank": False, "router": False},  # the neural reader reads the search's hits, not the context
+    {"gate": "none", "refuse_distance": 0.5, "passage_mode": "paragraph"},
+])
+def test_what_does_not_change_the_scores_keeps_the_certificate(changes):
+    assert config_change({"config": repr(Config())}, Config(**changes)) is None
+
+
+def test_a_file_that_records_no_config_cannot_be_checked():
+    assert config_change({"command": "edge-rag calibrate"}, Config(retrieval="dense")) is None
