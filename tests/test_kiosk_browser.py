@@ -41,6 +41,8 @@ def open_page(browser, url: str, size: str, ready: str = "#suggestion-list butto
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # what the page's Content-Security-Policy blocked (Chromium reports it on the console) is an error too
+    page.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
     page.goto(url)
     page.wait_for_selector(ready)
     return context, page, errors
@@ -50,11 +52,18 @@ def ask(page, question: str) -> None:
     """Ask through the page and wait until it shows an answer, a refusal or an error."""
     page.fill("#question", question)
     page.keyboard.press("Enter")
-    page.wait_for_function("document.querySelector('#meta').textContent.length > 0 || "
-                           "document.querySelector('#reason').hidden === false || "
-                           "document.querySelector('#answer').textContent.startsWith('Sorry')", timeout=WAIT_MS)
+    # selectors, not wait_for_function: the page's Content-Security-Policy forbids the eval that one needs
+    page.wait_for_selector("#meta:not(:empty), #reason:not([hidden]), #answer:text-matches('^Sorry')",
+                           state="attached", timeout=WAIT_MS)
     assert not page.inner_text("#answer").startswith("Sorry"), page.inner_text("#result")
 
+
+def small_text(page) -> list:
+    """Visible elements holding text whose computed size is under the README's 17 px."""
+    return page.evaluate("""() => [...document.querySelectorAll('body *')]
+        .filter(e => e.getClientRects().length && [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()))
+        .map(e => [e.tagName + '#' + e.id + '.' + e.className, parseFloat(getComputedStyle(e).fontSize)])
+        .filter(([, px]) => px < 17)""")
 
 def shot(page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
@@ -104,7 +113,7 @@ def test_kiosk_page_streams_answers_and_refuses(browser, served):
     shot(page, "800x480-start")
     # A suggestion is one tap: it asks and answers.
     page.locator("#suggestion-list button").first.tap()
-    page.wait_for_function("document.querySelector('#meta').textContent.length > 0", timeout=WAIT_MS)
+    page.wait_for_selector("#meta:not(:empty)", state="attached", timeout=WAIT_MS)
     assert page.inner_text("#answer").strip()
     ask(page, gpt_question)  # cached now: same answer, no generation
     assert page.inner_text("#answer") == final
@@ -113,9 +122,11 @@ def test_kiosk_page_streams_answers_and_refuses(browser, served):
         box = page.locator(selector).bounding_box()
         assert box and box["y"] >= 0 and box["y"] + box["height"] <= 480, selector
     shot(page, "800x480-answer")
+    assert not small_text(page), small_text(page)
     ask(page, OFF_TOPIC)
     assert page.is_visible("#reason")
     shot(page, "800x480-refusal")
+    assert not small_text(page), small_text(page)
     page.click("#reset")
     assert page.input_value("#question") == "" and page.is_hidden("#result")
     # the footer says the seeds' decision answers this server, uncertified

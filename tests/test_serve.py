@@ -48,6 +48,8 @@ def test_health_and_page(served):
     assert "--seed-decision" in decision["reason"] and decision["summary"].startswith("Answers not certified")
     page = httpx.get(url, timeout=T)
     assert page.status_code == 200 and '<label for="question"' in page.text
+    csp = page.headers["content-security-policy"]  # the browser test runs the page under it
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
     for asset in ("kiosk.css", "kiosk.js"):
         assert httpx.get(f"{url}/static/{asset}", timeout=T).status_code == 200
     kiosk = httpx.get(f"{url}/api/kiosk", timeout=T).json()

@@ -51,6 +51,12 @@ from .suggest import suggestions
 STATIC = Path(__file__).resolve().parent.parent / "static"
 UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# The page runs only its own script and style and talks only to this server: text a visitor types, an uploaded
+# document or a question log that found its way into an answer cannot load or run anything else, and no other
+# site can frame the kiosk to steer its touches.
+PAGE_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+                "Content-Security-Policy": "default-src 'self'; object-src 'none'; base-uri 'none'; "
+                                           "form-action 'self'; frame-ancestors 'none'"}
 UPLOAD_SOURCE = "upload:"  # + the client's file name: the source of uploaded documents (a re-upload replaces them)
 MAX_FILENAME_BYTES = 255  # one path component on every common file system
 
@@ -69,7 +75,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         rag.close()
 
     async def page(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
 
     async def health(request: Request) -> Response:
         data = await lanes.fast(health_report, rag, lanes)
