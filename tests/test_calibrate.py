@@ -181,8 +181,8 @@ def test_the_kiosk_server_says_which_calibration_it_decides_by(sample_db, own, t
         decision = httpx.get(f"{url}/api/health", timeout=60).json()["decision"]
     assert decision["calibration"] == str(own[1]) and decision["calibration_questions"] == len(own[0])
     assert decision["certified"] and decision["reason"] is None and decision["max_error_rate"] == 0.4
-    assert decision["summary"] == (f"Answers certified: error ≤ 40% among answered (δ 0.05), calibrated on "
-                                   f"{len(own[0])} questions (own calibration: {own[1].name})")
+    assert decision["summary"] == (f"Answers certified: error ≤ 40% among answered (δ 0.05), measured on "
+                                   f"{len(own[0])} questions of an own calibration ({own[1].name})")
     assert decision["threshold"] == Calibration.load(own[1]).reader("neural").table.choose(0.4, 0.05).threshold
 
 

@@ -162,6 +162,17 @@ def test_a_config_the_shipped_calibration_was_not_measured_with_refuses_every_qu
         assert lenient.certified.uncertified is None and lenient.decide(question).route is Route.RAG
 
 
+def test_the_kiosk_footer_says_the_shipped_bound_is_not_measured_on_its_questions(sample_rag):
+    """The shipped certificate holds for SQuAD-2 questions: the kiosk's one-line summary says so, not more."""
+    from edge_rag.serve.health import decision
+
+    d = decision(sample_rag)
+    assert d["certified"] and not d["own_calibration"]
+    assert d["summary"] == (f"Answers certified: error ≤ {sample_rag.config.max_error_rate * 100:g}% among answered "
+                            f"(δ {sample_rag.config.delta:g}), measured on {d['calibration_questions']:,} SQuAD-2 "
+                            "questions (the shipped calibration), not on this kiosk's questions")
+
+
 def test_why_questions_are_generated_only_at_an_alpha_that_certifies_generation(sample_rag):
     """The GPT route answers a why question the reader cannot only if the calibration's generated answers meet alpha
     themselves: the shipped ones (most of them wrong) do not at the default alpha, and do at 0.99."""

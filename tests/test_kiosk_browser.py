@@ -145,8 +145,8 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
     n_cal = Calibration.load().reader("neural").table.n_cal
     own = tmp_path / "<img src=x onerror=alert(1)>.json"
     shutil.copy(CALIBRATION_ASSET, own)
-    expected = {Config(temperature=0.0): (f"Answers certified: error ≤ 40% among answered (δ 0.05), calibrated on "
-                                          f"{n_cal:,} questions (own calibration: {own.name})"),
+    expected = {Config(temperature=0.0): (f"Answers certified: error ≤ 40% among answered (δ 0.05), measured on "
+                                          f"{n_cal:,} questions of an own calibration ({own.name})"),
                 Config(temperature=0.0, retrieval="dense"): ("Answers not certified: not calibrated for this Config "
                                                              "(retrieval: calibrated 'hybrid', now 'dense')")}
     for n, (config, footer) in enumerate(expected.items()):

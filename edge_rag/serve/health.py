@@ -44,16 +44,17 @@ def decision(rag: EdgeRAG) -> dict:
             "calibration": str(path.calibration_path), "own_calibration": own,
             "calibration_questions": cert.n_cal if cert else 0, "threshold": threshold,
             "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold,
-                                f"own calibration: {path.calibration_path.name}" if own else "shipped calibration")}
+                                f"questions of an own calibration ({path.calibration_path.name})" if own
+                                else "SQuAD-2 questions (the shipped calibration), not on this kiosk's questions")}
 
 
 def _summary(reason: str | None, alpha: float, delta: float, n_cal: int, threshold: float | None,
              which: str) -> str:
-    """The decision in one line a visitor can read."""
+    """The decision in one line a visitor can read, naming the questions the bound was measured on: the shipped
+    certificate holds for SQuAD-2 questions, which is not a claim about what this kiosk's visitors ask."""
     if reason is not None:
         return f"Answers not certified: {reason}"
     if threshold is None:
-        return (f"Every question is refused: no threshold of the {which} ({n_cal:,} questions) certifies "
-                f"error ≤ {alpha * 100:g}% (δ {delta:g})")
-    return (f"Answers certified: error ≤ {alpha * 100:g}% among answered (δ {delta:g}), calibrated on "
-            f"{n_cal:,} questions ({which})")
+        return (f"Every question is refused: no threshold certifies error ≤ {alpha * 100:g}% (δ {delta:g}) on "
+                f"{n_cal:,} {which}")
+    return f"Answers certified: error ≤ {alpha * 100:g}% among answered (δ {delta:g}), measured on {n_cal:,} {which}"
