@@ -3,10 +3,12 @@
 Indexes the sample corpus and the SQuAD benchmark part's pooled corpus into the embedded store and
 into PostgreSQL + pgvector (a throw-away server, or ``$EDGE_RAG_PG_URL``), asks every question on both
 with the benchmark config (temperature 0, no answer cache) and compares route and answer text (and the
-context handed to the generator). A difference is put down to HNSW recall when the two stores retrieved
-different passages for the question; any other difference is a bug. ``--decide-only`` stops before
-generation (``rag.decide``): GPT-route answers are then compared by their context, which at temperature
-0 fixes the generated text. Prints one JSON summary per corpus.
+context handed to the generator). A difference is put down to retrieval when the two stores' searches
+returned different passage lists for the question — their dense top k (HNSW recall: the two graphs are built
+differently), or only the fused list, whose full-text half ranks by BM25 in SQLite and by ``ts_rank_cd`` in
+PostgreSQL (by design); any other difference is a bug. ``--decide-only`` stops before generation
+(``rag.decide``): GPT-route answers are then compared by their context, which at temperature 0 fixes the
+generated text. Prints one JSON summary per corpus.
 """
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from edge_rag import EdgeRAG
+from edge_rag import EdgeRAG, retrieve
 from edge_rag.chunk import iter_files, read_documents
 from edge_rag.models import default_bundle
+from edge_rag.route import search_width
 
 from . import data
-from .scale_backends import _database
+from .scale_backends import fresh_database
 from .systems import bench_config
 
 SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
@@ -32,34 +35,41 @@ SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
 def compare(db_a: str, db_b: str, docs: list, questions: list[str], bundle: Path, label: str,
             generate: bool = True) -> dict:
     """Index ``docs`` into both stores, ask every question on both, count what differs and why."""
-    answers, hits = {}, {}
+    answers, hits, fused = {}, {}, {}
     for name, db in (("embedded", db_a), ("pgvector", db_b)):
         with EdgeRAG(db, bundle=bundle, config=bench_config()) as rag:
             rag.add_documents(docs)
             ask = rag.ask if generate else rag.decide
             answers[name] = [ask(q) for q in tqdm(questions, desc=f"{label}/{name}", unit="q")]
-            n = rag.config.gate_max_n  # what retrieval hands the gate, the reranker and the extractor
-            hits[name] = [rag.store.search(rag.encoder.encode_one(q), n) for q in questions]
-    same = retrieval_differs = unexplained = 0
+            n = search_width(rag.config)  # the list the stages after retrieval read
+            vectors = [rag.encoder.encode_one(q) for q in questions]
+            hits[name] = [[p.id for p in rag.store.search(v, n)] for v in vectors]
+            fused[name] = [[p.id for p in retrieve.search(rag.store, v, q, n, rag.config).passages]
+                           for q, v in zip(questions, vectors)]
+    same = dense_differs = fused_differs = unexplained = 0
     examples = []
     for i, q in enumerate(questions):
         a, b = answers["embedded"][i], answers["pgvector"][i]
-        ha, hb = hits["embedded"][i], hits["pgvector"][i]
         if (a.route, a.answer, a.context) == (b.route, b.answer, b.context):
             same += 1
-        elif [p.id for p in ha] != [p.id for p in hb]:
-            retrieval_differs += 1
+        elif hits["embedded"][i] != hits["pgvector"][i]:
+            dense_differs += 1
+        elif fused["embedded"][i] != fused["pgvector"][i]:
+            fused_differs += 1
         else:
             unexplained += 1
             examples.append({"question": q, "embedded": [a.route.value, a.answer, a.lower_bound, a.confidence],
                              "pgvector": [b.route.value, b.answer, b.lower_bound, b.confidence],
-                             "max_score_diff": max(abs(x.score - y.score) for x, y in zip(ha, hb))})
-    routes = {r: sum(a.route.value == r for a in answers["embedded"]) for r in ("RAG", "GPT", "REFUSE")}
-    ids_differ = sum([p.id for p in x] != [p.id for p in y] for x, y in zip(hits["embedded"], hits["pgvector"]))
+                             "features": [a.features, b.features]})
+    routes = {name: {r: sum(a.route.value == r for a in got) for r in ("RAG", "GPT", "REFUSE")}
+              for name, got in answers.items()}
+    ids_differ = sum(x != y for x, y in zip(hits["embedded"], hits["pgvector"]))
+    fused_ids_differ = sum(x != y for x, y in zip(fused["embedded"], fused["pgvector"]))
     return {"corpus": label, "questions": len(questions), "generated": generate, "routes": routes,
-            "same_route_and_answer": same,
-            "differ_hnsw_recall": retrieval_differs, "differ_unexplained": unexplained,
-            "retrieved_passages_differ": ids_differ, "examples": examples[:5]}
+            "same_route_and_answer": same, "differ_hnsw_recall": dense_differs,
+            "differ_full_text_ranking": fused_differs, "differ_unexplained": unexplained,
+            "dense_lists_differ": ids_differ,
+            "fused_lists_differ": fused_ids_differ, "examples": examples[:5]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,10 +89,10 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             sample_docs = [d for p in iter_files([SAMPLE / "docs"]) for d in read_documents(p)]
             sample_qs = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
-            print(json.dumps(compare(f"{tmp}/sample", _database(admin, "edge_rag_parity_sample"), sample_docs,
+            print(json.dumps(compare(f"{tmp}/sample", fresh_database(admin, "edge_rag_parity_sample"), sample_docs,
                                      sample_qs, bundle, "sample", not args.decide_only)))
             ds = data.load("squad", data.FILES["squad"], args.n, seed=0, part="benchmark")
-            print(json.dumps(compare(f"{tmp}/squad", _database(admin, "edge_rag_parity_squad"), ds.documents,
+            print(json.dumps(compare(f"{tmp}/squad", fresh_database(admin, "edge_rag_parity_squad"), ds.documents,
                                      [q.question for q in ds.items], bundle, f"squad-{ds.part}",
                                      not args.decide_only)))
     finally:
