@@ -80,8 +80,11 @@ router: models
 
 # Re-fit the answer score on reader-val and re-certify its thresholds on the calibration split
 # (edge_rag/assets/calibration.json + calibration_report.md); run after the reader or the pipeline changes.
+# Both shipped calibrations: the embedded store's, and a PostgreSQL store's (its full-text half ranks by ts_rank_cd, so
+# its decisions are counted on a throw-away pgvector server of its own; edge_rag/assets/calibration-pgvector.json).
 calibrate: models
 	$(BIN)/python -m convert calibrate $(ARGS)
+	$(BIN)/python -m convert calibrate --backend pgvector $(ARGS)
 
 # Re-train the extractive reader (edge_rag/assets/reader.onnx, int8) and its report; seeded. This is the first stage;
 # the shipped reader adds a second one on windows it did not see (README "The extractive reader").

@@ -22,11 +22,13 @@ Writes the JSON, a risk-coverage plot and a short report beside it; prints the f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import filecmp
 import hashlib
 import json
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
@@ -34,10 +36,13 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks import data, splits
+from benchmarks.pgserver import PgServer
+from benchmarks.scale_backends import fresh_database
+from convert.calibrate_report import report
 from edge_rag import Config, EdgeRAG
 from edge_rag.bundle import Bundle
 from edge_rag.calibrate import wrong as answer_wrong
-from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable, answer_score
+from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable, answer_score, shipped_calibration
 from edge_rag.config import Tier
 from edge_rag.models import default_bundle, home
 from edge_rag.policy import generative
@@ -80,14 +85,16 @@ def collect_all(rag: EdgeRAG, parts: dict[str, list[QAItem]], reader: str) -> di
     return {name: collect(rag, qs, f"{reader}/{name}") for name, qs in parts.items()}
 
 
-def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict]) -> dict:
-    """The per-question rows, kept in ``cache`` so re-fitting is cheap. Keyed by reader model, bundle, splits
-    and the combiner's features only: use a fresh cache folder after changing the Config or --ood-sample."""
+def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict],
+                backend: str = "embedded") -> dict:
+    """The per-question rows, kept in ``cache`` so re-fitting is cheap. Keyed by reader model, bundle, splits, the
+    combiner's features and the store's kind only: use a fresh cache folder after changing the Config or --ood-sample."""
     if cache is None:
         return make()
     model = hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else ""
     key = hashlib.sha1(json.dumps([reader, *([model] if model else []), sorted(f["sha256"] for f in bundle.files()),
-                                   Path(CALIBRATION_ASSET).with_name("splits.json").read_text(), FEATURES]).encode())
+                                   Path(CALIBRATION_ASSET).with_name("splits.json").read_text(), FEATURES,
+                                   *([backend] if backend != "embedded" else [])]).encode())
     path = cache / f"rows-{reader}-{key.hexdigest()[:12]}.json"
     if path.is_file():
         return json.loads(path.read_text())
@@ -168,13 +175,42 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: calibrating {used}, which differs from the shipped {READER_ASSET} "
               "(after `make reader`, run `make models` or `make calibrate` so the bundle holds the new reader)")
     base = Config(temperature=0.0, cache_size=0, certified=True)
+    with calibration_store(args, bundle, base) as (db, items):
+        return calibrate(args, bundle, base, db, items)
+
+
+@contextlib.contextmanager
+def calibration_store(args: argparse.Namespace, bundle: Bundle, base: Config) -> Iterator[tuple[str, list[QAItem]]]:
+    """Every context of the SQuAD file in one store of ``args.backend``, and the file's questions: the embedded
+    pooled index (built once, then reused), or a fresh PostgreSQL database (``$EDGE_RAG_PG_URL``'s server, else a
+    throw-away one) indexed with the same documents."""
     db, items = data.pooled_index("squad", args.squad, bundle, base, args.index_cache)
+    if args.backend == "embedded":
+        yield str(db), items
+        return
+    admin, server = os.environ.get("EDGE_RAG_PG_URL"), None
+    if not admin:
+        server = PgServer().start()
+        admin = server.url
+    try:
+        url = fresh_database(admin, "edge_rag_calibrate")
+        with EdgeRAG(url, bundle=bundle.root, config=base) as rag:
+            rag.add_documents(data.load("squad", args.squad, None, 0, "all").documents, progress=True)
+        yield url, items
+    finally:
+        if server:
+            server.stop()
+
+
+def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, items: list[QAItem]) -> int:
+    """Steps 1-5 of the module docstring over the store ``db``; writes ``args.out`` and its report."""
     val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")
     ood = splits.ood_questions("calibration", data.OOD_FILE)
     ood = [ood[i] for i in sorted(np.random.default_rng(SEED).permutation(len(ood))[: args.ood_sample])]
     by_id = {q.id: q for q in cal}
     out: dict = {"readers": {}, "source": {
-        "command": "python -m convert calibrate", "splits": "edge_rag/assets/splits.json", "corpus": str(args.squad),
+        "command": "python -m convert calibrate" + (f" --backend {args.backend}" if args.backend != "embedded" else ""),
+        "backend": args.backend, "splits": "edge_rag/assets/splits.json", "corpus": str(args.squad),
         "n_reader_val": len(val), "n_calibration": len(cal), "n_ood_calibration": len(ood),
         "ood_refuse_target": OOD_REFUSE, "config": repr(base)}}
     gpt: tuple[int, int] | None = None
@@ -182,12 +218,12 @@ def run(args: argparse.Namespace) -> int:
         with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader=reader)) as rag:
             rag.certified.calibration = rag.certified.certificate = None  # record candidates and features only
             parts = {"reader_val": val, "calibration": cal, "ood": ood}
-            rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader))
+            rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader), args.backend)
             if gpt is None and args.gpt_sample:
                 # generations are cached with the rows: re-fitting after a default change does not generate again
                 measure = partial(measure_gpt, rag, rows["calibration"], by_id, rows["ood"], rows["reader_val"],
                                   args.gpt_sample)
-                gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}", bundle, measure))
+                gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}", bundle, measure, args.backend))
         fit = [r for r in rows["reader_val"] if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))
         floor = choose_floor(rows["ood"], rows["reader_val"], combiner)
@@ -212,68 +248,11 @@ def run(args: argparse.Namespace) -> int:
                 "calibration_unanswerable": float(np.mean([r["d_min"] > floor for r in cal_in if not r["answerable"]])),
             },
         }
+    args.out = args.out or shipped_calibration(args.backend == "pgvector")
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    summary = report(out, args.out)
+    summary = report(out, args.out, ALPHAS, USEFUL_COVERAGE, DESIGN_ALPHA)
     print(summary)
     return 0
-
-
-def report(out: dict, path: Path) -> str:
-    """Markdown summary beside the JSON (and the risk-coverage PNG): what each alpha gets on calibration."""
-    from edge_rag.certify import Calibration, clopper_pearson_upper
-
-    cal = Calibration.load(path)
-    lines = ["# Calibration of the certified decision layer", "",
-             f"`{out['source']['command']}`; splits `{out['source']['splits']}`; "
-             f"{out['source']['n_calibration']} calibration questions, {out['source']['n_reader_val']} reader-val, "
-             f"{out['source']['n_ood_calibration']} OOD-calibration.", ""]
-    for name, rc in cal.readers.items():
-        fr = out["readers"][name]["floor_refuses"]
-        lines += [f"## reader = {name}", "",
-                  f"Out-of-domain floor: squared L2 d_min > {rc.ood_distance:.3f} (cosine < "
-                  f"{1 - rc.ood_distance / 2:.3f}) refuses. Floor refuses {fr['ood_calibration']:.1%} of OOD-calibration, {fr['calibration_answerable']:.1%} of "
-                  f"answerable and {fr['calibration_unanswerable']:.1%} of unanswerable calibration questions.", "",
-                  f"GPT route: {rc.gpt_errors} errors in {rc.gpt_n} generated answers "
-                  f"(upper bound {clopper_pearson_upper(rc.gpt_errors, rc.gpt_n, 0.05):.2f} at delta 0.05).", "",
-                  "| alpha | delta | threshold | coverage | error among answered | CP upper | errors: to unanswerables "
-                  "/ wrong answers |", "|---|---|---|---|---|---|---|"]
-        table = out["readers"][name]["table"]
-        for alpha in ALPHAS:
-            for delta in (0.05, 0.1):
-                c = rc.table.choose(alpha, delta)
-                to_none = table["n_errors_unanswerable"][table["thresholds"].index(c.threshold)] if c.n_answered else 0
-                lines.append(f"| {alpha:g} | {delta:g} | {c.threshold:.3f} | {c.coverage:.1%} | {c.error:.1%} "
-                             f"| {c.upper:.3f} | {to_none} / {c.n_errors - to_none} |")
-        useful = [a for a in ALPHAS if rc.table.choose(a, 0.05).coverage >= USEFUL_COVERAGE]
-        lines += ["", f"Smallest alpha certified at delta 0.05 while answering >= {USEFUL_COVERAGE:.0%} of calibration: "
-                      f"{useful[0] if useful else 'none'} (the default Config().max_error_rate is "
-                      f"{DESIGN_ALPHA:g}).", ""]
-    plot(cal, path.with_name("calibration_risk_coverage.png"))
-    lines.append("![risk-coverage](calibration_risk_coverage.png)")
-    text = "\n".join(lines) + "\n"
-    path.with_name("calibration_report.md").write_text(text, encoding="utf-8")
-    return text
-
-
-def plot(cal, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, rc in cal.readers.items():
-        cov, err = zip(*rc.table.curve())
-        ax.plot(cov, err, label=f"{name}: error among answered")
-    for alpha in (0.1, 0.2):
-        ax.axhline(alpha, ls=":", c="grey")
-    ax.set_xlabel("coverage (share of calibration questions answered)")
-    ax.set_ylabel("error among answered")
-    ax.set_title("Risk-coverage on the calibration split")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -281,7 +260,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--readers", default="rules,neural", type=lambda s: [r for r in s.split(",") if r])
     p.add_argument("--squad", type=Path, default=data.FILES["squad"])
-    p.add_argument("--out", type=Path, default=CALIBRATION_ASSET)
+    p.add_argument("--backend", choices=("embedded", "pgvector"), default="embedded",
+                   help="the store the calibration counts decisions on (pgvector: its full-text half ranks otherwise)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="default: the shipped calibration of --backend (edge_rag/assets/calibration[-pgvector].json)")
     p.add_argument("--ood-sample", type=int, default=600, help="OOD-calibration questions used (seeded sample)")
     p.add_argument("--gpt-sample", type=int, default=40, help="generative calibration questions generated")
     p.add_argument("--profile", default="gemma")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import bundle as B
 from .calibrated_config import config_change
-from .certify import CALIBRATION_ASSET, Calibration, Certificate, ReaderCalibration
+from .certify import Calibration, Certificate, ReaderCalibration, shipped_calibration
 from .config import Config
 from .errors import BundleError
 from .fileio import sha256_file
@@ -35,10 +35,13 @@ class CertifiedPath:
     model, certifies nothing: every question is refused with the reason in ``uncertified``. A file that records
     no Config (``edge-rag calibrate`` before it recorded one) still loads, unchecked."""
 
-    def __init__(self, bundle: B.Bundle, config: Config, calibration: Path | None = None) -> None:
-        """``calibration``: a file of ``edge-rag calibrate`` (it must exist), or None for the shipped one."""
+    def __init__(self, bundle: B.Bundle, config: Config, calibration: Path | None = None,
+                 remote: bool = False) -> None:
+        """``calibration``: a file of ``edge-rag calibrate`` (it must exist), or None for the shipped one of the
+        store's kind (``remote``: PostgreSQL)."""
         self.bundle, self.config = bundle, config
-        self.calibration_path = Path(calibration) if calibration is not None else CALIBRATION_ASSET
+        self.own = calibration is not None
+        self.calibration_path = Path(calibration) if calibration is not None else shipped_calibration(remote)
         if calibration is not None and not self.calibration_path.is_file():
             raise BundleError(f"calibration file {calibration} does not exist (make one with `edge-rag calibrate`)")
         # A missing shipped calibration refuses every question (with that reason), never answers uncertified.
@@ -47,7 +50,8 @@ class CertifiedPath:
         self.calibration_sha256 = sha256_file(self.calibration_path) if self.calibration is not None else None
         self.certificate: Certificate | None = None
         self.gpt_allowed = False  # whether generated answers are certified at this alpha (a bisection: once, here)
-        self.uncertified = "not calibrated: run `python -m convert calibrate`"  # why every question is refused
+        # why every question is refused
+        self.uncertified = f"not calibrated: run `python -m convert calibrate{' --backend pgvector' if remote else ''}`"
         if self.calibration is not None:
             self.uncertified = self._mismatch(bundle, config)
             if self.uncertified is None:

@@ -66,7 +66,8 @@ class EdgeRAG:
         self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote)
         self.config = self.plan.apply(config)
         # the certified decision's calibration: the shipped one, or one made on this device's own questions
-        self.certified = CertifiedPath(self.bundle, self.config, Path(calibration) if calibration else None)
+        self.certified = CertifiedPath(self.bundle, self.config, Path(calibration) if calibration else None,
+                                       remote)
         info = self.bundle.encoder
         encoder_path = self._encoder_path = select_encoder(self.bundle, self.config.threads)  # verified here
         self.encoder = Encoder(

@@ -4,9 +4,11 @@ from dataclasses import replace
 import pytest
 
 from edge_rag.calibrated_config import DECISION_INPUTS, config_change, recorded_config
-from edge_rag.certify import Calibration
+from edge_rag.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.config import Config, Tier
 from edge_rag.errors import ConfigError
+
+SHIPPED = (CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET)  # one per kind of store
 
 
 def test_a_recorded_config_reads_back_as_it_was():
@@ -29,10 +31,11 @@ def test_anything_else_is_refused_unevaluated(text):
     assert "cannot be read" in config_change({"config": text}, Config())
 
 
-def test_the_shipped_calibration_was_measured_with_the_default_decision_inputs():
-    then = recorded_config(Calibration.load().source["config"])
+@pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_calibrations_were_measured_with_the_default_decision_inputs(asset):
+    then = recorded_config(Calibration.load(asset).source["config"])
     assert all(view(then) == view(Config()) for view in DECISION_INPUTS.values())
-    assert config_change(Calibration.load().source, Config()) is None
+    assert config_change(Calibration.load(asset).source, Config()) is None
 
 
 @pytest.mark.parametrize("changes,named", [

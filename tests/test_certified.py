@@ -5,12 +5,13 @@ import random
 import pytest
 
 from benchmarks import data, splits
-from edge_rag.certify import CALIBRATION_ASSET, Calibration
+from edge_rag.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.config import Config
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.types import Route
 
 ALPHAS = (0.1, 0.5, 0.7, 0.8, 0.9)
+SHIPPED = (CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET)  # one per kind of store
 FAST = Config(temperature=0.0, certified=True, reader="rules")  # the property is the reader's; the rule extractor is ~1 ms
 
 
@@ -32,11 +33,17 @@ def by_alpha(squad_default_rag, questions):
     return out
 
 
-def test_shipped_calibration_covers_the_default_reader():
-    cal = Calibration.load(CALIBRATION_ASSET)
+@pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)
+def test_shipped_calibrations_cover_the_default_reader_and_certify_the_default_alpha(asset):
+    """One calibration per kind of store (a PostgreSQL store's full-text half ranks otherwise), each certifying
+    Config()'s alpha on its own counts."""
+    cal = Calibration.load(asset)
     rc = cal.reader(Config().reader)
     assert rc.table.n_cal > 1000 and 0.0 < rc.ood_distance < 4.0
     assert list(rc.table.thresholds) == sorted(rc.table.thresholds, reverse=True)  # strict → permissive
+    cert = rc.table.choose(Config().max_error_rate, Config().delta)
+    assert cert.n_answered > 0 and cert.upper <= Config().max_error_rate
+    assert cal.source.get("backend", "embedded") == ("pgvector" if asset == PGVECTOR_CALIBRATION_ASSET else "embedded")
 
 
 def test_lower_alpha_answers_a_subset(by_alpha):
@@ -107,14 +114,15 @@ def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
     assert all(h.id not in {p.id for p in same_doc} for h in wide[1:])  # no window read twice
 
 
-def test_calibration_is_for_the_shipped_reader():
-    """A new reader.onnx needs `make calibrate`: the certificate is about the model it was measured with."""
+@pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)
+def test_calibration_is_for_the_shipped_reader(asset):
+    """A new reader.onnx needs `make calibrate` (both backends): the certificate is about the model it was measured with."""
     import hashlib
     import json
 
     from edge_rag.reader import READER_ASSET
 
-    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))["readers"]
+    raw = json.loads(asset.read_text(encoding="utf-8"))["readers"]
     if "neural" not in raw or not READER_ASSET.is_file():
         pytest.skip("no neural reader shipped or calibrated yet")
     assert raw["neural"]["model_sha256"] == hashlib.sha256(READER_ASSET.read_bytes()).hexdigest()

@@ -105,6 +105,23 @@ def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
             assert (a.route, a.answer, a.candidate, a.context) == (b.route, b.answer, b.candidate, b.context), q
 
 
+def test_a_postgresql_store_is_certified_by_its_own_shipped_calibration(pg_url, bundle_dir):
+    """Its full-text half ranks by ts_rank_cd, not BM25, so its decisions were counted on a pgvector store
+    (`python -m convert calibrate --backend pgvector`): that file decides, and the kiosk says which."""
+    from edge_rag.certify import PGVECTOR_CALIBRATION_ASSET
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.serve.health import decision
+
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as remote:
+        remote.add_files([SAMPLE_DOCS])
+        assert remote.certified.calibration_path == PGVECTOR_CALIBRATION_ASSET and not remote.certified.own
+        assert remote.certified.certificate is not None and remote.certified.uncertified is None
+        d = decision(remote)
+        assert d["certified"] and "(the shipped pgvector calibration)" in d["summary"]
+        assert remote.decide("Where is the Carrow Meteorite displayed?").answer.startswith("Gallery 5")
+        assert remote.decide("How old is Taylor Swift?").answer is None
+
+
 def test_another_encoder_or_dimension_is_refused(pg_url):
     store = PgStore(pg_url, DIM, "enc-1")
     store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..certify import CALIBRATION_ASSET
+from ..certify import PGVECTOR_CALIBRATION_ASSET
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG
 from .lanes import Lanes
@@ -39,13 +39,14 @@ def decision(rag: EdgeRAG) -> dict:
     else:
         reason = path.uncertified
     threshold = cert.threshold if cert and math.isfinite(cert.threshold) else None
-    own = path.calibration_path != CALIBRATION_ASSET
+    shipped = "the shipped pgvector calibration" if path.calibration_path == PGVECTOR_CALIBRATION_ASSET else \
+        "the shipped calibration"
     return {"certified": reason is None, "reason": reason, "max_error_rate": c.max_error_rate, "delta": c.delta,
-            "calibration": str(path.calibration_path), "own_calibration": own,
+            "calibration": str(path.calibration_path), "own_calibration": path.own,
             "calibration_questions": cert.n_cal if cert else 0, "threshold": threshold,
             "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold,
-                                f"questions of an own calibration ({path.calibration_path.name})" if own
-                                else "SQuAD-2 questions (the shipped calibration), not on this kiosk's questions")}
+                                f"questions of an own calibration ({path.calibration_path.name})" if path.own
+                                else f"SQuAD-2 questions ({shipped}), not on this kiosk's questions")}
 
 
 def _summary(reason: str | None, alpha: float, delta: float, n_cal: int, threshold: float | None,
