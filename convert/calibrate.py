@@ -1,8 +1,11 @@
 """Calibrate the certified decision layer and ship it as ``edge_rag/assets/calibration.json``.
 
-``python -m convert calibrate [--readers rules,neural] [--ood-sample 600] [--gpt-sample 40]`` (``make calibrate``)
+``python -m convert calibrate [--readers rules,neural] [--ood-sample 600] [--gpt-sample 40] [--backend pgvector]``
+(``make calibrate`` runs both backends)
 
-Splits from edge_rag/assets/splits.json; the corpus is every context of squad2_dev_subset.json (one index).
+Splits from edge_rag/assets/splits.json; the corpus is every context of squad2_dev_subset.json (one index: the
+embedded store, or with ``--backend pgvector`` a throw-away PostgreSQL + pgvector store, whose full-text half ranks
+by ts_rank_cd instead of BM25, written to edge_rag/assets/calibration-pgvector.json).
 1. Every reader-val, calibration and OOD-calibration question runs through the real pipeline
    (``EdgeRAG.decide`` with ``Config(temperature=0, cache_size=0, reader=...)``) without a calibration, which
    records the reader's candidate answer, its features and d_min = 2 - 2 s_max (squared L2).
