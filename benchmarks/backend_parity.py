@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from edge_rag.models import default_bundle
 from edge_rag.route import search_width
 
 from . import data
+from .pgserver import admin_url
 from .scale_backends import fresh_database
 from .systems import bench_config
 
@@ -79,25 +79,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decide-only", action="store_true", help="compare up to the route, without generating")
     args = ap.parse_args(argv)
     bundle = args.bundle or default_bundle("gemma")
-    server, admin = None, os.environ.get("EDGE_RAG_PG_URL")
-    if not admin:
-        from .pgserver import PgServer
-
-        server = PgServer().start()
-        admin = server.url
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            sample_docs = [d for p in iter_files([SAMPLE / "docs"]) for d in read_documents(p)]
-            sample_qs = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
-            print(json.dumps(compare(f"{tmp}/sample", fresh_database(admin, "edge_rag_parity_sample"), sample_docs,
-                                     sample_qs, bundle, "sample", not args.decide_only)))
-            ds = data.load("squad", data.FILES["squad"], args.n, seed=0, part="benchmark")
-            print(json.dumps(compare(f"{tmp}/squad", fresh_database(admin, "edge_rag_parity_squad"), ds.documents,
-                                     [q.question for q in ds.items], bundle, f"squad-{ds.part}",
-                                     not args.decide_only)))
-    finally:
-        if server:
-            server.stop()
+    with admin_url() as admin, tempfile.TemporaryDirectory() as tmp:
+        sample_docs = [d for p in iter_files([SAMPLE / "docs"]) for d in read_documents(p)]
+        sample_qs = [q["question"] for q in json.loads((SAMPLE / "questions.json").read_text())]
+        print(json.dumps(compare(f"{tmp}/sample", fresh_database(admin, "edge_rag_parity_sample"), sample_docs,
+                                 sample_qs, bundle, "sample", not args.decide_only)))
+        ds = data.load("squad", data.FILES["squad"], args.n, seed=0, part="benchmark")
+        print(json.dumps(compare(f"{tmp}/squad", fresh_database(admin, "edge_rag_parity_squad"), ds.documents,
+                                 [q.question for q in ds.items], bundle, f"squad-{ds.part}",
+                                 not args.decide_only)))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ The superuser gets a random password and TCP logins need it (scram-sha-256), as 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import secrets
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 PG_VERSION = 16
@@ -120,6 +122,16 @@ class PgServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def admin_url() -> Iterator[str]:
+    """A PostgreSQL superuser URL for a host-side run: ``$EDGE_RAG_PG_URL``, else a throw-away server's (stopped after)."""
+    if url := os.environ.get("EDGE_RAG_PG_URL"):
+        yield url
+        return
+    with PgServer() as server:
+        yield server.url
 
 
 def _os_user() -> pwd.struct_passwd:

@@ -30,7 +30,6 @@ import filecmp
 import hashlib
 import json
 import math
-import os
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -39,7 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks import data, splits
-from benchmarks.pgserver import PgServer
+from benchmarks.pgserver import admin_url
 from benchmarks.scale_backends import fresh_database
 from convert.calibrate_report import report
 from edge_rag import Config, EdgeRAG
@@ -187,22 +186,16 @@ def calibration_store(args: argparse.Namespace, bundle: Bundle, base: Config) ->
     """Every context of the SQuAD file in one store of ``args.backend``, and the file's questions: the embedded
     pooled index (built once, then reused), or a fresh PostgreSQL database (``$EDGE_RAG_PG_URL``'s server, else a
     throw-away one) indexed with the same documents."""
-    db, items = data.pooled_index("squad", args.squad, bundle, base, args.index_cache)
     if args.backend == "embedded":
+        db, items = data.pooled_index("squad", args.squad, bundle, base, args.index_cache)
         yield str(db), items
         return
-    admin, server = os.environ.get("EDGE_RAG_PG_URL"), None
-    if not admin:
-        server = PgServer().start()
-        admin = server.url
-    try:
+    ds = data.load("squad", args.squad, None, 0, "all")  # what pooled_index indexes, and its questions
+    with admin_url() as admin:
         url = fresh_database(admin, "edge_rag_calibrate")
         with EdgeRAG(url, bundle=bundle.root, config=base) as rag:
-            rag.add_documents(data.load("squad", args.squad, None, 0, "all").documents, progress=True)
-        yield url, items
-    finally:
-        if server:
-            server.stop()
+            rag.add_documents(ds.documents, progress=True)
+        yield url, ds.items
 
 
 def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, items: list[QAItem]) -> int:

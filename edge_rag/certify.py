@@ -30,16 +30,18 @@ from .errors import BundleError
 
 CALIBRATION_ASSET = Path(__file__).resolve().parent / "assets" / "calibration.json"
 # A PostgreSQL store ranks its full-text half by ts_rank_cd, not BM25, so its fused lists, candidates and scores
-# differ (245 of 865 SQuAD test decisions: benchmarks.backend_parity): its certificate is counted on its own decisions.
+# differ (245 of 865 SQuAD test decisions under one calibration: benchmarks.backend_parity): its certificate is
+# counted on its own decisions.
 PGVECTOR_CALIBRATION_ASSET = CALIBRATION_ASSET.with_name("calibration-pgvector.json")
+
+FEATURES = ("span_score", "margin", "top_cosine", "overlap@1", "negated")  # what a newly fitted combiner sees, in order
+F1_CORRECT = 0.5  # an answer with F1 >= this against a gold answer counts as right
+_BISECT_STEPS = 60  # 2^-60: far below any proportion a calibration set can resolve
 
 
 def shipped_calibration(remote: bool) -> Path:
     """The shipped calibration for a store: the embedded one's, or a PostgreSQL store's (``remote``)."""
     return PGVECTOR_CALIBRATION_ASSET if remote else CALIBRATION_ASSET
-FEATURES = ("span_score", "margin", "top_cosine", "overlap@1", "negated")  # what a newly fitted combiner sees, in order
-F1_CORRECT = 0.5  # an answer with F1 >= this against a gold answer counts as right
-_BISECT_STEPS = 60  # 2^-60: far below any proportion a calibration set can resolve
 
 
 def _log_binom_pmf(k: int, n: int, p: float) -> float:
