@@ -44,6 +44,7 @@ from convert.calibrate_report import report
 from edge_rag import Config, EdgeRAG
 from edge_rag.bundle import Bundle
 from edge_rag.calibrate import wrong as answer_wrong
+from edge_rag.calibrated_config import encoder_identity
 from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable, answer_score, shipped_calibration
 from edge_rag.config import Tier
 from edge_rag.models import default_bundle, home
@@ -208,7 +209,7 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
         "command": "python -m convert calibrate" + (f" --backend {args.backend}" if args.backend != "embedded" else ""),
         "backend": args.backend, "splits": "edge_rag/assets/splits.json", "corpus": str(args.squad),
         "n_reader_val": len(val), "n_calibration": len(cal), "n_ood_calibration": len(ood),
-        "ood_refuse_target": OOD_REFUSE, "config": repr(base)}}
+        "ood_refuse_target": OOD_REFUSE, "config": repr(base), "encoder": encoder_identity(bundle)}}
     gpt: tuple[int, int] | None = None
     for reader in args.readers:
         with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader=reader)) as rag:
@@ -237,7 +238,8 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
                                                                     thresholds).n_errors)},
             "ood_distance": floor,
             "model_sha256": hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else None,
-            "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0},
+            "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0,
+                    "generator": bundle.generator.get("name") if gpt else None},
             "floor_refuses": {
                 "ood_calibration": float(np.mean([r["d_min"] > floor for r in rows["ood"]])),
                 "calibration_answerable": float(np.mean([r["d_min"] > floor for r in cal_in if r["answerable"]])),

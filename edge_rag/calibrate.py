@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .calibrated_config import encoder_identity
 from .certified import reader_sha256
 from .certify import F1_CORRECT, Calibration, RiskTable, answer_score
 from .errors import BundleError, InputError, check_str
@@ -150,7 +151,7 @@ def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Pat
     source = {"command": "edge-rag calibrate", "questions": str(questions_file),
               "questions_sha256": sha256_file(questions_file), "n_questions": len(questions),
               "n_without_answer": sum(not q.answers for q in questions), "store": str(rag.store.location),
-              "reader": rag.config.reader, "config": repr(rag.config),
+              "reader": rag.config.reader, "config": repr(rag.config), "encoder": encoder_identity(rag.bundle),
               "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     model = reader_sha256(rag.bundle) if rag.config.reader == "neural" else None
     content = calibration(rag.certified.calibration_path, rag.config.reader, model, measured, source)

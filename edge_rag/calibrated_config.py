@@ -1,10 +1,12 @@
-"""Whether a calibration was measured under the running Config.
+"""Whether a calibration was measured under the running Config and the bundle's encoder.
 
 A calibration's risk table counts the errors among the answers one Config's decision gave at each score. Under
 another search or reading setting the same question gets other passages, another candidate and another score, and
 the table says nothing about those: the certificate would silently not apply. Calibration files record the Config
 they were measured with (``repr(config)`` in "source": ``edge-rag calibrate`` and ``python -m convert
-calibrate`` both write it); this module reads it back as data, never evaluating it, and names what differs.
+calibrate`` both write it); this module reads it back as data, never evaluating it, and names what differs. They
+record the encoder that made the vectors too ("encoder": ``encoder_identity``): another encoder model gives every
+cosine, the fused list, the out-of-domain distance and so the score another meaning.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from enum import Enum
 
+from .bundle import Bundle
 from .config import Config, TierSpec
 from .errors import ConfigError
 from .route import search_width
@@ -48,6 +51,10 @@ DECISION_INPUTS: dict[str, Callable[[Config], object]] = {
     "tiers' k, context_chars, rerank": lambda c: ([(s.k, s.context_chars, s.rerank) for s in c.tiers.values()]
                                                   if c.reader == "rules" else None),
 }
+# The encoder facts that decide its vectors. Not its precision: the int8 export is checked against the fp32 model
+# when the bundle is built (cosine >= 0.98 per sentence, bundle "parity"), and a CPU where int8 fails that check gets
+# the fp32 twin; the two differ by about what two CPUs' int8 kernels do, which no certificate pins either.
+ENCODER_IDENTITY = ("name", "dim", "pooling", "normalize")
 _ENUM = re.compile(r"<\w+\.\w+: ('[^'<>]*'|-?\d+)>")  # an Enum member's repr, <Tier.EASY: 'EASY'>: its value
 
 
@@ -96,3 +103,21 @@ def config_change(source: dict, config: Config) -> str | None:
     changed = [f"{name}: calibrated {_shown(view(then))!r}, now {_shown(view(config))!r}"
                for name, view in DECISION_INPUTS.items() if view(then) != view(config)]
     return f"not calibrated for this Config ({'; '.join(changed)}): {fix}" if changed else None
+
+
+def encoder_identity(bundle: Bundle) -> dict[str, object]:
+    """What a calibration records of the encoder it measured with (ENCODER_IDENTITY of the bundle's manifest)."""
+    return {name: bundle.encoder.get(name) for name in ENCODER_IDENTITY}
+
+
+def encoder_change(source: dict, bundle: Bundle) -> str | None:
+    """Why a calibration whose "source" is ``source`` does not certify ``bundle``'s encoder (None: the same model,
+    or a file that records none, taken as it is)."""
+    then = source.get("encoder")
+    if then is None:
+        return None
+    now = encoder_identity(bundle)
+    changed = [f"{name}: calibrated {then.get(name)!r}, now {now[name]!r}" for name in ENCODER_IDENTITY
+               if then.get(name) != now[name]]
+    return (f"not calibrated for this bundle's encoder ({'; '.join(changed)}): calibrate again with this bundle "
+            "(`edge-rag calibrate`), or use the bundle it was calibrated with" if changed else None)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bundle as B
-from .calibrated_config import config_change
+from .calibrated_config import config_change, encoder_change
 from .certify import Calibration, Certificate, ReaderCalibration, shipped_calibration
 from .config import Config
 from .errors import BundleError
@@ -31,8 +31,8 @@ class Verdict:
 
 class CertifiedPath:
     """The calibration, the reader (loaded on first use) and this config's certificate. A calibration measured
-    under other decision inputs than ``config`` (calibrated_config.DECISION_INPUTS), or with another reader
-    model, certifies nothing: every question is refused with the reason in ``uncertified``. A file that records
+    under other decision inputs than ``config`` (calibrated_config.DECISION_INPUTS), another encoder or another
+    reader model, certifies nothing: every question is refused with the reason in ``uncertified``. A file that records
     no Config (``edge-rag calibrate`` before it recorded one) still loads, unchecked."""
 
     def __init__(self, bundle: B.Bundle, config: Config, calibration: Path | None = None,
@@ -57,18 +57,20 @@ class CertifiedPath:
             if self.uncertified is None:
                 rc = self.calibration.reader(config.reader)
                 self.certificate = rc.table.choose(config.max_error_rate, config.delta)
-                self.gpt_allowed = rc.gpt_allowed(config.max_error_rate, config.delta)
+                self.gpt_allowed = rc.gpt_allowed(config.max_error_rate, config.delta, bundle.generator.get("name"))
         self._neural: NeuralReader | None = None
 
     def _mismatch(self, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
-        reader, was measured under other decision inputs (calibrated_config), or with another reader model."""
+        reader, was measured under other decision inputs or another encoder (calibrated_config), or with another
+        reader model."""
         cal = self.calibration
         if config.reader not in cal.readers:
             return (f"not calibrated for reader {config.reader!r} ({self.calibration_path.name} holds "
                     f"{', '.join(cal.readers)}): calibrate again with this Config (`edge-rag calibrate`)")
         rc = cal.reader(config.reader)
-        return config_change(cal.source, config) or (stale_reader(bundle, rc) if config.reader == "neural" else None)
+        return (config_change(cal.source, config) or encoder_change(cal.source, bundle)
+                or (stale_reader(bundle, rc) if config.reader == "neural" else None))
 
     def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store) -> Candidate:
         """The neural reader over the top passages' paragraphs, or the rule extractor over the compressed context."""

@@ -187,9 +187,13 @@ class ReaderCalibration:
     gpt_n: int  # generated answers measured on calibration why/how questions
     gpt_errors: int
     model_sha256: str | None = None  # the reader ONNX the table was measured with (None: rules, or an old file)
+    gpt_generator: str | None = None  # the generator model those answers came from (None: an old file, unchecked)
 
-    def gpt_allowed(self, alpha: float, delta: float) -> bool:
-        """The GPT route may answer only if its measured error is certified <= alpha too."""
+    def gpt_allowed(self, alpha: float, delta: float, generator: str | None) -> bool:
+        """The GPT route may answer only if its measured error is certified <= alpha too, and only with the
+        generator model it was measured with (``generator``: the bundle's): another one makes other mistakes."""
+        if self.gpt_generator is not None and generator != self.gpt_generator:
+            return False
         return clopper_pearson_upper(self.gpt_errors, self.gpt_n, delta) <= alpha
 
 
@@ -211,7 +215,8 @@ class Calibration:
                              tuple(r["combiner"]["scale"]), tuple(r["combiner"]["features"])),
                     RiskTable(tuple(r["table"]["thresholds"]), tuple(r["table"]["n_answered"]),
                               tuple(r["table"]["n_errors"]), r["table"]["n_cal"]),
-                    float(r["ood_distance"]), r["gpt"]["n"], r["gpt"]["errors"], r.get("model_sha256"))
+                    float(r["ood_distance"]), r["gpt"]["n"], r["gpt"]["errors"], r.get("model_sha256"),
+                    r["gpt"].get("generator"))
                 for name, r in raw["readers"].items()
             }
             return cls(readers, raw.get("source", {}))

@@ -3,7 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from edge_rag.calibrated_config import DECISION_INPUTS, config_change, recorded_config
+from edge_rag import models as M
+from edge_rag.calibrated_config import DECISION_INPUTS, ENCODER_IDENTITY, config_change, recorded_config
 from edge_rag.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.config import Config, Tier
 from edge_rag.errors import ConfigError
@@ -36,6 +37,15 @@ def test_the_shipped_calibrations_were_measured_with_the_default_decision_inputs
     then = recorded_config(Calibration.load(asset).source["config"])
     assert all(view(then) == view(Config()) for view in DECISION_INPUTS.values())
     assert config_change(Calibration.load(asset).source, Config()) is None
+
+
+@pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_calibrations_record_the_encoder_and_generator_make_models_builds(asset):
+    """What `make models` puts in every profile's bundle is what the shipped files certify: the encoder of
+    models.ENCODER, and generated answers of the gemma profile only (the tiny profile's SmolLM2 was not measured)."""
+    cal = Calibration.load(asset)
+    assert cal.source["encoder"] == {name: getattr(M.ENCODER, name) for name in ENCODER_IDENTITY}
+    assert {r.gpt_generator for r in cal.readers.values()} == {M.PROFILES["gemma"].name}
 
 
 @pytest.mark.parametrize("changes,named", [

@@ -1,6 +1,8 @@
 """The certified decision path end to end on the real bundle, the shipped calibration and the SQuAD corpus."""
 import math
 import random
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -151,6 +153,54 @@ def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sampl
     verdict = path.decide("Who founded it?", 0.1, confident, sample_rag.store.passages([0, 1]))
     assert path.certificate is None and verdict.route is Route.REFUSE
     assert "reader model" in verdict.reason and "make calibrate" in verdict.reason
+
+
+def _edited_calibration(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of the shipped calibration with ``edit`` applied to its parsed JSON."""
+    import json
+
+    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))
+    edit(raw)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return path
+
+
+def test_a_calibration_measured_with_another_encoder_refuses_every_question(sample_rag, tmp_path):
+    """Another encoder model gives every cosine, the fused list and the out-of-domain distance another meaning:
+    a calibration measured with one certifies nothing with the bundle's, and the reason names both."""
+    from edge_rag.certified import CertifiedPath
+    from edge_rag.read import Candidate
+
+    config = Config(temperature=0.0)
+    assert CertifiedPath(sample_rag.bundle, config).uncertified is None  # the shipped file: this bundle's encoder
+    other = _edited_calibration(tmp_path, lambda raw: raw["source"]["encoder"].update(
+        name="sentence-transformers/all-mpnet-base-v2", dim=768))
+    path = CertifiedPath(sample_rag.bundle, config, other)
+    verdict = path.decide("Who founded it?", 0.1, Candidate("Ada Lovelace", 0, 30.0, -30.0, 60.0),
+                          sample_rag.store.passages([0, 1]))
+    assert path.certificate is None and verdict.route is Route.REFUSE and verdict.reason == path.uncertified
+    assert verdict.reason.startswith("not calibrated for this bundle's encoder (name: calibrated "
+                                     "'sentence-transformers/all-mpnet-base-v2', now 'sentence-transformers/all-MiniLM-L6-v2'; "
+                                     "dim: calibrated 768, now 384)")
+
+
+def test_generated_answers_are_certified_only_with_the_generator_they_came_from(sample_rag, tmp_path):
+    """The GPT route's counts were measured on one generator's answers: with another (the tiny profile's SmolLM2
+    against gemma's counts) generation is not certified at any alpha, while the reader's certificate stands."""
+    from edge_rag.certified import CertifiedPath
+    from edge_rag.read import Candidate
+
+    config, question = Config(temperature=0.0, max_error_rate=0.99), "Why is the museum called Harbourlight?"
+    assert CertifiedPath(sample_rag.bundle, config).gpt_allowed  # gemma's counts, gemma's bundle
+
+    def smollm(raw: dict) -> None:
+        for entry in raw["readers"].values():
+            entry["gpt"]["generator"] = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    path = CertifiedPath(sample_rag.bundle, config, _edited_calibration(tmp_path, smollm))
+    verdict = path.decide(question, 0.0, Candidate(None, None, 0.0, 0.0, 0.0), [])
+    assert path.certificate is not None and not path.gpt_allowed
+    assert verdict.route is Route.REFUSE and "generated answers are not certified" in verdict.reason
 
 
 def test_a_config_the_shipped_calibration_was_not_measured_with_refuses_every_question(sample_rag):
