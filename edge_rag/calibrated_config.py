@@ -116,6 +116,8 @@ def encoder_change(source: dict, bundle: Bundle) -> str | None:
     then = source.get("encoder")
     if then is None:
         return None
+    if not isinstance(then, dict):  # an own calibration file is the user's: anything may be in it
+        return f"the encoder the calibration was measured with cannot be read ({then!r:.60}): calibrate again"
     now = encoder_identity(bundle)
     changed = [f"{name}: calibrated {then.get(name)!r}, now {now[name]!r}" for name in ENCODER_IDENTITY
                if then.get(name) != now[name]]

@@ -183,6 +183,9 @@ def test_a_calibration_measured_with_another_encoder_refuses_every_question(samp
     assert verdict.reason.startswith("not calibrated for this bundle's encoder (name: calibrated "
                                      "'sentence-transformers/all-mpnet-base-v2', now 'sentence-transformers/all-MiniLM-L6-v2'; "
                                      "dim: calibrated 768, now 384)")
+    unreadable = _edited_calibration(tmp_path, lambda raw: raw["source"].update(encoder="MiniLM"))
+    assert CertifiedPath(sample_rag.bundle, config, unreadable).uncertified.startswith(
+        "the encoder the calibration was measured with cannot be read ('MiniLM')")
 
 
 def test_generated_answers_are_certified_only_with_the_generator_they_came_from(sample_rag, tmp_path):

@@ -88,13 +88,18 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return JSONResponse({"title": config.title, "questions": questions, "decision": decision(rag),
                              "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars})
 
+    async def accepted(text: str) -> str:
+        """The question as the server takes it (``_question``'s checks), kept in the question log if there is one."""
+        question = _question(text, config)
+        if questions.path is not None:  # no thread hop when nothing is kept
+            await asyncio.to_thread(questions.add, question)
+        return question
+
     async def ask(request: Request) -> Response:
         payload = _json(await _read_body(request, config.max_body_bytes))
         if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
             raise HTTPException(400, 'send {"question": "..."}')
-        question = _question(payload["question"], config)
-        if questions.path is not None:
-            await asyncio.to_thread(questions.add, question)
+        question = await accepted(payload["question"])
         try:
             async for event in lanes.ask(question):
                 if isinstance(event, Failed):
@@ -106,9 +111,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return error(500, "the question ended without an answer")
 
     async def ask_stream(request: Request) -> Response:
-        question = _question(request.query_params.get("q", ""), config)
-        if questions.path is not None:
-            await asyncio.to_thread(questions.add, question)
+        question = await accepted(request.query_params.get("q", ""))
 
         async def events():
             try:
