@@ -1,6 +1,7 @@
 """The kiosk page in a real headless Chromium (Debian's ``chromium``, driven by Playwright), against a real
 server: a generated answer streams in, an off-topic question gets "I don't know" with the reason, at
-800×480 and 1920×1080. Screenshots go to tests/.artifacts/ (git-ignored) for a person to look at.
+800×480 and 1920×1080; on the small panel the certificate footer stays in view without scrolling. Screenshots
+go to tests/.artifacts/ (git-ignored) for a person to look at.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SIZES = {"800x480": (800, 480), "1920x1080": (1920, 1080)}
 WAIT_MS = 900_000
+# The sample corpus answers this with a clause, not a name: the tallest answer of the suggested questions.
+LONG_ANSWER = "Why is the museum called Harbourlight?"
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +67,30 @@ def small_text(page) -> list:
         .filter(e => e.getClientRects().length && [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()))
         .map(e => [e.tagName + '#' + e.id + '.' + e.className, parseFloat(getComputedStyle(e).fontSize)])
         .filter(([, px]) => px < 17)""")
+
+
+def overlaps(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
+        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+def footer_in_view(page) -> None:
+    """The certificate footer is on screen without scrolling, over none of the question box, the Ask button, the
+    answer or the reason; scrolled to the end, the page's last line is above it, not behind it."""
+    footer = page.locator("#certificate").bounding_box()
+    height = page.viewport_size["height"]
+    assert footer and footer["y"] >= 0 and footer["y"] + footer["height"] <= height, footer
+    for selector in ("#question", "#ask", "#answer", "#reason"):
+        if page.is_visible(selector):
+            box = page.locator(selector).bounding_box()
+            assert not overlaps(footer, box), (selector, box, footer)
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    bottom = page.evaluate("""() => Math.max(...[...document.querySelectorAll('main > :not(footer)')]
+        .filter(e => e.getClientRects().length).map(e => e.getBoundingClientRect().bottom))""")
+    footer = page.locator("#certificate").bounding_box()
+    assert bottom <= footer["y"] + 0.5, (bottom, footer)
+    page.evaluate("window.scrollTo(0, 0)")
+
 
 def shot(page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
@@ -111,6 +138,7 @@ def test_kiosk_page_streams_answers_and_refuses(browser, served):
 
     context, page, errors = open_page(browser, url, "800x480")
     shot(page, "800x480-start")
+    footer_in_view(page)
     # A suggestion is one tap: it asks and answers.
     page.locator("#suggestion-list button").first.tap()
     page.wait_for_selector("#meta:not(:empty)", state="attached", timeout=WAIT_MS)
@@ -121,10 +149,12 @@ def test_kiosk_page_streams_answers_and_refuses(browser, served):
     for selector in ("#question", "#answer"):
         box = page.locator(selector).bounding_box()
         assert box and box["y"] >= 0 and box["y"] + box["height"] <= 480, selector
+    footer_in_view(page)
     shot(page, "800x480-answer")
     assert not small_text(page), small_text(page)
     ask(page, OFF_TOPIC)
     assert page.is_visible("#reason")
+    footer_in_view(page)
     shot(page, "800x480-refusal")
     assert not small_text(page), small_text(page)
     page.click("#reset")
@@ -156,6 +186,22 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
             context, page, errors = open_page(browser, url, "800x480", ready="#certificate:not(:empty)")
             assert page.inner_text("#certificate").startswith(footer)
             assert page.locator("#certificate *").count() == 0, "the file name became markup"
+            footer_in_view(page)
             shot(page, f"800x480-footer-{n}")
+            if footer.startswith("Answers certified"):  # read next to a certified answer, unscrolled
+                last = page.locator("#suggestion-list button").last
+                last.focus()  # as Tab does: the focused suggestion scrolls clear of the footer, not behind it
+                box = last.bounding_box()
+                assert box["y"] + box["height"] <= page.locator("#certificate").bounding_box()["y"], box
+                page.evaluate("window.scrollTo(0, 0)")
+                ask(page, LONG_ANSWER)
+                footer_in_view(page)
+                page.locator("#sources summary").first.tap()  # an open passage makes the answer taller still
+                footer_in_view(page)
+                shot(page, f"800x480-footer-{n}-answer")
+                ask(page, OFF_TOPIC)
+                footer_in_view(page)
+                shot(page, f"800x480-footer-{n}-refusal")
+                assert not small_text(page), small_text(page)
             assert not errors, errors
             context.close()
