@@ -28,21 +28,25 @@ def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
 
 
 # What the certified decision sees of the Config (pipeline._decide, CertifiedPath.read and .decide): a calibration
-# measured under other values counted other candidates and scores. retrieval, fusion_k, lexical_weight,
-# lexical_budget and hnsw_ef_search decide which passages the search returns; max_seq_len the question's vector (so
+# measured under other values counted other candidates and scores. passage_mode and min_sentence_chars decide what a
+# passage is (a paragraph's vector and words against a sentence's with its neighbours'): the Config that asks is the
+# one that indexed, as a rule. retrieval, fusion_k, lexical_weight, lexical_budget, hnsw_ef_search and the graph's
+# build settings hnsw_m and hnsw_ef_construction decide which passages the search returns (on the calibration corpus'
+# 2,450 passages, graphs rebuilt with m / ef_construction 16 / 200, 8 / 100 and 4 / 40 return the exact top 20 for
+# 99.6%, 96.7% and 72.8% of its 3,846 questions: ad-hoc /work/exp/hnsw_exact.py, stop 38); max_seq_len the question's vector (so
 # every cosine, the top cosine feature and the out-of-domain distance); the search width how many hits it keeps (the
 # fused list and the top cosine are taken over them: route.search_width of baseline_k, the tiers' k,
 # correction_extra_k and gate_max_n); reader_passages and reader_window what the neural reader reads. The rule
 # reader (reader="rules") reads the tier's compressed context instead, so for it the stages that shape that context
 # count too. Not here, as the scores do not depend on them: the certificate asked for (max_error_rate, delta),
 # generation (temperature, top_k, n_ctx, tiers' max_new_tokens, ...), resources (threads, memory_budget_mb;
-# encode_batch_tokens, which the memory plan sets), the cache, the seeds' gate and thresholds, and what shapes a
-# store as it is indexed (passage_mode, min_sentence_chars, hnsw_m, hnsw_ef_construction: other documents, which
-# no Config check sees). The reader is matched by the calibration's entry for it, its model by sha256
-# (certified.stale_reader).
+# encode_batch_tokens, which the memory plan sets), the cache, the seeds' gate and thresholds. A store indexed under
+# another Config than the asking one's is not seen here. The reader is matched by the calibration's entry for it, its
+# model by sha256 (certified.stale_reader).
 DECISION_INPUTS: dict[str, Callable[[Config], object]] = {
-    **{name: _field(name) for name in ("retrieval", "fusion_k", "lexical_weight", "lexical_budget", "hnsw_ef_search",
-                                       "max_seq_len", "reader_passages", "reader_window")},
+    **{name: _field(name) for name in (
+        "passage_mode", "min_sentence_chars", "retrieval", "fusion_k", "lexical_weight", "lexical_budget",
+        "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "max_seq_len", "reader_passages", "reader_window")},
     "search width (baseline_k, tiers' k, correction_extra_k, gate_max_n)": search_width,
     **{name: _field(name, rules_only=True) for name in (
         "router", "tier_override", "fallback_tier", "baseline_k", "correction", "correction_threshold",

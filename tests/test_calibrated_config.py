@@ -53,6 +53,9 @@ def test_the_shipped_calibrations_record_the_encoder_and_generator_make_models_b
     ({"reader_window": 1, "reader_passages": 2}, "reader_passages: calibrated 1, now 2; reader_window: calibrated 3"),
     ({"lexical_weight": 0.8}, "lexical_weight"),
     ({"hnsw_ef_search": 200}, "hnsw_ef_search"),
+    ({"passage_mode": "paragraph"}, "passage_mode: calibrated 'sentence', now 'paragraph'"),  # what a passage is
+    ({"min_sentence_chars": 60}, "min_sentence_chars"),
+    ({"hnsw_m": 4, "hnsw_ef_construction": 40}, "hnsw_m: calibrated 16, now 4; hnsw_ef_construction"),
     ({"gate_max_n": 40}, "search width"),  # the search keeps 40 hits: the top cosine and fused list are over them
     ({"reader": "rules", "rerank": False}, "rerank: calibrated True, now False"),  # the rule reader reads the context
     ({"reader": "rules", "tier_override": "HARD"}, "tier_override: calibrated None, now 'HARD'"),
@@ -67,7 +70,7 @@ def test_a_decision_input_changed_since_is_named_with_the_fix(changes, named):
     {"memory_budget_mb": 900, "encode_batch_tokens": 512, "n_ctx": 2048}, {"cache_size": 0, "persistent_cache": True},
     {"tiers": {t: replace(s, max_new_tokens=8) for t, s in Config().tiers.items()}},  # generation only
     {"baseline_k": 8, "rerank": False, "router": False},  # the neural reader reads the search's hits, not the context
-    {"gate": "none", "refuse_distance": 0.5, "passage_mode": "paragraph"},
+    {"gate": "none", "refuse_distance": 0.5, "rag_confidence": 0.9},
 ])
 def test_what_does_not_change_the_scores_keeps_the_certificate(changes):
     assert config_change({"config": repr(Config())}, Config(**changes)) is None
