@@ -29,7 +29,8 @@ def health_report(rag: EdgeRAG, lanes: Lanes) -> dict:
 
 def decision(rag: EdgeRAG) -> dict:
     """Whether the answers are certified and by what: alpha, delta, the calibration file, its questions and the
-    threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), ``reason``
+    threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), whether
+    generated answers are too, ``reason``
     when they are not certified, and ``summary``, one line saying so for the kiosk page's footer."""
     path, cert, c = rag.certified, rag.certified.certificate, rag.config
     if not c.cgr:
@@ -44,6 +45,8 @@ def decision(rag: EdgeRAG) -> dict:
     return {"certified": reason is None, "reason": reason, "max_error_rate": c.max_error_rate, "delta": c.delta,
             "calibration": str(path.calibration_path), "own_calibration": path.own,
             "calibration_questions": cert.n_cal if cert else 0, "threshold": threshold,
+            # the GPT route answers only if the calibration's generated answers, from this generator, meet alpha too
+            "generation_certified": reason is None and path.gpt_allowed,
             "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold,
                                 f"questions of an own calibration ({path.calibration_path.name})" if path.own
                                 else f"SQuAD-2 questions ({shipped}), not on this kiosk's questions")}
