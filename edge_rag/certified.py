@@ -4,6 +4,7 @@ keeps the error among answered questions <= Config.max_error_rate with probabili
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class CertifiedPath:
                 self.certificate = rc.table.choose(config.max_error_rate, config.delta)
                 self.gpt_allowed = rc.gpt_allowed(config.max_error_rate, config.delta, bundle.generator.get("name"))
         self._neural: NeuralReader | None = None
+        self._neural_lock = threading.Lock()
 
     def _mismatch(self, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
@@ -77,9 +79,10 @@ class CertifiedPath:
         c = self.config
         if c.reader == "rules":
             return read_rules(question, context_passages)
-        if self._neural is None:
-            self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
-                                        threads=c.threads, batch_tokens=c.encode_batch_tokens)
+        with self._neural_lock:  # the server's questions arrive on many threads: load it exactly once
+            if self._neural is None:
+                self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
+                                            threads=c.threads, batch_tokens=c.encode_batch_tokens)
         return self._neural(question, paragraphs(passages, store, c.reader_passages, c.reader_window))
 
     def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:

@@ -249,3 +249,32 @@ def test_why_questions_are_generated_only_at_an_alpha_that_certifies_generation(
     lenient = CertifiedPath(sample_rag.bundle, Config(temperature=0.0, max_error_rate=0.99))
     assert lenient.decide(question, 0.0, nothing, []).route is Route.GPT
     assert lenient.decide("Who founded the museum?", 0.0, nothing, []).route is Route.REFUSE  # not a why question
+
+
+def test_the_reader_is_loaded_once_when_the_first_questions_arrive_together(sample_rag, monkeypatch):
+    """A kiosk's first visitors ask at once, on the server's threads: one reader is loaded (the memory plan counts
+    one), and every thread reads with it."""
+    import threading
+
+    from edge_rag import certified
+
+    loads = []
+
+    class Counted(certified.NeuralReader):
+        def __init__(self, *args, **kwargs):
+            loads.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(certified, "NeuralReader", Counted)
+    path = certified.CertifiedPath(sample_rag.bundle, Config(temperature=0.0))
+    passages, start, spans = sample_rag.store.passages([0, 1]), threading.Barrier(6), []
+
+    def ask() -> None:
+        start.wait()
+        spans.append(path.read("Who founded the Harbourlight Science Museum?", passages, passages, sample_rag.store))
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1 and len(spans) == 6 and len({s.text for s in spans}) == 1
