@@ -152,6 +152,7 @@ def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Pat
               "questions_sha256": sha256_file(questions_file), "n_questions": len(questions),
               "n_without_answer": sum(not q.answers for q in questions), "store": str(rag.store.location),
               "reader": rag.config.reader, "config": repr(rag.config), "encoder": encoder_identity(rag.bundle),
+              **({"passages": sorted(kinds)} if (kinds := rag.store.passage_kinds) else {}),
               "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     model = reader_sha256(rag.bundle) if rag.config.reader == "neural" else None
     content = calibration(rag.certified.calibration_path, rag.config.reader, model, measured, source)

@@ -1,4 +1,4 @@
-"""Whether a calibration was measured under the running Config and the bundle's encoder.
+"""Whether a calibration was measured under the running Config, the bundle's encoder and the store's passages.
 
 A calibration's risk table counts the errors among the answers one Config's decision gave at each score. Under
 another search or reading setting the same question gets other passages, another candidate and another score, and
@@ -20,6 +20,7 @@ from .bundle import Bundle
 from .config import Config, TierSpec
 from .errors import ConfigError
 from .route import search_width
+from .stores import passage_kind
 
 
 def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
@@ -41,8 +42,8 @@ def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
 # count too. Not here, as the scores do not depend on them: the certificate asked for (max_error_rate, delta),
 # generation (temperature, top_k, n_ctx, tiers' max_new_tokens, ...), resources (threads, memory_budget_mb;
 # encode_batch_tokens, which the memory plan sets), the cache, the seeds' gate and thresholds. A store indexed under
-# another Config than the asking one's is not seen here. The reader is matched by the calibration's entry for it, its
-# model by sha256 (certified.stale_reader).
+# another Config than the asking one's is checked by the kinds of passages it recorded (store_change). The reader is
+# matched by the calibration's entry for it, its model by sha256 (certified.stale_reader).
 DECISION_INPUTS: dict[str, Callable[[Config], object]] = {
     **{name: _field(name) for name in (
         "passage_mode", "min_sentence_chars", "retrieval", "fusion_k", "lexical_weight", "lexical_budget",
@@ -127,3 +128,22 @@ def encoder_change(source: dict, bundle: Bundle) -> str | None:
                if then.get(name) != now[name]]
     return (f"not calibrated for this bundle's encoder ({'; '.join(changed)}): calibrate again with this bundle "
             "(`edge-rag calibrate`), or use the bundle it was calibrated with" if changed else None)
+
+
+def store_change(source: dict, kinds: frozenset[str]) -> str | None:
+    """Why a calibration whose "source" is ``source`` does not certify a store whose passages are of ``kinds``
+    (stores.passage_kind; None: all of a kind it measured, or either side unknown). The Config check sees how the
+    running Config would cut new documents; this one, how the store's were cut, perhaps under another Config. A
+    calibration records the kinds of the store it measured ("passages", ``edge-rag calibrate``), else its Config's."""
+    measured = source.get("passages")
+    if measured is None and isinstance(source.get("config"), str):
+        try:
+            measured = [passage_kind(recorded_config(source["config"]))]
+        except ConfigError:
+            return None  # config_change says the record cannot be read
+    if not kinds or not isinstance(measured, list):
+        return None
+    other = sorted(kinds - set(measured))
+    return (f"not calibrated for this store's passages (cut as {', '.join(other)}; the calibration measured "
+            f"{', '.join(map(str, measured))}, as passage_mode:min_sentence_chars): re-index the documents with the "
+            "calibrated Config, or calibrate again on this store (`edge-rag calibrate`)" if other else None)

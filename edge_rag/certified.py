@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bundle as B
-from .calibrated_config import config_change, encoder_change
+from .calibrated_config import config_change, encoder_change, store_change
 from .certify import Calibration, Certificate, ReaderCalibration, shipped_calibration
 from .config import Config
 from .errors import BundleError
@@ -61,6 +61,12 @@ class CertifiedPath:
                 self.gpt_allowed = rc.gpt_allowed(config.max_error_rate, config.delta, bundle.generator.get("name"))
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
+
+    def check_store(self, passage_kinds: frozenset[str]) -> None:
+        """Certify nothing, saying why, if the store's passages (PassageStore.passage_kinds, read once its store is
+        open) were cut otherwise than those the calibration measured (calibrated_config.store_change)."""
+        if self.certificate is not None and (why := store_change(self.calibration.source, passage_kinds)):
+            self.certificate, self.gpt_allowed, self.uncertified = None, False, why
 
     def _mismatch(self, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its

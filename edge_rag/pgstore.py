@@ -28,7 +28,7 @@ from . import pgsql as Q
 from .dburl import mask_url, scrub
 from .errors import StoreError
 from .lexical import POSTINGS_BUDGET, Postings
-from .store_db import DocumentState, Part
+from .store_db import DocumentState, Part, kinds, kinds_after
 from .types import Passage
 
 
@@ -38,8 +38,9 @@ class PgStore:
 
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
-                 lock_timeout: float = 0.0) -> None:
+                 lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self._psycopg, pool_mod, self._register = Q.client()
+        self.passage_kind = passage_kind  # how the passages this store adds were cut (stores.passage_kind)
         self._url, self.location = url, mask_url(url)
         self.dim, self.ef_search, self.lock_timeout = dim, ef_search, lock_timeout
         self._write_lock = threading.RLock()
@@ -67,6 +68,11 @@ class PgStore:
     def version(self) -> int:
         """Bumped by every add on any device; caches keyed on it go stale when documents change."""
         return int(self._meta().get("version", 0))
+
+    @property
+    def passage_kinds(self) -> frozenset[str]:
+        """The kinds of the passages committed since the store recorded them (PassageStore)."""
+        return kinds(self._meta().get("passage_kinds"))
 
     def has_document(self, doc_id: str) -> bool:
         state = self.document(doc_id)
@@ -165,7 +171,9 @@ class PgStore:
                         copy.write_row((first + at, doc_id, title, text, pos, contexts[first + at], vectors[at]))
             conn.cursor().executemany(f"UPDATE {Q.PASSAGES} SET context = %s WHERE id = %s", updates)
             self._set_meta(conn, count=int(meta.get("count", 0)) - gone + n, version=int(meta.get("version", 0)) + 1,
-                           encoder=self.encoder_id, next_id=first + n)
+                           encoder=self.encoder_id, next_id=first + n,
+                           **(kinds_after(meta.get("passage_kinds"), self.passage_kind, int(meta.get("count", 0)) > 0)
+                              if n else {}))
         return n
 
     def remove(self, doc_ids: Sequence[str]) -> int:

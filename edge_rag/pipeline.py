@@ -79,6 +79,7 @@ class EdgeRAG:
         )
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
+        self.certified.check_store(self.store.passage_kinds)
         self._generator: Generator | None = None
         self._generator_lock = threading.Lock()
         router_path = self.bundle.path(B.ROLE_ROUTER)

@@ -63,8 +63,9 @@ class Store:
     """
 
     def __init__(self, folder: str | Path, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
-                 ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0) -> None:
+                 ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self.folder = Path(folder).expanduser()
+        self.passage_kind = passage_kind  # how the passages this store adds were cut (stores.passage_kind)
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
         self.lock_timeout = lock_timeout
         self.fault_hook: Callable[[str], None] | None = None
@@ -96,6 +97,12 @@ class Store:
     @property
     def location(self) -> str:
         return str(self.folder)  # what messages call the store (a PgStore: its URL without the password)
+
+    @property
+    def passage_kinds(self) -> frozenset[str]:
+        """The kinds of the passages committed since the store recorded them (PassageStore)."""
+        with self._lock:
+            return store_db.kinds(self._meta().get("passage_kinds"))
 
     @property
     def count(self) -> int:
@@ -246,9 +253,12 @@ class Store:
             if self._write_db is None:
                 self._write_db = store_db.second_connection(self.folder)
             with self._write_db:  # one transaction: the passages and the name of the index that holds them
+                recorded = self._write_db.execute("SELECT value FROM meta WHERE key = 'passage_kinds'").fetchone()
+                held = self._write_db.execute("SELECT 1 FROM passages LIMIT 1").fetchone() is not None
                 store_db.write_commit(self._write_db, remove, gone, rows, docs, done, dict(
                     dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid, index_file=new_file,
-                    index_size=size, index_sha256=digest))
+                    index_size=size, index_sha256=digest,
+                    **(store_db.kinds_after(recorded and recorded[0], self.passage_kind, held) if rows else {})))
                 self._step("rows_written")
             committed = True
             with self._lock:  # the switch: from here on searches see the commit

@@ -39,6 +39,12 @@ class PassageStore(Protocol):
     def count(self) -> int: ...
 
     @property
+    def passage_kinds(self) -> frozenset[str]:
+        """The kinds (``passage_kind``) of the passages committed since the store recorded them; empty for a store
+        from before, or one holding none."""
+        ...
+
+    @property
     def version(self) -> int:
         """Bumped by every commit; caches keyed on it go stale when documents change."""
         ...
@@ -84,15 +90,22 @@ class PassageStore(Protocol):
     def close(self) -> None: ...
 
 
+def passage_kind(config: Config) -> str:
+    """How ``config`` cuts documents into passages, as a store records it ("sentence:20"): the passages a
+    calibration measured are of one kind (calibrated_config.store_change)."""
+    return f"{config.passage_mode}:{config.min_sentence_chars}"
+
+
 def open_store(db: str | Path, dim: int, encoder_id: str, config: Config, create: bool = True,
                lock_timeout: float = 0.0) -> PassageStore:
     """The store ``db`` names: a PostgreSQL URL opens pgvector, anything else the embedded folder store.
-    ``create=False`` refuses a ``db`` that holds no store; ``lock_timeout``: how long a writer waits."""
+    ``create=False`` refuses a ``db`` that holds no store; ``lock_timeout``: how long a writer waits. The
+    passages this store adds are recorded as of ``config``'s kind (``passage_kind``)."""
     args = (dim, encoder_id, config.hnsw_m, config.hnsw_ef_construction, config.hnsw_ef_search)
     if is_remote(db):
         from .pgstore import PgStore
 
-        return PgStore(str(db), *args, create=create, lock_timeout=lock_timeout)
+        return PgStore(str(db), *args, create=create, lock_timeout=lock_timeout, passage_kind=passage_kind(config))
     from .store import Store
 
-    return Store(db, *args, create=create, lock_timeout=lock_timeout)
+    return Store(db, *args, create=create, lock_timeout=lock_timeout, passage_kind=passage_kind(config))

@@ -188,6 +188,23 @@ def test_a_calibration_measured_with_another_encoder_refuses_every_question(samp
         "the encoder the calibration was measured with cannot be read ('MiniLM')")
 
 
+def test_a_store_whose_passages_were_cut_otherwise_is_not_certified(sample_rag, bundle_dir, tmp_path):
+    """The Config check sees how the asking Config would cut documents; the store records how its own were cut. A
+    store indexed as paragraphs and asked under the default Config is refused, naming both kinds; the default's
+    store is certified."""
+    assert sample_rag.store.passage_kinds == {"sentence:20"} and sample_rag.certified.certificate is not None
+    db, text = tmp_path / "db", "The Harbourlight Science Museum was founded in 1887 by Ada Lovelace. It opens at nine."
+    with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0, passage_mode="paragraph")) as paragraphs:
+        paragraphs.add_documents([text])
+        assert paragraphs.certified.certificate is None  # passage_mode is a decision input
+    with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0)) as asked:
+        a = asked.decide("Who founded the Harbourlight Science Museum?")
+        assert asked.store.passage_kinds == {"paragraph:20"} and asked.certified.certificate is None
+        assert a.route is Route.REFUSE and a.refusal_reason == asked.certified.uncertified
+        assert a.refusal_reason.startswith("not calibrated for this store's passages (cut as paragraph:20; the "
+                                           "calibration measured sentence:20")
+
+
 def test_generated_answers_are_certified_only_with_the_generator_they_came_from(sample_rag, tmp_path):
     """The GPT route's counts were measured on one generator's answers: with another (the tiny profile's SmolLM2
     against gemma's counts) generation is not certified at any alpha, while the reader's certificate stands."""

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 from lexical_cases import check_rarest_terms_pick_the_candidates
+from store_cases import check_the_kinds_of_passages_are_recorded
 
 from edge_rag.chunk import make_document
 from edge_rag.config import Config
@@ -411,3 +412,7 @@ def test_rarest_terms_pick_the_candidates(pg_url):
     store = PgStore(pg_url, DIM, "enc-1")
     check_rarest_terms_pick_the_candidates(store, DIM)
     store.close()
+
+
+def test_the_kinds_of_passages_are_recorded(pg_url):
+    check_the_kinds_of_passages_are_recorded(lambda kind: PgStore(pg_url, DIM, "enc-1", passage_kind=kind), DIM)

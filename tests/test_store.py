@@ -2,6 +2,7 @@ import sqlite3
 
 import numpy as np
 import pytest
+from store_cases import check_the_kinds_of_passages_are_recorded
 
 from edge_rag.chunk import make_document
 from edge_rag.errors import StoreError
@@ -101,3 +102,21 @@ def test_failed_add_loses_nothing(saved_store, encoder):
     again = Store(saved_store, encoder.dim, "enc-1")  # index and database still agree
     assert again.count == 6 and again.index.get_current_count() == 6
     again.close()
+
+
+def test_the_kinds_of_passages_are_recorded(tmp_path):
+    check_the_kinds_of_passages_are_recorded(lambda kind: Store(tmp_path, 8, "enc-1", passage_kind=kind), 8)
+
+
+def test_a_store_from_before_the_record_stays_unrecorded(tmp_path, encoder):
+    """Its passages' kind is unknown: a commit under a stated kind does not make the store look all of it."""
+    store = Store(tmp_path, encoder.dim, "enc-1", passage_kind="sentence:20")
+    _add(store, encoder, DOCS[:1])
+    store.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute("DELETE FROM meta WHERE key = 'passage_kinds'")  # as a store made before the record
+    db.close()
+    store = Store(tmp_path, encoder.dim, "enc-1", passage_kind="sentence:20")
+    _add(store, encoder, DOCS[1:2])
+    assert store.passage_kinds == frozenset()
+    store.close()
