@@ -6,7 +6,8 @@ the table says nothing about those: the certificate would silently not apply. Ca
 they were measured with (``repr(config)`` in "source": ``edge-rag calibrate`` and ``python -m convert
 calibrate`` both write it); this module reads it back as data, never evaluating it, and names what differs. They
 record the encoder that made the vectors too ("encoder": ``encoder_identity``): another encoder model gives every
-cosine, the fused list, the out-of-domain distance and so the score another meaning.
+cosine, the fused list, the out-of-domain distance and so the score another meaning. And a store records how its
+passages were cut (stores.passage_kind), which ``store_change`` compares with what the calibration measured.
 """
 from __future__ import annotations
 

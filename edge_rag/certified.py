@@ -33,8 +33,9 @@ class Verdict:
 class CertifiedPath:
     """The calibration, the reader (loaded on first use) and this config's certificate. A calibration measured
     under other decision inputs than ``config`` (calibrated_config.DECISION_INPUTS), another encoder or another
-    reader model, certifies nothing: every question is refused with the reason in ``uncertified``. A file that records
-    no Config (``edge-rag calibrate`` before it recorded one) still loads, unchecked."""
+    reader model, or on other kinds of passages than the store holds (``check_store``), certifies nothing: every
+    question is refused with the reason in ``uncertified``. A file that records no Config (``edge-rag calibrate``
+    before it recorded one) still loads, unchecked."""
 
     def __init__(self, bundle: B.Bundle, config: Config, calibration: Path | None = None,
                  remote: bool = False) -> None:

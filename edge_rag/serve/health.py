@@ -30,8 +30,8 @@ def health_report(rag: EdgeRAG, lanes: Lanes) -> dict:
 def decision(rag: EdgeRAG) -> dict:
     """Whether the answers are certified and by what: alpha, delta, the calibration file, its questions and the
     threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), whether
-    generated answers are too, ``reason``
-    when they are not certified, and ``summary``, one line saying so for the kiosk page's footer."""
+    generated answers are too, ``reason`` when they are not certified, and ``summary``, one line saying so for the
+    kiosk page's footer."""
     path, cert, c = rag.certified, rag.certified.certificate, rag.config
     if not c.cgr:
         reason = "no answer/refuse decision: every question is generated for (Config(cgr=False))"
