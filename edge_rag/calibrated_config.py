@@ -7,7 +7,7 @@ they were measured with (``repr(config)`` in "source": ``edge-rag calibrate`` an
 calibrate`` both write it); this module reads it back as data, never evaluating it, and names what differs. They
 record the encoder that made the vectors too ("encoder": ``encoder_identity``): another encoder model gives every
 cosine, the fused list, the out-of-domain distance and so the score another meaning. And a store records how its
-passages were cut (stores.passage_kind), which ``store_change`` compares with what the calibration measured.
+passages were cut (passage_kinds.py), which ``store_change`` compares with what the calibration measured.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from enum import Enum
 from .bundle import Bundle
 from .config import Config, TierSpec
 from .errors import ConfigError
+from .passage_kinds import kind_of
 from .route import search_width
-from .stores import passage_kind
 
 
 def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
@@ -133,13 +133,13 @@ def encoder_change(source: dict, bundle: Bundle) -> str | None:
 
 def store_change(source: dict, kinds: frozenset[str]) -> str | None:
     """Why a calibration whose "source" is ``source`` does not certify a store whose passages are of ``kinds``
-    (stores.passage_kind; None: all of a kind it measured, or either side unknown). The Config check sees how the
+    (passage_kinds.py; None: all of a kind it measured, or either side unknown). The Config check sees how the
     running Config would cut new documents; this one, how the store's were cut, perhaps under another Config. A
     calibration records the kinds of the store it measured ("passages", ``edge-rag calibrate``), else its Config's."""
     measured = source.get("passages")
     if measured is None and isinstance(source.get("config"), str):
         try:
-            measured = [passage_kind(recorded_config(source["config"]))]
+            measured = [kind_of(recorded_config(source["config"]))]
         except ConfigError:
             return None  # config_change says the record cannot be read
     if not kinds or not isinstance(measured, list):

@@ -28,8 +28,9 @@ from . import pgsql as Q
 from .dburl import mask_url, scrub
 from .errors import StoreError
 from .lexical import POSTINGS_BUDGET, Postings
-from .store_db import DocumentState, Part, kinds, kinds_after
-from .types import Passage
+from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
+from .store_db import DocumentState, Part
+from .types import Passage, in_order
 
 
 class PgStore:
@@ -40,9 +41,8 @@ class PgStore:
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
                  lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self._psycopg, pool_mod, self._register = Q.client()
-        self.passage_kind = passage_kind  # how the passages this store adds were cut (stores.passage_kind)
         self._url, self.location = url, mask_url(url)
-        self.dim, self.ef_search, self.lock_timeout = dim, ef_search, lock_timeout
+        self.dim, self.ef_search, self.lock_timeout, self.passage_kind = dim, ef_search, lock_timeout, passage_kind
         self._write_lock = threading.RLock()
         self._writer = None  # the connection holding the writers' session lock during ``writing()``
         self._writer_thread: int | None = None
@@ -70,13 +70,11 @@ class PgStore:
         return int(self._meta().get("version", 0))
 
     @property
-    def passage_kinds(self) -> frozenset[str]:
-        """The kinds of the passages committed since the store recorded them (PassageStore)."""
-        return kinds(self._meta().get("passage_kinds"))
+    def passage_kinds(self) -> frozenset[str]:  # PassageStore
+        return read_kinds(self._meta().get(KINDS_KEY))
 
     def has_document(self, doc_id: str) -> bool:
-        state = self.document(doc_id)
-        return state is not None and state.complete
+        return (state := self.document(doc_id)) is not None and state.complete
 
     def document(self, doc_id: str) -> DocumentState | None:
         with self._errors("cannot read"), self._connection() as conn:
@@ -123,18 +121,15 @@ class PgStore:
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         with self._errors("cannot search"), self.pool.connection() as conn:
             rows = conn.execute(Q.SCORED, (query, [int(i) for i in ids])).fetchall()
-        by_id = {i: Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows}
-        return [by_id[i] for i in ids if i in by_id]
+        return in_order((Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows), ids)
 
     def passages(self, ids: Sequence[int]) -> list[Passage]:
         """Passages by id, in the order given."""
         if not ids:
             return []
         with self._errors("cannot read"), self.pool.connection() as conn:
-            rows = conn.execute(f"SELECT id, doc_id, title, text, position FROM {Q.PASSAGES} WHERE id = ANY(%s)",
-                                ([int(i) for i in ids],)).fetchall()
-        by_id = {r[0]: Passage(*r) for r in rows}
-        return [by_id[i] for i in ids if i in by_id]
+            rows = conn.execute(Q.PASSAGES_BY_ID, ([int(i) for i in ids],)).fetchall()
+        return in_order((Passage(*r) for r in rows), ids)
 
     # -- writing -------------------------------------------------------------------------------
     def add(self, parts: Sequence[Part], vectors: np.ndarray, remove: Sequence[str] = ()) -> int:
@@ -170,10 +165,9 @@ class PgStore:
                     for at, (doc_id, title, text, pos) in enumerate(rows):
                         copy.write_row((first + at, doc_id, title, text, pos, contexts[first + at], vectors[at]))
             conn.cursor().executemany(f"UPDATE {Q.PASSAGES} SET context = %s WHERE id = %s", updates)
+            kinds = kinds_after(meta.get(KINDS_KEY), self.passage_kind, int(meta.get("count", 0)) > 0) if n else {}
             self._set_meta(conn, count=int(meta.get("count", 0)) - gone + n, version=int(meta.get("version", 0)) + 1,
-                           encoder=self.encoder_id, next_id=first + n,
-                           **(kinds_after(meta.get("passage_kinds"), self.passage_kind, int(meta.get("count", 0)) > 0)
-                              if n else {}))
+                           encoder=self.encoder_id, next_id=first + n, **kinds)
         return n
 
     def remove(self, doc_ids: Sequence[str]) -> int:
@@ -219,8 +213,7 @@ class PgStore:
         """Create the extension and tables on first use (under the writers' lock: two devices may race)."""
         if conn.execute("SELECT to_regclass(%s)", (Q.PASSAGES,)).fetchone()[0] is None:
             if not create:
-                raise StoreError(f"no passage store in {self.location}; index documents into it first "
-                                 "(edge-rag index --db ...)")
+                raise StoreError(f"no passage store in {self.location}; index documents into it first (edge-rag index --db)")
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
                 if conn.execute("SELECT to_regclass(%s)", (Q.PASSAGES,)).fetchone()[0] is None:
@@ -242,8 +235,7 @@ class PgStore:
         """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: another
         device may have created the store meanwhile)."""
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
-        meta = self._meta(conn)
-        self._check(meta, self.encoder_id)
+        self._check(meta := self._meta(conn), self.encoder_id)
         return meta
 
     def _acquire(self, conn) -> None:

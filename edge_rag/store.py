@@ -43,9 +43,10 @@ from .errors import StoreError
 from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .lexical import POSTINGS_BUDGET
+from .passage_kinds import KINDS_KEY, read_kinds, sqlite_kinds_after
 from .store_db import DB_FILE, DocumentState, Part, check_files, commit_rows, connect, passage_crc
 from .store_fts import FullText
-from .types import Passage
+from .types import Passage, in_order
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 
@@ -65,9 +66,8 @@ class Store:
     def __init__(self, folder: str | Path, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self.folder = Path(folder).expanduser()
-        self.passage_kind = passage_kind  # how the passages this store adds were cut (stores.passage_kind)
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
-        self.lock_timeout = lock_timeout
+        self.lock_timeout, self.passage_kind = lock_timeout, passage_kind  # the kind of the passages it adds
         self.fault_hook: Callable[[str], None] | None = None
         self._lock = FairLock()  # index + connection: held briefly by readers and by steps of a commit
         self._pending_from: int | None = None  # first label of the commit in progress: not searchable yet
@@ -84,14 +84,12 @@ class Store:
         if "dim" in meta and int(meta["dim"]) != dim:
             raise StoreError(f"store {self.folder} holds {meta['dim']}-d vectors, the encoder makes {dim}-d")
         if encoder_id and meta.get("encoder", encoder_id) != encoder_id:
-            raise StoreError(
-                f"store {self.folder} was indexed with another encoder ({meta['encoder'][:12]}…); "
-                "re-index into a new folder"
-            )
+            raise StoreError(f"store {self.folder} was indexed with another encoder ({meta['encoder'][:12]}…); "
+                             "re-index into a new folder")
         self.encoder_id = encoder_id or meta.get("encoder", "")
         self.index, self.index_file, self._version = self._load_committed()
         with contextlib.suppress(StoreError, OSError), writer_lock.exclusive(self.folder, timeout=0.0):
-            self._remove_orphans()  # only when no other process is writing: its new file is not an orphan
+            store_db.remove_orphans(self.folder, self.index_file)  # no other process writes: its new file is no orphan
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -99,10 +97,9 @@ class Store:
         return str(self.folder)  # what messages call the store (a PgStore: its URL without the password)
 
     @property
-    def passage_kinds(self) -> frozenset[str]:
-        """The kinds of the passages committed since the store recorded them (PassageStore)."""
+    def passage_kinds(self) -> frozenset[str]:  # PassageStore
         with self._lock:
-            return store_db.kinds(self._meta().get("passage_kinds"))
+            return read_kinds(self._meta().get(KINDS_KEY))
 
     @property
     def count(self) -> int:
@@ -166,12 +163,10 @@ class Store:
             rows = self.db.execute(
                 f"SELECT id, doc_id, title, text, position, crc FROM passages WHERE id IN ({marks})", list(ids)
             ).fetchall()
-        by_id = {}
-        for pid, doc_id, title, text, position, crc in rows:
+        for pid, doc_id, title, text, _, crc in rows:
             if crc is not None and passage_crc(doc_id, title, text) != crc:
                 raise StoreError(f"passage {pid} in {self.folder / DB_FILE} fails its checksum (corrupt); re-index")
-            by_id[pid] = Passage(pid, doc_id, title, text, position)
-        return [by_id[i] for i in ids if i in by_id]
+        return in_order((Passage(*row[:5]) for row in rows), ids)
 
     # -- writing -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -253,12 +248,10 @@ class Store:
             if self._write_db is None:
                 self._write_db = store_db.second_connection(self.folder)
             with self._write_db:  # one transaction: the passages and the name of the index that holds them
-                recorded = self._write_db.execute("SELECT value FROM meta WHERE key = 'passage_kinds'").fetchone()
-                held = self._write_db.execute("SELECT 1 FROM passages LIMIT 1").fetchone() is not None
                 store_db.write_commit(self._write_db, remove, gone, rows, docs, done, dict(
                     dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid, index_file=new_file,
                     index_size=size, index_sha256=digest,
-                    **(store_db.kinds_after(recorded and recorded[0], self.passage_kind, held) if rows else {})))
+                    **(sqlite_kinds_after(self._write_db, self.passage_kind) if rows else {})))
                 self._step("rows_written")
             committed = True
             with self._lock:  # the switch: from here on searches see the commit
@@ -300,9 +293,6 @@ class Store:
         this store's own commit (its transaction lands before its switch; no other process writes meanwhile)."""
         if self._pending_from is None and int(self._meta().get("version", 0)) != self._version:
             self.index, self.index_file, self._version = self._load_committed()
-
-    def _remove_orphans(self) -> None:
-        store_db.remove_orphans(self.folder, self.index_file)
 
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:

@@ -134,23 +134,6 @@ def commit_contexts(groups: Iterable[tuple[str, list[tuple[int, int, str]]]], st
     return out, updates
 
 
-UNKNOWN_KIND = "?"  # "passage_kinds" of a store that took passages of no stated kind: it stays unknown
-
-
-def kinds_after(recorded: str | None, kind: str, held: bool) -> dict[str, str]:
-    """The "passage_kinds" meta of a commit that adds passages of ``kind`` (stores.passage_kind; "": not stated) to
-    a store that ``held`` passages before and recorded ``recorded`` (None: nothing): the kinds, sorted. A store from
-    before the record that holds passages stays unrecorded, and one that took passages of no stated kind unknown."""
-    if (recorded is None and held) or recorded == UNKNOWN_KIND:
-        return {}
-    return {"passage_kinds": ",".join(sorted(kinds(recorded) | {kind})) if kind else UNKNOWN_KIND}
-
-
-def kinds(recorded: str | None) -> frozenset[str]:
-    """The kinds a "passage_kinds" meta value names (none: unrecorded or unknown)."""
-    return frozenset() if recorded == UNKNOWN_KIND else frozenset(k for k in (recorded or "").split(",") if k)
-
-
 def write_commit(db: sqlite3.Connection, remove: Sequence[str], gone: Sequence[int], rows: Sequence[tuple],
                  docs: Sequence[tuple], done: Sequence[tuple], meta: dict[str, object]) -> None:
     """One commit's changes, inside the caller's transaction: documents ``remove`` out (their passage ids

@@ -18,6 +18,7 @@ import numpy as np
 
 from .dburl import is_remote
 from .lexical import POSTINGS_BUDGET
+from .passage_kinds import kind_of
 from .store_db import DocumentState, Part
 from .types import Passage
 
@@ -40,8 +41,8 @@ class PassageStore(Protocol):
 
     @property
     def passage_kinds(self) -> frozenset[str]:
-        """The kinds (``passage_kind``) of the passages committed since the store recorded them; empty for a store
-        from before, or one holding none."""
+        """The kinds of the passages committed since the store recorded them (passage_kinds.py; empty: none,
+        unrecorded or unknown)."""
         ...
 
     @property
@@ -90,22 +91,16 @@ class PassageStore(Protocol):
     def close(self) -> None: ...
 
 
-def passage_kind(config: Config) -> str:
-    """How ``config`` cuts documents into passages, as a store records it ("sentence:20"): the passages a
-    calibration measured are of one kind (calibrated_config.store_change)."""
-    return f"{config.passage_mode}:{config.min_sentence_chars}"
-
-
 def open_store(db: str | Path, dim: int, encoder_id: str, config: Config, create: bool = True,
                lock_timeout: float = 0.0) -> PassageStore:
     """The store ``db`` names: a PostgreSQL URL opens pgvector, anything else the embedded folder store.
     ``create=False`` refuses a ``db`` that holds no store; ``lock_timeout``: how long a writer waits. The
-    passages this store adds are recorded as of ``config``'s kind (``passage_kind``)."""
+    passages this store adds are recorded as of ``config``'s kind (passage_kinds.kind_of)."""
     args = (dim, encoder_id, config.hnsw_m, config.hnsw_ef_construction, config.hnsw_ef_search)
     if is_remote(db):
         from .pgstore import PgStore
 
-        return PgStore(str(db), *args, create=create, lock_timeout=lock_timeout, passage_kind=passage_kind(config))
+        return PgStore(str(db), *args, create=create, lock_timeout=lock_timeout, passage_kind=kind_of(config))
     from .store import Store
 
-    return Store(db, *args, create=create, lock_timeout=lock_timeout, passage_kind=passage_kind(config))
+    return Store(db, *args, create=create, lock_timeout=lock_timeout, passage_kind=kind_of(config))

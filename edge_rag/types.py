@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -111,3 +112,9 @@ class Answer:
             if isinstance(value, float) and not math.isfinite(value):
                 d[key] = None
         return d
+
+
+def in_order(found: Iterable[Passage], ids: Sequence[int]) -> list[Passage]:
+    """The passages ``found`` (in any order) in the order of ``ids``; an id not found is left out."""
+    by_id = {p.id: p for p in found}
+    return [by_id[i] for i in ids if i in by_id]
