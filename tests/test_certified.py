@@ -1,4 +1,5 @@
 """The certified decision path end to end on the real bundle, the shipped calibration and the SQuAD corpus."""
+import json
 import math
 import random
 from collections.abc import Callable
@@ -120,7 +121,6 @@ def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
 def test_calibration_is_for_the_shipped_reader(asset):
     """A new reader.onnx needs `make calibrate` (both backends): the certificate is about the model it was measured with."""
     import hashlib
-    import json
 
     from edge_rag.reader import READER_ASSET
 
@@ -131,11 +131,18 @@ def test_calibration_is_for_the_shipped_reader(asset):
 
 
 
+def _edited_calibration(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of the shipped calibration with ``edit`` applied to its parsed JSON."""
+    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))
+    edit(raw)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return path
+
+
 def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sample_rag, tmp_path):
     """Retrained reader, old calibration: the risk table says nothing about the new model's mistakes, so
     the certified path refuses everything and says why, instead of answering under a stale certificate."""
-    import json
-
     from edge_rag.certified import CertifiedPath
     from edge_rag.read import Candidate
 
@@ -145,25 +152,12 @@ def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sampl
     config = Config(temperature=0.0, certified=True, reader="neural")
     assert CertifiedPath(sample_rag.bundle, config).certificate is not None  # the shipped pair matches
 
-    raw["readers"]["neural"]["model_sha256"] = "0" * 64
-    stale = tmp_path / "calibration.json"
-    stale.write_text(json.dumps(raw), encoding="utf-8")
+    stale = _edited_calibration(tmp_path, lambda raw: raw["readers"]["neural"].update(model_sha256="0" * 64))
     path = CertifiedPath(sample_rag.bundle, config, stale)
     confident = Candidate("Ada Lovelace", 0, 30.0, -30.0, 60.0)
     verdict = path.decide("Who founded it?", 0.1, confident, sample_rag.store.passages([0, 1]))
     assert path.certificate is None and verdict.route is Route.REFUSE
     assert "reader model" in verdict.reason and "make calibrate" in verdict.reason
-
-
-def _edited_calibration(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
-    """A copy of the shipped calibration with ``edit`` applied to its parsed JSON."""
-    import json
-
-    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))
-    edit(raw)
-    path = tmp_path / "calibration.json"
-    path.write_text(json.dumps(raw), encoding="utf-8")
-    return path
 
 
 def test_a_calibration_measured_with_another_encoder_refuses_every_question(sample_rag, tmp_path):
