@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     for k in args.passages:
         for w in args.windows:
             with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader_passages=k, reader_window=w)) as rag:
-                rag.certified.calibration = rag.certified.certificate = None  # record every candidate
+                rag.certified.record_only()  # every candidate, none decided
                 rag.decide(part[0].question)  # load the reader outside the timings
                 r = measure(rag, part, f"passages {k} window {w}")
             auc, top = (f"{r[f]:.3f}" if r[f] is not None else "–" for f in ("margin_auroc", "precision"))

@@ -213,7 +213,7 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
     gpt: tuple[int, int] | None = None
     for reader in args.readers:
         with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader=reader)) as rag:
-            rag.certified.calibration = rag.certified.certificate = None  # record candidates and features only
+            rag.certified.record_only()
             parts = {"reader_val": val, "calibration": cal, "ood": ood}
             rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader), args.backend)
             if gpt is None and args.gpt_sample:

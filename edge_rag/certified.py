@@ -17,7 +17,18 @@ from .fileio import sha256_file
 from .policy import decide_certified
 from .read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
 from .reader import reader_file
+from .stores import PassageStore
 from .types import Passage, Route
+
+
+@dataclass(frozen=True)
+class State:
+    """What certifies this path's answers: the certificate (None: nothing), whether generated answers are certified
+    too, and why every question is refused when nothing is."""
+
+    certificate: Certificate | None
+    gpt_allowed: bool
+    uncertified: str | None
 
 
 @dataclass(frozen=True)
@@ -50,24 +61,45 @@ class CertifiedPath:
         self.calibration = Calibration.load(self.calibration_path) if self.calibration_path.is_file() else None
         # cached answers were decided under one calibration: its hash is part of the cache's key
         self.calibration_sha256 = sha256_file(self.calibration_path) if self.calibration is not None else None
-        self.certificate: Certificate | None = None
-        self.gpt_allowed = False  # whether generated answers are certified at this alpha (a bisection: once, here)
-        # why every question is refused
-        self.uncertified = f"not calibrated: run `python -m convert calibrate{' --backend pgvector' if remote else ''}`"
-        if self.calibration is not None:
-            self.uncertified = self._mismatch(bundle, config)
-            if self.uncertified is None:
-                rc = self.calibration.reader(config.reader)
-                self.certificate = rc.table.choose(config.max_error_rate, config.delta)
-                self.gpt_allowed = rc.gpt_allowed(config.max_error_rate, config.delta, bundle.generator.get("name"))
+        # why every question is refused (None: the calibration certifies this config, whatever the store holds)
+        why = (f"not calibrated: run `python -m convert calibrate{' --backend pgvector' if remote else ''}`"
+               if self.calibration is None else self._mismatch(bundle, config))
+        self._measured = State(None, False, why)
+        if why is None:
+            rc = self.calibration.reader(config.reader)
+            # whether generated answers are certified at this alpha too: a bisection, once, here
+            self._measured = State(rc.table.choose(config.max_error_rate, config.delta), rc.gpt_allowed(
+                config.max_error_rate, config.delta, bundle.generator.get("name")), None)
+        self._state, self._store_version = self._measured, None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
 
-    def check_store(self, passage_kinds: frozenset[str]) -> None:
-        """Certify nothing, saying why, if the store's passages (PassageStore.passage_kinds, read once its store is
-        open) were cut otherwise than those the calibration measured (calibrated_config.store_change)."""
-        if self.certificate is not None and (why := store_change(self.calibration.source, passage_kinds)):
-            self.certificate, self.gpt_allowed, self.uncertified = None, False, why
+    @property
+    def certificate(self) -> Certificate | None:
+        return self._state.certificate
+
+    @property
+    def gpt_allowed(self) -> bool:
+        return self._state.gpt_allowed
+
+    @property
+    def uncertified(self) -> str | None:
+        return self._state.uncertified
+
+    def check_store(self, store: PassageStore) -> None:
+        """Certify nothing, saying why, while the store holds passages cut otherwise than those the calibration
+        measured (calibrated_config.store_change). Checked again whenever the store's version moves: another process
+        (an upload on the kiosk, `edge-rag index`) may add passages of another kind to a store this one has open."""
+        version = store.version
+        if version != self._store_version and self._measured.certificate is not None:
+            why = store_change(self.calibration.source, store.passage_kinds)
+            self._state, self._store_version = (self._measured if why is None else State(None, False, why)), version
+
+    def record_only(self) -> None:
+        """Refuse every question but keep its candidate and features: what calibrating and sweeping the reader
+        record, with no certificate deciding."""
+        self.calibration = None
+        self._measured = self._state = State(None, False, "recording candidates only (no certificate)")
 
     def _mismatch(self, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
@@ -94,14 +126,14 @@ class CertifiedPath:
 
     def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:
         """Score the candidate with the calibrated combiner and route it against the certified threshold."""
-        c, cert = self.config, self.certificate
-        features = candidate.features(question, passages)
+        c, state = self.config, self._state  # one snapshot: check_store may move it meanwhile
+        cert, features = state.certificate, candidate.features(question, passages)
         if cert is None or self.calibration is None:
-            return Verdict(candidate, Route.REFUSE, self.uncertified, {"features": features})
+            return Verdict(candidate, Route.REFUSE, state.uncertified, {"features": features})
         rc = self.calibration.reader(c.reader)
         score = rc.combiner(features) if candidate.text else math.nan
         route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score, cert,
-                                         self.gpt_allowed)
+                                         state.gpt_allowed)
         return Verdict(candidate, route, reason, {
             "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
             "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,

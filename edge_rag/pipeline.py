@@ -79,7 +79,7 @@ class EdgeRAG:
         )
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
-        self.certified.check_store(self.store.passage_kinds)
+        self.certified.check_store(self.store)
         self._generator: Generator | None = None
         self._generator_lock = threading.Lock()
         router_path = self.bundle.path(B.ROLE_ROUTER)
@@ -180,13 +180,9 @@ class EdgeRAG:
         """llama.cpp model, loaded on first use (the extractive route never needs it)."""
         with self._generator_lock:  # many threads may ask at once: load it exactly once
             if self._generator is None:
-                self._generator = Generator(
-                    self.bundle.require(B.ROLE_GENERATOR),
-                    prompt_style=self.bundle.generator.get("prompt_style", "one-shot"),
-                    n_ctx=self.config.n_ctx,
-                    threads=self.config.threads,
-                    seed=self.config.seed,
-                )
+                c = self.config
+                self._generator = Generator(self.bundle.require(B.ROLE_GENERATOR), n_ctx=c.n_ctx, threads=c.threads,
+                                            seed=c.seed, prompt_style=self.bundle.generator.get("prompt_style", "one-shot"))
             return self._generator
 
     def ask(self, question: str) -> Answer:
@@ -260,6 +256,7 @@ class EdgeRAG:
                 # from the search's own top hits, not the tier's passages: what the calibration measured
                 candidate = self.certified.read(question, hits, used, self.store)
             with stage("certify"):
+                self.certified.check_store(self.store)  # another process may have added other passages since
                 verdict = self.certified.decide(question, d_min, candidate, hits)
             route, reason = verdict.route, verdict.reason
         elif c.cgr:

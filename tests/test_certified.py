@@ -11,6 +11,7 @@ from benchmarks import data, splits
 from edge_rag.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.config import Config
 from edge_rag.pipeline import EdgeRAG
+from edge_rag.serve.health import decision
 from edge_rag.types import Route
 
 ALPHAS = (0.1, 0.5, 0.7, 0.8, 0.9)
@@ -197,6 +198,24 @@ def test_a_store_whose_passages_were_cut_otherwise_is_not_certified(sample_rag, 
         assert a.route is Route.REFUSE and a.refusal_reason == asked.certified.uncertified
         assert a.refusal_reason.startswith("not calibrated for this store's passages (cut as paragraph:20; the "
                                            "calibration measured sentence:20")
+
+
+def test_passages_another_process_adds_to_an_open_store_are_checked_at_the_next_question(bundle_dir, tmp_path):
+    """A kiosk's server keeps its store open while another process (an upload, `edge-rag index`) adds documents,
+    perhaps cut under another Config: the store's record is read again when its version moves, so the next question
+    is refused naming the new kind, and the health block the kiosk page shows says so too."""
+    db, question = tmp_path / "db", "Who founded the Harbourlight Science Museum?"
+    with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0)) as kiosk:
+        kiosk.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+        kiosk.decide(question)
+        assert kiosk.certified.certificate is not None and decision(kiosk)["certified"]
+        with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0, passage_mode="paragraph")) as other:
+            other.add_documents(["The museum's café opens at nine. It closes at five."])
+        a = kiosk.decide(question)
+        assert kiosk.store.passage_kinds == {"paragraph:20", "sentence:20"} and kiosk.certified.certificate is None
+        assert a.route is Route.REFUSE and a.refusal_reason == kiosk.certified.uncertified
+        assert a.refusal_reason.startswith("not calibrated for this store's passages (cut as paragraph:20;")
+        assert decision(kiosk)["certified"] is False and decision(kiosk)["reason"] == a.refusal_reason
 
 
 def test_generated_answers_are_certified_only_with_the_generator_they_came_from(sample_rag, tmp_path):

@@ -32,6 +32,7 @@ def decision(rag: EdgeRAG) -> dict:
     threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), whether
     generated answers are too, ``reason`` when they are not certified, and ``summary``, one line saying so for the
     kiosk page's footer."""
+    rag.certified.check_store(rag.store)  # as of the store's last commit, as the next question would be decided
     path, cert, c = rag.certified, rag.certified.certificate, rag.config
     if not c.cgr:
         reason = "no answer/refuse decision: every question is generated for (Config(cgr=False))"
