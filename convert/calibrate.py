@@ -45,6 +45,7 @@ from edge_rag import Config, EdgeRAG
 from edge_rag.bundle import Bundle
 from edge_rag.calibrate import wrong as answer_wrong
 from edge_rag.calibrated_config import encoder_identity
+from edge_rag.certified import reader_sha256
 from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable, answer_score, shipped_calibration
 from edge_rag.config import Tier
 from edge_rag.models import default_bundle, home
@@ -94,7 +95,7 @@ def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[
     combiner's features and the store's kind only: use a fresh cache folder after changing the Config or --ood-sample."""
     if cache is None:
         return make()
-    model = hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else ""
+    model = reader_sha256(bundle) if reader == "neural" else ""
     key = hashlib.sha1(json.dumps([reader, *([model] if model else []), sorted(f["sha256"] for f in bundle.files()),
                                    Path(CALIBRATION_ASSET).with_name("splits.json").read_text(), FEATURES,
                                    *([backend] if backend != "embedded" else [])]).encode())
@@ -237,7 +238,7 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
                       "n_errors_unanswerable": list(RiskTable.count(cal_scores, cal_wrong & unanswerable,
                                                                     thresholds).n_errors)},
             "ood_distance": floor,
-            "model_sha256": hashlib.sha256(reader_path(bundle).read_bytes()).hexdigest() if reader == "neural" else None,
+            "model_sha256": reader_sha256(bundle) if reader == "neural" else None,  # the bundle manifest's hash
             "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0,
                     "generator": bundle.generator.get("name") if gpt else None},
             "floor_refuses": {

@@ -12,6 +12,7 @@ passages were cut (passage_kinds.py), which ``store_change`` compares with what 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import fields
@@ -64,6 +65,7 @@ ENCODER_IDENTITY = ("name", "dim", "pooling", "normalize")
 _ENUM = re.compile(r"<\w+\.\w+: ('[^'<>]*'|-?\d+)>")  # an Enum member's repr, <Tier.EASY: 'EASY'>: its value
 
 
+@functools.lru_cache(maxsize=16)  # read by the Config check and again by the store check, per open
 def recorded_config(text: str) -> Config:
     """The Config whose ``repr`` is ``text``, read as data. A field the text lacks was added to Config after it was
     written and takes its default (a new field's default keeps the behaviour from before it: the shipped calibration
