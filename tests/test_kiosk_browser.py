@@ -25,6 +25,8 @@ SIZES = {"800x480": (800, 480), "1920x1080": (1920, 1080)}
 WAIT_MS = 900_000
 # The sample corpus answers this with a clause, not a name: the tallest answer of the suggested questions.
 LONG_ANSWER = "Why is the museum called Harbourlight?"
+# The sample corpus holds the answer, but the certified default is not sure enough of the reader's span to give it.
+UNSURE_CANDIDATE = "When was the museum founded?"
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +92,13 @@ def footer_in_view(page) -> None:
     footer = page.locator("#certificate").bounding_box()
     assert bottom <= footer["y"] + 0.5, (bottom, footer)
     page.evaluate("window.scrollTo(0, 0)")
+
+
+def footer_lines(page) -> int:
+    """How many lines of text the certificate footer shows."""
+    return page.evaluate("""() => { const f = document.querySelector('#certificate'), s = getComputedStyle(f);
+        const inner = f.clientHeight - parseFloat(s.paddingTop) - parseFloat(s.paddingBottom);
+        return Math.round(inner / parseFloat(s.lineHeight)); }""")
 
 
 def shot(page, name: str) -> Path:
@@ -186,6 +195,8 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
             context, page, errors = open_page(browser, url, "800x480", ready="#certificate:not(:empty)")
             assert page.inner_text("#certificate").startswith(footer)
             assert page.locator("#certificate *").count() == 0, "the file name became markup"
+            # two lines at most on the small panel, the whole text kept for the tooltip (and /api/health)
+            assert footer_lines(page) <= 2 and page.get_attribute("#certificate", "title").startswith(footer)
             footer_in_view(page)
             shot(page, f"800x480-footer-{n}")
             if footer.startswith("Answers certified"):  # read next to a certified answer, unscrolled
@@ -200,8 +211,16 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
                 footer_in_view(page)
                 shot(page, f"800x480-footer-{n}-answer")
                 ask(page, OFF_TOPIC)
+                assert page.inner_text("#badge") == "Not in the documents"  # nothing close to it was found
                 footer_in_view(page)
                 shot(page, f"800x480-footer-{n}-refusal")
                 assert not small_text(page), small_text(page)
+                # refused for want of confidence, not for want of text: the badge does not claim it is absent
+                asked = page.locator("#suggestion-list button").all_text_contents() + [UNSURE_CANDIDATE]
+                unsure = [q for q in asked if (httpx.post(f"{url}/api/ask", json={"question": q}, timeout=60).json()
+                                               ["refusal_reason"] or "").startswith("not sure enough")]
+                assert unsure, f"none of {asked} is refused as not sure on the sample corpus"
+                ask(page, unsure[0])
+                assert page.inner_text("#badge") == "Not sure" and page.inner_text("#answer") == "I don't know."
             assert not errors, errors
             context.close()

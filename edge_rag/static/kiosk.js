@@ -3,7 +3,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model", REFUSE: "Not in the documents" };
+const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model", REFUSE: "Not in the documents",
+                UNSURE: "Not sure" };
 let stream = null;
 let idleTimer = null;
 let idleMs = 90000;
@@ -19,6 +20,12 @@ function plainReason(reason) {
   if (reason.startsWith("not sure enough")) return "I found related text, but I am not sure enough of an answer to give one.";
   if (reason.startsWith("the reader found no answer")) return "I found related text, but no answer to that in it.";
   return reason;
+}
+
+function refusal(reason) {
+  // "Not in the documents" only when nothing close to the question was found; the other refusals are for want of
+  // confidence in an answer the documents may well hold, and saying "not in the documents" there would mislead.
+  return !reason || reason.startsWith("out of domain") || reason.startsWith("insufficient evidence") ? "REFUSE" : "UNSURE";
 }
 
 function clearResult() {
@@ -75,7 +82,7 @@ function showSources(sources) {
 
 function showAnswer(a) {
   $("result").setAttribute("aria-busy", "false");
-  showRoute(a.answer == null ? "REFUSE" : a.route);
+  showRoute(a.answer == null ? refusal(a.refusal_reason) : a.route);
   text($("status"), "");
   if (a.answer == null) {
     text($("answer"), "I don't know.");
@@ -139,6 +146,7 @@ async function init() {
     $("question").maxLength = k.max_question_chars;
     // Which certificate decides, in one discreet line; a server's text, so textContent only, never markup.
     text($("certificate"), k.decision.summary);
+    $("certificate").title = k.decision.summary;  // whole, where the small panel shows two lines of it
     $("certificate").classList.toggle("uncertified", !k.decision.certified);
     const list = $("suggestion-list");
     for (const q of k.questions) {
