@@ -222,5 +222,12 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
                 assert unsure, f"none of {asked} is refused as not sure on the sample corpus"
                 ask(page, unsure[0])
                 assert page.inner_text("#badge") == "Not sure" and page.inner_text("#answer") == "I don't know."
+            else:  # every question refused: in plain words, the technical reason in the tooltip
+                ask(page, LONG_ANSWER)
+                assert page.inner_text("#answer") == "I don't know." and page.inner_text("#badge") == "Not sure"
+                assert page.inner_text("#reason").startswith("This kiosk is not set up to give answers")
+                assert page.get_attribute("#reason", "title").startswith("not calibrated for this Config")
+                footer_in_view(page)
+                shot(page, f"800x480-footer-{n}-refusal")
             assert not errors, errors
             context.close()

@@ -19,6 +19,8 @@ function plainReason(reason) {
   if (reason.startsWith("no confident")) return "I found related text, but not a clear answer.";
   if (reason.startsWith("not sure enough")) return "I found related text, but I am not sure enough of an answer to give one.";
   if (reason.startsWith("the reader found no answer")) return "I found related text, but no answer to that in it.";
+  if (reason.startsWith("not calibrated")) return "This kiosk is not set up to give answers it can vouch for yet, so it gives none.";
+  if (reason.startsWith("no score threshold")) return "No answer here can be given within this kiosk's error limit.";
   return reason;
 }
 
