@@ -24,7 +24,7 @@ function plainReason(reason) {
   return reason;
 }
 
-function refusal(reason) {
+function refusalBadge(reason) {
   // "Not in the documents" only when nothing close to the question was found; the other refusals are for want of
   // confidence in an answer the documents may well hold, and saying "not in the documents" there would mislead.
   return !reason || reason.startsWith("out of domain") || reason.startsWith("insufficient evidence") ? "REFUSE" : "UNSURE";
@@ -84,7 +84,7 @@ function showSources(sources) {
 
 function showAnswer(a) {
   $("result").setAttribute("aria-busy", "false");
-  showRoute(a.answer == null ? refusal(a.refusal_reason) : a.route);
+  showRoute(a.answer == null ? refusalBadge(a.refusal_reason) : a.route);
   text($("status"), "");
   if (a.answer == null) {
     text($("answer"), "I don't know.");
@@ -146,7 +146,7 @@ async function init() {
     document.title = k.title;
     idleMs = k.idle_reset_s * 1000;
     $("question").maxLength = k.max_question_chars;
-    // Which certificate decides, in one discreet line; a server's text, so textContent only, never markup.
+    // Which certificate decides, in a discreet footer; a server's text, so textContent only, never markup.
     text($("certificate"), k.decision.summary);
     $("certificate").title = k.decision.summary;  // whole, where the small panel shows two lines of it
     $("certificate").classList.toggle("uncertified", !k.decision.certified);
