@@ -73,6 +73,7 @@ pi-check: bundle system-packages
 bench: models
 	$(BIN)/python -m benchmarks $(if $(FULL),--full) --profile $(PROFILE) $(ARGS)
 	$(BIN)/python -m benchmarks.load --profile $(PROFILE)
+	$(BIN)/python -m benchmarks.own_calibration --profile $(PROFILE)
 
 # Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
 router: models
