@@ -149,6 +149,7 @@ async function init() {
     // Which certificate decides, in a discreet footer; a server's text, so textContent only, never markup.
     text($("certificate"), k.decision.summary);
     $("certificate").title = k.decision.summary;  // whole, where the small panel shows two lines of it
+    $("certificate").addEventListener("click", () => $("certificate").classList.toggle("open"));  // and on a tap
     $("certificate").classList.toggle("uncertified", !k.decision.certified);
     const list = $("suggestion-list");
     for (const q of k.questions) {
