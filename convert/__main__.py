@@ -6,7 +6,7 @@ import importlib
 import sys
 
 # Each module registers its own sub-command with ``register(subparsers)``.
-COMMANDS = ("encoder", "gpt", "router", "bundle", "train_router", "train_reader", "calibrate", "kernels")
+COMMANDS = ("encoder", "gpt", "router", "bundle", "train_router", "train_reader", "reader_report", "calibrate", "kernels")
 
 
 def main(argv: list[str] | None = None) -> int:

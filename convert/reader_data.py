@@ -2,20 +2,22 @@
 
 One example = one (question, "title: paragraph") window with a start/end token label; label 0 ([CLS])
 means "no answer in this window". Questions: SQuAD 1.1 train (87,599, all answerable; ``answer_start`` there is the
-answer text's first occurrence, ambiguous for ~11% of answers), the SQuAD-2 train unanswerables, the reader-train dev
-articles and HotpotQA buckets. Sources, all in the reader-train part only:
+answer text's first occurrence, ambiguous for ~11% of answers), the 17,648 real SQuAD-2 train unanswerables of
+``squad2_train_recovered.json`` (with the span a careless reader would pick, ``plausible``), the reader-train dev
+articles and HotpotQA buckets. The 30 articles of the model-selection set (``reader_select``) are left out of every
+source. Sources, all in the reader-train part only:
 - ``answerable``: the window of the gold paragraph that holds the first gold answer;
 - ``window``: the other windows of that paragraph (the answer is not in them);
-- ``impossible``: real SQuAD-2 unanswerable questions on their paragraph (written to look answerable);
+- ``impossible``: real SQuAD-2 unanswerable questions on their paragraph (written to look answerable); the window
+  holding the plausible answer carries its tokens as a hard negative (``plausible_start`` / ``plausible_end``);
 - ``other_article``: an answerable question with a paragraph of another article;
 - ``same_article``: an answerable question with another paragraph of its article that lacks every gold answer;
 - ``swapped``: an answerable SQuAD question on its own paragraph with one name or number that occurs there
   replaced by one of the same kind from another paragraph of the article that does not occur there
   ("When did the Normans reach Italy?" → "When did the Lombards reach Italy?").
 ``other_article`` / ``same_article`` are what a retriever hands the reader when the answer is not in the corpus
-or not in the passage. Real unanswerables are few in SQuAD-2 train (7%), and the reader barely told them apart
-from answerable ones (reader-val AUROC 0.57 with real ones only): SQuAD-2's crowdworkers wrote most of theirs
-by exactly such swaps of an entity or number, so ``swapped`` imitates them at scale.
+or not in the passage. SQuAD-2's crowdworkers wrote most of their unanswerables by swaps of an entity or number, so
+``swapped`` imitates them at scale.
 """
 from __future__ import annotations
 
@@ -35,16 +37,21 @@ from edge_rag.reader import CONTEXT_SEQUENCE, Windows, passage_context
 DATA = Path(os.environ.get("EDGE_RAG_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 SQUAD_TRAIN = DATA / "squad2_train_subset.json"
 SQUAD11_TRAIN = DATA / "squad11_train.json"  # all 87,599 answerable SQuAD 1.1 train questions (442 articles)
+# 17,648 real SQuAD-2 train unanswerables over 290 train articles (a superset of SQUAD_TRAIN's); its answerable
+# questions are SQuAD 1.1's under other ids, so only its unanswerables are read
+SQUAD2_RECOVERED = DATA / "squad2_train_recovered.json"
 SQUAD_DEV = DATA / "squad2_dev_subset.json"
 HOTPOT = DATA / "hotpotqa_dev_subset.jsonl"
 
 # The reader's parts of the one split file (calibration / test / out-of-domain articles are never read here);
-# "*squad2_train_subset.json" / "*squad11_train.json" there mean the whole train files (SQUAD_TRAIN, SQUAD11_TRAIN).
+# "*squad2_train_recovered.json" / "*squad11_train.json" there mean the whole train files (less reader_select).
 _SPLITS = json.loads(SPLITS_FILE.read_text(encoding="utf-8"))
 READER_TRAIN_DEV_ARTICLES = tuple(a for a in _SPLITS["squad"]["reader_train"] if not a.startswith("*"))
 READER_VAL_DEV_ARTICLES = tuple(_SPLITS["squad"]["reader_val"])
 READER_TRAIN_HOTPOT = tuple(_SPLITS["hotpotqa"]["reader_train"])
 READER_VAL_HOTPOT = tuple(_SPLITS["hotpotqa"]["reader_val"])
+READER_SELECT_ARTICLES = frozenset(_SPLITS["reader_select"]["articles"])  # of SQUAD2_RECOVERED
+SELECT_SAMPLE = 800  # per kind (answerable, real unanswerable): what a training checkpoint is scored on
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class Question:
     answers: tuple[str, ...]
     answer_start: int  # char offset of answers[0] in context, -1 if unanswerable
     source: str  # "squad" | "hotpotqa"
+    plausible: str = ""  # unanswerable: the span a careless reader would pick (SQuAD-2 ``plausible_answers``)
+    plausible_start: int = -1
 
 
 def squad_questions(path: Path, articles: tuple[str, ...] | None) -> list[Question]:
@@ -69,9 +78,11 @@ def squad_questions(path: Path, articles: tuple[str, ...] | None) -> list[Questi
         for para in art["paragraphs"]:
             for qa in para["qas"]:
                 answers = qa.get("answers", [])
+                plausible = (qa.get("plausible_answers") or [{"text": "", "answer_start": -1}])[0]
                 out.append(Question(qa["id"], qa["question"].strip(), art["title"], title, para["context"],
                                     tuple(dict.fromkeys(a["text"] for a in answers)),
-                                    answers[0]["answer_start"] if answers else -1, "squad"))
+                                    answers[0]["answer_start"] if answers else -1, "squad",
+                                    *((plausible["text"], plausible["answer_start"]) if not answers else ())))
     return out
 
 
@@ -92,18 +103,44 @@ def hotpot_questions(path: Path, buckets: tuple[int, ...]) -> list[Question]:
     return out
 
 
+def _recovered() -> list[Question]:
+    if not SQUAD2_RECOVERED.is_file():
+        raise FileNotFoundError(f"{SQUAD2_RECOVERED} not found: the reader's real unanswerables (../shared/data)")
+    return squad_questions(SQUAD2_RECOVERED, None)
+
+
+@functools.lru_cache(maxsize=1)
+def _select_paragraphs() -> frozenset[str]:
+    """The paragraphs of the model-selection articles (no training source may hold them)."""
+    return frozenset(q.context for q in _recovered() if q.article in READER_SELECT_ARTICLES)
+
+
 def reader_train() -> list[Question]:
-    """SQuAD 1.1 train (every question answerable), the unanswerable questions of the SQuAD-2 train articles (their
-    answerable ones are SQuAD 1.1's, not repeated), the reader-train dev articles and HotpotQA buckets."""
+    """SQuAD 1.1 train (every question answerable), the recovered SQuAD-2 train unanswerables (their answerable
+    ones are SQuAD 1.1's, not repeated), the reader-train dev articles and HotpotQA buckets; never an article of
+    the model-selection set (a SQuAD 1.1 article with one of its paragraphs is left out whole)."""
     if not SQUAD11_TRAIN.is_file():
         raise FileNotFoundError(f"{SQUAD11_TRAIN} not found: the reader trains on SQuAD 1.1 train (../shared/data)")
-    unanswerable = [q for q in squad_questions(SQUAD_TRAIN, None) if q.answer_start < 0]
-    return (squad_questions(SQUAD11_TRAIN, None) + unanswerable
+    held = _select_paragraphs()
+    squad11 = squad_questions(SQUAD11_TRAIN, None)
+    held_articles = {q.article for q in squad11 if q.context in held}
+    unanswerable = [q for q in _recovered() if q.answer_start < 0 and q.context not in held]
+    return ([q for q in squad11 if q.article not in held_articles] + unanswerable
             + squad_questions(SQUAD_DEV, READER_TRAIN_DEV_ARTICLES) + hotpot_questions(HOTPOT, READER_TRAIN_HOTPOT))
 
 
 def reader_val() -> list[Question]:
     return squad_questions(SQUAD_DEV, READER_VAL_DEV_ARTICLES) + hotpot_questions(HOTPOT, READER_VAL_HOTPOT)
+
+
+def reader_select(sample: int | None = SELECT_SAMPLE, seed: int = 0) -> list[Question]:
+    """The model-selection set: the held-out articles' real unanswerables and SQuAD 1.1's answerable questions on
+    the same paragraphs; a seeded ``sample`` of each kind (None: all 3,149 + 1,421)."""
+    held = _select_paragraphs()
+    kinds = ([q for q in squad_questions(SQUAD11_TRAIN, None) if q.context in held],
+             [q for q in _recovered() if q.answer_start < 0 and q.context in held])
+    rng = random.Random(seed)
+    return [q for qs in kinds for q in (qs if sample is None or sample >= len(qs) else rng.sample(qs, sample))]
 
 
 @dataclass(frozen=True)
@@ -113,6 +150,8 @@ class Example:
     start: int  # token index, 0 = no answer
     end: int
     source: str
+    plausible_start: int = 0  # an unanswerable's plausible span in this window (token indices; 0 = none)
+    plausible_end: int = 0
 
 
 def label_windows(windows: Windows, question: str, title: str, context: str,
@@ -175,10 +214,12 @@ def build_examples(windows: Windows, questions: list[Question], negatives_per_an
     out: list[Example] = []
     for q in questions:
         answerable = q.answer_start >= 0
-        for ids, types, s, e in label_windows(windows, q.question, q.title, q.context, q.answer_start,
-                                              q.answers[0] if answerable else ""):
-            source = "impossible" if not answerable else ("answerable" if s else "window")
-            out.append(Example(ids, types, s, e, source))
+        span, at = (q.answers[0], q.answer_start) if answerable else (q.plausible, q.plausible_start)
+        for ids, types, s, e in label_windows(windows, q.question, q.title, q.context, at, span):
+            if answerable:
+                out.append(Example(ids, types, s, e, "answerable" if s else "window"))
+            else:  # the label is [CLS]; the plausible span (if in this window) is what [CLS] must beat
+                out.append(Example(ids, types, 0, 0, "impossible", s, e))
         if answerable and q.source == "squad" and swap_rng.random() < swaps_per_answerable:
             swapped = swap_question(q.question, q.context, article_text[q.article], swap_rng)
             for ids, types, _, _ in label_windows(windows, swapped, q.title, q.context, -1, "") if swapped else []:

@@ -5,6 +5,7 @@ decoded exactly as ``edge_rag.reader.Reader`` decodes them on the device, so the
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -90,21 +91,33 @@ def read_one(model: SpanReader, tok: Windows, question: str, title: str, context
     return best
 
 
+Read = Callable[[str, str, str], tuple[str | None, float]]  # (question, title, paragraph) -> (span text, margin)
+
+
 def evaluate(model: SpanReader, tok: Windows, seed: int) -> dict:
-    """reader-val: HasAns F1/EM on gold paragraphs, and margins on answerable vs no-answer inputs."""
+    """A training checkpoint on reader-val and the model-selection sample (torch, decoded as on the device)."""
+    def read(question: str, title: str, context: str) -> tuple[str | None, float]:
+        r = read_one(model, tok, question, title, context)
+        return r["text"], r["margin"]
+    return score_reads(read, seed, D.SELECT_SAMPLE)
+
+
+def score_reads(read: Read, seed: int, select_sample: int | None) -> dict:
+    """reader-val: HasAns F1/EM on gold paragraphs, and margins on answerable vs no-answer inputs (real
+    unanswerables, another paragraph of the article); ``select``: the model-selection set's answerable vs real
+    unanswerable questions (a seeded sample of ``select_sample`` per kind, None = all)."""
+    def row(q: D.Question, title: str, context: str, kind: str | None = None) -> dict:
+        text, margin = read(q.question, title, context)
+        kind = kind or ("answerable" if q.answer_start >= 0 else "impossible")
+        answers = list(q.answers) if kind == "answerable" else []
+        return {"id": q.id, "kind": kind, "source": q.source, "margin": margin, "text": text,
+                "f1": best_f1(text, answers) if answers else 0.0, "em": best_em(text, answers) if answers else 0.0}
+
     val = D.reader_val()
-    rows = []
-    for q in val:
-        r = read_one(model, tok, q.question, q.title, q.context)
-        kind = "answerable" if q.answer_start >= 0 else "impossible"
-        rows.append({"id": q.id, "kind": kind, "source": q.source, "margin": r["margin"], "text": r["text"],
-                     "f1": best_f1(r["text"], list(q.answers)) if q.answers else 0.0,
-                     "em": best_em(r["text"], list(q.answers)) if q.answers else 0.0})
-    for q, title, context in D.negative_pairs(val, seed):
-        r = read_one(model, tok, q.question, title, context)
-        rows.append({"id": q.id, "kind": "other_paragraph", "source": q.source, "margin": r["margin"],
-                     "text": r["text"], "f1": 0.0, "em": 0.0})
-    return {"rows": rows, **summarise(rows)}
+    rows = [row(q, q.title, q.context) for q in val]
+    rows += [row(q, title, context, "other_paragraph") for q, title, context in D.negative_pairs(val, seed)]
+    select = [row(q, q.title, q.context) for q in D.reader_select(select_sample, seed)]
+    return {"rows": rows, **summarise(rows), "select": summarise(select), "select_rows": select}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -114,9 +127,21 @@ def summarise(rows: list[dict]) -> dict:
            "hasans_answered_at_0": float(np.mean([r["margin"] > 0 for r in has]))}
     for k in ("impossible", "other_paragraph"):
         neg = [r["margin"] for r in rows if r["kind"] == k]
-        out[f"noans_acc_{k}"] = float(np.mean([m <= 0 for m in neg]))
-        out[f"auroc_answerable_vs_{k}"] = auroc([r["margin"] for r in has], neg)
+        if neg:
+            out[f"noans_acc_{k}"] = float(np.mean([m <= 0 for m in neg]))
+            out[f"auroc_answerable_vs_{k}"] = auroc([r["margin"] for r in has], neg)
     return out
+
+
+def choose(checkpoints: list[dict]) -> dict:
+    """The checkpoint to ship, by a rule fixed before any was scored: the best margin AUROC (answerable vs real
+    unanswerable) on the model-selection set among those whose selection HasAns F1 is within 0.01 of the best;
+    runs scored before the set existed: the best reader-val HasAns F1."""
+    if not all("select" in c for c in checkpoints):
+        return max(checkpoints, key=lambda c: c["hasans_f1"])
+    top = max(c["select"]["hasans_f1"] for c in checkpoints)
+    return max((c for c in checkpoints if c["select"]["hasans_f1"] >= top - 0.01),
+               key=lambda c: c["select"]["auroc_answerable_vs_impossible"])
 
 
 def auroc(positive: list[float], negative: list[float]) -> float:

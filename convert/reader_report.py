@@ -26,7 +26,6 @@ from convert.report import write_report
 from edge_rag.encode import load_session, pad_batch
 from edge_rag.reader import MAX_SEQ_LEN, READER_ASSET, STRIDE, Reader, passage_context
 from edge_rag.types import Passage
-from evaluation.metrics import best_em, best_f1
 
 ASSETS = READER_ASSET.parent
 PARITY_QUESTIONS = 120  # reader-val questions (+ their no-answer pairs, up to 60) compared with torch
@@ -36,7 +35,7 @@ LATENCY_REPEATS = 30
 
 def finish(args: argparse.Namespace) -> None:
     history = json.loads((args.run / "history.json").read_text())
-    chosen = max(history["checkpoints"], key=lambda c: c["hasans_f1"])
+    chosen = M.choose(history["checkpoints"])
     model = M.load_model(args.run / chosen["checkpoint"])
     tok_path = M.model_dir() / "tokenizer.json"
     fp32 = X.export_fp32(model, args.run / "reader.fp32.onnx")
@@ -96,22 +95,13 @@ def qemu_parity(ref_file: Path, onnx: Path, tok_path: Path) -> dict:
 
 
 def evaluate_onnx(onnx: Path, tok_path: Path, seed: int) -> dict:
-    """reader-val through the device path: gold paragraph for every question, plus no-answer pairs."""
+    """reader-val and the whole model-selection set through the device path (``edge_rag.reader.Reader``)."""
     reader = Reader(onnx, tok_path)
-    val = D.reader_val()
-    rows = []
-    for q in val:
-        span = reader.read(q.question, [Passage(0, "", q.title, q.context)])
-        answers = list(q.answers)
-        rows.append({"kind": "answerable" if q.answer_start >= 0 else "impossible", "source": q.source,
-                     "margin": span.margin, "text": span.text,
-                     "f1": best_f1(span.text, answers) if answers else 0.0,
-                     "em": best_em(span.text, answers) if answers else 0.0})
-    for q, title, context in D.negative_pairs(val, seed):
-        span = reader.read(q.question, [Passage(0, "", title, context)])
-        rows.append({"kind": "other_paragraph", "source": q.source, "margin": span.margin, "text": span.text,
-                     "f1": 0.0, "em": 0.0})
-    return {"rows": rows, **M.summarise(rows)}
+
+    def read(question: str, title: str, context: str) -> tuple[str | None, float]:
+        span = reader.read(question, [Passage(0, "", title, context)])
+        return span.text, span.margin
+    return M.score_reads(read, seed, None)
 
 
 def measure_latency(onnx: Path, tok_path: Path) -> dict:
@@ -178,11 +168,18 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
         f"{hp['weight_decay']}, {history['steps']} steps, bf16 autocast {history['bf16']}, {hp['threads']} torch "
         f"threads, {seconds / 60:.1f} min on the "
         "shared 2-core box.", "", "![loss](reader_training.png)", "",
-        "| checkpoint | windows seen | HasAns F1 | HasAns EM | NoAns acc (impossible) | NoAns acc (other paragraph) |",
-        "|---|---|---|---|---|---|",
-        *[f"| {c['checkpoint']} | {c['examples_seen']} | {c['hasans_f1']:.3f} | {c['hasans_em']:.3f} | {c['noans_acc_impossible']:.3f} | "
-          f"{c['noans_acc_other_paragraph']:.3f} |" for c in history["checkpoints"]], "",
-        f"Shipped: {chosen['checkpoint']} (best HasAns F1 on reader-val, torch).", "",
+        "reader-val (1 article + HotpotQA bucket 4) and the model-selection sample (30 held-out train articles, "
+        f"{D.SELECT_SAMPLE} answerable + {D.SELECT_SAMPLE} real unanswerable questions), gold paragraphs, torch fp32:", "",
+        "| checkpoint | windows seen | real unanswerables seen | reader-val HasAns F1 | reader-val NoAns acc (impossible / other paragraph) "
+        "| selection HasAns F1 | selection NoAns acc | selection margin AUROC |",
+        "|---|---|---|---|---|---|---|---|",
+        *[f"| {c['checkpoint']} | {c['examples_seen']} | {c.get('impossible_seen', '')} | {c['hasans_f1']:.3f} | "
+          f"{c['noans_acc_impossible']:.3f} / {c['noans_acc_other_paragraph']:.3f} | "
+          + (f"{c['select']['hasans_f1']:.3f} | {c['select']['noans_acc_impossible']:.3f} | "
+             f"{c['select']['auroc_answerable_vs_impossible']:.3f} |" if "select" in c else "| | |")
+          for c in history["checkpoints"]], "",
+        f"Shipped: {chosen['checkpoint']} (`convert.reader_model.choose`: best selection-set margin AUROC among the "
+        "checkpoints within 0.01 of the best selection HasAns F1).", "",
         "## reader-val, shipped int8 ONNX (`edge_rag.reader.Reader`)", "",
         f"Questions: {val['n']}. HasAns = the best non-null span on the gold paragraph (the answer/abstain "
         "decision is left to the calibrated policy); NoAns accuracy = share with margin ≤ 0.", "",
@@ -193,6 +190,11 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
         f"- AUROC of the margin, answerable vs real unanswerable {val['auroc_answerable_vs_impossible']:.3f}, "
         f"vs another paragraph {val['auroc_answerable_vs_other_paragraph']:.3f}", "",
         "![margins](reader_margins.png)", "",
+        "## Model-selection set, shipped int8 ONNX", "",
+        f"All of it: {val['select']['n']['answerable']} answerable and {val['select']['n']['impossible']} real unanswerable "
+        "questions of the 30 held-out articles, gold paragraph. HasAns F1 "
+        f"**{val['select']['hasans_f1']:.3f}**; NoAns accuracy {val['select']['noans_acc_impossible']:.3f}; margin AUROC "
+        f"answerable vs real unanswerable **{val['select']['auroc_answerable_vs_impossible']:.3f}**.", "",
         "## Export parity (`reader.onnx.parity.json`)", "",
         f"- fp32 logits max |Δ| vs torch {parity['fp32_max_abs_diff']:.2e} (limit {X.MAX_ABS_DIFF_FP32})",
         *[f"- {k}: span {parity[k]['span']:.3f}, F1 {parity[k]['f1']:.3f}, decision {parity[k]['decision']:.3f} "
@@ -206,7 +208,23 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
         *[f"| {n} | {v['p50_ms']:.1f} | {v['max_ms']:.1f} | {v['load_avg_1min']:.1f} |" for n, v in latency.items()], "",
     ]
     (ASSETS / "reader_report.md").write_text("\n".join(lines), encoding="utf-8")
-    summary = {"history": history, "chosen": chosen["checkpoint"], "val": {k: v for k, v in val.items() if k != "rows"},
+    summary = {"history": history, "chosen": chosen["checkpoint"],
+               "val": {k: v for k, v in val.items() if k not in ("rows", "select_rows")},
                "latency": latency}
     (ASSETS / "reader_report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print((ASSETS / "reader_report.md").read_text())
+
+
+def _score(args: argparse.Namespace) -> int:
+    result = evaluate_onnx(args.onnx, M.model_dir() / "tokenizer.json", args.seed)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "select_rows")}, indent=1))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("score-reader", help="score a reader.onnx on reader-val and the model-selection set",
+                              description="HasAns F1, NoAns accuracy and margin AUROC of a reader (device path, gold "
+                              "paragraphs) on reader-val and on all of the model-selection set (splits.json reader_select).")
+    p.add_argument("--onnx", type=Path, default=READER_ASSET)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_score)

@@ -2,18 +2,20 @@
 
 ``python -m convert train-reader [--epochs 1] [--checkpoints 5] [--examples N] [--swaps 0.25] [--lr 1.5e-4] [--seed 0]
 [--work DIR] [--skip-train]`` (``make reader``). Steps: build examples from the reader-train part
-(``convert.reader_data``: SQuAD 1.1 train and the SQuAD-2 unanswerables, plus constructed negatives), fine-tune the
-all-MiniLM-L6-v2 weights the bundle's encoder comes from plus a fresh Linear(384 → 2) head with cross-entropy on
-start and end positions (SQuAD-2 style: an unanswerable window points at [CLS]), AdamW with linear warm-up and
+(``convert.reader_data``: SQuAD 1.1 train and the 17,648 real SQuAD-2 train unanswerables, plus constructed negatives),
+fine-tune the all-MiniLM-L6-v2 weights the bundle's encoder comes from plus a fresh Linear(384 → 2) head with
+cross-entropy on start and end positions (SQuAD-2 style: an unanswerable window points at [CLS]) and a hinge that
+makes [CLS] beat an unanswerable's plausible span (a hard negative), AdamW with linear warm-up and
 linear decay, seeded, 2 torch threads, bfloat16 autocast where the CPU has native bf16 (2.3-3x faster here);
-score equally spaced checkpoints on reader-val; export the best to ONNX fp32 + int8 with a parity check
+score equally spaced checkpoints on reader-val and the model-selection set (``reader_select``: 30 held-out train
+articles); export the one ``reader_model.choose`` picks to ONNX fp32 + int8 with a parity check
 (``convert.reader``), then write ``reader_report.md`` (``convert.reader_report``).
 
 A second stage starts from a checkpoint (``--init``: a ``.pt`` of a run, or a shipped int8 ``reader.onnx``,
 dequantized), on the windows a first stage did not see (``--skip-subset N``), or on a chosen mix of sources (``--mix
 impossible=0.2,answerable=0.45,...`` of ``--examples`` windows; a source with fewer windows than its share is
-repeated): SQuAD 1.1 teaches spans, but its 144,635 windows hold only ~1,270 real unanswerables, too few for the
-reader to tell SQuAD-2's look-alike questions from answerable ones (README "The extractive reader").
+repeated): SQuAD 1.1 teaches spans, the real unanswerables teach SQuAD-2's look-alike questions apart from answerable
+ones, and a mix sets how much of each a stage sees.
 
 Resumable: the training state (weights, optimiser, schedule, step) is saved outside git in ``--work`` every few
 minutes and at each checkpoint, in a folder named by the run's settings; running the same command again continues
@@ -50,7 +52,11 @@ LOG_EVERY = 50  # steps
 SAVE_EVERY_S = 300  # resumable state written at least this often
 EPOCHS = 1  # SQuAD 1.1 is big enough that one pass over more data beats repeated passes over less
 CHECKPOINTS = 5
-EXAMPLES = 70_000  # a seeded subset of the 144,635 windows, sized to ~75 min on 2 busy cores (0 = all)
+EXAMPLES = 70_000  # a seeded subset of all windows, sized to ~75 min on 2 busy cores (0 = all)
+# An unanswerable question's plausible span (the one a careless reader picks) is a hard negative: beside the
+# cross-entropy towards [CLS], the null score must beat that span's score by HARD_MARGIN (hinge, weight HARD_WEIGHT).
+HARD_MARGIN = 1.0
+HARD_WEIGHT = 0.5
 
 
 def bf16() -> bool:
@@ -112,8 +118,7 @@ def train(args: argparse.Namespace) -> None:
     for batch in batches[step:]:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=history["bf16"]):
             start, end = model(**M.pad([(e.ids, e.types) for e in batch], PAD_MULTIPLE))
-        loss = (loss_fn(start.float(), torch.tensor([e.start for e in batch]))
-                + loss_fn(end.float(), torch.tensor([e.end for e in batch]))) / 2
+        loss = span_loss(start.float(), end.float(), batch, loss_fn)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -133,6 +138,18 @@ def train(args: argparse.Namespace) -> None:
         if step in saves or time.time() - last_save > SAVE_EVERY_S or step == steps:
             save_state(state_file, model, opt, sched, step, history)
             last_save = time.time()
+
+
+def span_loss(start: torch.Tensor, end: torch.Tensor, batch: list, loss_fn: nn.Module) -> torch.Tensor:
+    """Mean start/end cross-entropy, plus the hinge by which [CLS] must beat an unanswerable's plausible span."""
+    loss = (loss_fn(start, torch.tensor([e.start for e in batch])) + loss_fn(end, torch.tensor([e.end for e in batch]))) / 2
+    rows = torch.tensor([k for k, e in enumerate(batch) if e.plausible_start], dtype=torch.long)
+    if len(rows):
+        ps = torch.tensor([batch[k].plausible_start for k in rows.tolist()])
+        pe = torch.tensor([batch[k].plausible_end for k in rows.tolist()])
+        span, null = start[rows, ps] + end[rows, pe], start[rows, 0] + end[rows, 0]
+        loss = loss + HARD_WEIGHT * torch.relu(HARD_MARGIN + span - null).sum() / len(batch)
+    return loss
 
 
 def save_state(path: Path, model, opt, sched, step: int, history: dict) -> None:
@@ -164,10 +181,12 @@ def checkpoint(model: M.SpanReader, tok, args: argparse.Namespace, history: dict
     result = M.evaluate(model, tok, args.seed)
     model.train()
     (args.run / f"val_step{step}.json").write_text(json.dumps(result, indent=1))
-    summary = {k: v for k, v in result.items() if k != "rows"}
-    seen = min(step * BATCH, sum(history["counts"].values()) * args.epochs)
-    history["checkpoints"].append({"step": step, "examples_seen": seen, "seconds": history["seconds"],
-                                   "checkpoint": ckpt.name, **summary})
+    summary = {k: v for k, v in result.items() if k not in ("rows", "select_rows")}
+    total = sum(history["counts"].values()) * args.epochs
+    seen = min(step * BATCH, total)
+    impossible = round(history["counts"].get("impossible", 0) * args.epochs * seen / total)  # real unanswerables
+    history["checkpoints"].append({"step": step, "examples_seen": seen, "impossible_seen": impossible,
+                                   "seconds": history["seconds"], "checkpoint": ckpt.name, **summary})
     (args.run / "history.json").write_text(json.dumps(history, indent=1))
     print(f"checkpoint {ckpt.name} ({seen} windows) after {history['seconds'] / 60:.1f} min: {summary}", flush=True)
 
@@ -177,7 +196,8 @@ def _run(args: argparse.Namespace) -> int:
     args.run.mkdir(parents=True, exist_ok=True)
     if not args.skip_train:
         train(args)
-    finish(args)
+    if not args.no_export:
+        finish(args)
     return 0
 
 
@@ -198,4 +218,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=home() / "reader-train", help="runs: state, checkpoints, validation rows")
     p.add_argument("--skip-train", action="store_true", help="export from the checkpoints of this run's folder")
+    p.add_argument("--no-export", action="store_true",
+                   help="train and score the checkpoints only (comparing mixes); the shipped reader stays")
     p.set_defaults(func=_run)

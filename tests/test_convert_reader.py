@@ -40,3 +40,19 @@ def test_the_dequantized_reader_reads_as_the_device_reader(bundle: B.Bundle):
 def test_a_model_of_another_shape_is_refused():
     with pytest.raises(ValueError, match="not a reader"):
         M.load_model(ROUTER_ASSET)
+
+
+def test_the_hard_negative_hinge_counts_only_while_the_plausible_span_is_within_the_margin_of_null():
+    import torch
+
+    from convert import reader_data as D
+    from convert.train_reader import HARD_MARGIN, span_loss
+
+    ce = torch.nn.CrossEntropyLoss()
+    marked = [D.Example([0] * 8, [0] * 8, 0, 0, "impossible", 3, 4), D.Example([0] * 8, [0] * 8, 2, 2, "answerable")]
+    plain = [D.Example([0] * 8, [0] * 8, 0, 0, "impossible"), marked[1]]
+    start, end = torch.zeros(2, 8), torch.zeros(2, 8)
+    start[0, 3] = end[0, 4] = 2.0  # the plausible span outscores [CLS] by 4
+    assert span_loss(start, end, marked, ce) > span_loss(start, end, plain, ce)
+    start[0, 0] = end[0, 0] = 2.0 + HARD_MARGIN  # [CLS] ahead by 2 x the margin: nothing left to push
+    assert torch.isclose(span_loss(start, end, marked, ce), span_loss(start, end, plain, ce))

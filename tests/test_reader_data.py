@@ -97,3 +97,32 @@ def test_a_second_stage_skips_exactly_the_windows_the_first_stage_trained_on():
     assert first == random.Random(0).sample(examples, 300)  # how stage-one runs drew their subset before this helper
     assert len(rest) == 200 and {e.ids[0] for e in first}.isdisjoint(e.ids[0] for e in rest)
     assert [e.ids[0] for e in rest] == sorted(e.ids[0] for e in rest)  # the rest keeps the data's order
+
+
+@pytest.mark.skipif(not D.SQUAD2_RECOVERED.is_file(), reason=f"{D.SQUAD2_RECOVERED} not found (../shared/data)")
+def test_the_model_selection_articles_are_in_no_training_source():
+    train, select = D.reader_train(), D.reader_select(None)
+    held = {q.context for q in select}
+    assert not held & {q.context for q in train}  # not a paragraph of theirs, from either file
+    assert not {q.id for q in select} & {q.id for q in train}
+    kinds = {k: sum((q.answer_start >= 0) == (k == "answerable") for q in select) for k in ("answerable", "impossible")}
+    assert kinds["answerable"] > 2000 and kinds["impossible"] > 1000
+    recovered = [q for q in train if q.answer_start < 0 and q.plausible]
+    assert len(recovered) > 15000  # the recovered real unanswerables train, less the held-out articles'
+
+
+@pytest.mark.skipif(not D.SQUAD2_RECOVERED.is_file(), reason=f"{D.SQUAD2_RECOVERED} not found (../shared/data)")
+def test_an_unanswerable_window_carries_its_plausible_span_as_a_hard_negative(windows: Windows):
+    unanswerable = [q for q in D.squad_questions(D.SQUAD2_RECOVERED, None) if q.plausible][:150]
+    examples = D.build_examples(windows, unanswerable, 0.0, seed=0)
+    marked = [e for e in examples if e.plausible_start]
+    assert all(e.source == "impossible" and e.start == e.end == 0 for e in examples)  # the label stays [CLS]
+    assert len(marked) >= 0.9 * len(unanswerable)  # one window per question holds its plausible span
+    by_ids = {tuple(e.ids): e for e in marked}
+    for q in unanswerable:
+        text, _ = passage_context(q.title, q.context)
+        for w in windows(q.question, text):
+            e = by_ids.get(tuple(w.ids))
+            if e is not None:
+                span = text[w.offsets[e.plausible_start][0]:w.offsets[e.plausible_end][1]]
+                assert q.plausible.strip().lower() in span.lower(), (q.id, span)
