@@ -26,6 +26,7 @@ OUTSIDE = re.compile(r"(?<![\w.:/-])(/(?:work|tmp|root|home|Users|mnt|scratch|va
 UNCOMMITTED = re.compile(r"ad[- ]hoc|not committed", re.I)  # a figure whose script is not in the repository
 IN_CODE = re.compile(r"/(?:work|root|home)/|ad[- ]hoc", re.I)  # code may use /tmp (temp dirs); nothing else outside
 REPO_PATH = re.compile(r"(?<![\w./(-])((?:edge_rag|convert|benchmarks|evaluation|tests|docs)/[\w./*-]*[\w/*])")
+DOCS_PAGE = re.compile(r"(?<![\w./-])(docs/[\w/-]+\.md)")
 MODULE = re.compile(r"python -m ((?:edge_rag|convert|benchmarks|evaluation)(?:\.\w+)*)")
 MAX_README_LINES = 250
 
@@ -71,6 +72,10 @@ def test_every_repository_path_and_module_the_docs_cite_exists():
             module = ROOT / m[1].replace(".", "/")
             if not (module.with_suffix(".py").is_file() or (module / "__init__.py").is_file()):
                 missing.append(f"{_where(path, text, m.start())}: python -m {m[1]}")
+    for path in [p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py")]:  # code points into the docs too
+        text = path.read_text(encoding="utf-8")
+        missing += [f"{_where(path, text, m.start())}: {m[1]}" for m in DOCS_PAGE.finditer(text)
+                    if not (ROOT / m[1]).is_file()]
     assert not missing, "cited but not in the repository:\n" + "\n".join(missing)
 
 
