@@ -11,7 +11,8 @@ A page asks for a generated part with a marker on a line of its own:
     <!-- generate: include PATH -->            a results file of the repository (its headings two levels down)
     <!-- generate: bench FILE -->              bench-results/FILE as `make bench` wrote it, or how to make it
 
-A field, route or command without a description is an error, so the strict build fails on it.
+and inline, ``{{ config.FIELD }}`` is the default of that Config field (so "α = {{ config.max_error_rate }}" follows
+the code). A field, route or command without a description is an error, so the strict build fails on it.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 MARKER = re.compile(r"^<!-- generate: ([\w-]+)(?: (\S+))? -->$", re.M)
+DEFAULT = re.compile(r"\{\{ config\.(\w+) \}\}")
 BENCH_DIR = Path(os.environ.get("EDGE_RAG_BENCH_RESULTS", ROOT / "bench-results"))
 MAX_INCLUDE_BYTES = 2_000_000  # a results file larger than this is not a page
 
@@ -40,7 +42,18 @@ class GenerateError(Exception):
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    return MARKER.sub(lambda m: generate(m[1], m[2]), markdown)
+    return DEFAULT.sub(lambda m: default_of(m[1]), MARKER.sub(lambda m: generate(m[1], m[2]), markdown))
+
+
+def default_of(name: str) -> str:
+    """The default of Config field ``name`` as a reader writes it (0.4, not 0.4000)."""
+    _this_checkout()
+    from edge_rag.config import Config
+
+    if name not in Config.__dataclass_fields__:
+        raise GenerateError(f"{{{{ config.{name} }}}}: Config has no field {name!r}")
+    value = getattr(Config(), name)
+    return f"{value:g}" if isinstance(value, float) else str(getattr(value, "value", value))
 
 
 def generate(kind: str, arg: str | None = None) -> str:
@@ -48,9 +61,14 @@ def generate(kind: str, arg: str | None = None) -> str:
               "http": http_routes, "include": include, "bench": bench}
     if kind not in makers:
         raise GenerateError(f"unknown generated part {kind!r}: one of {', '.join(makers)}")
-    if sys.path[0] != str(ROOT):
-        sys.path.insert(0, str(ROOT))  # document this checkout's code, not an installed copy
+    _this_checkout()
     return makers[kind](arg) if arg else makers[kind]()
+
+
+def _this_checkout() -> None:
+    """Document this checkout's code, not an installed copy (mkdocs may have reset the path since import)."""
+    if sys.path[0] != str(ROOT):
+        sys.path.insert(0, str(ROOT))
 
 
 # -- dataclass fields with the comments beside them -----------------------------------------------------------

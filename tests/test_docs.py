@@ -131,3 +131,18 @@ def test_readme_python_example_runs(tmp_path: Path, bundle_dir: Path):
                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stderr[-3000:]
     assert re.search(r"^(RAG|GPT|REFUSE) ", run.stdout, re.M), run.stdout
+
+
+def test_benchmark_pages_render_what_make_bench_wrote(tmp_path: Path):
+    """A results file is shown under the page's own heading, its plots named (they are not in the site); a missing
+    one is a note saying how to make it, never a typed table."""
+    hooks = _hooks()
+    hooks.BENCH_DIR = tmp_path
+    assert "make bench" in hooks.generate("bench", "report.md") and "|" not in hooks.generate("bench", "report.md")
+    (tmp_path / "report.md").write_text("# edge-rag benchmark\n\n## squad\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+                                        "![route_mix](route_mix.png)\n", encoding="utf-8")
+    (tmp_path / "load.json").write_text('{"routes": {"RAG": {"p50_ms": 86}}, "errors": 0}', encoding="utf-8")
+    page = hooks.generate("bench", "report.md")
+    assert page.startswith("### edge-rag benchmark") and "#### squad" in page and "| 1 | 2 |" in page
+    assert "![" not in page and "route_mix.png" in page
+    assert "| `routes.RAG.p50_ms` | 86 |" in hooks.generate("bench", "load.json")
