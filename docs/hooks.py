@@ -132,7 +132,7 @@ def _fields_table(cls: type, path: Path, allowed: dict[str, str] | None = None) 
                 rows = []
             last = section.get(f.name)
             if last:
-                out.append(f"\n**{_cell(last[0].upper() + last[1:])}**\n")
+                out.append(f"\n### {_cell(last[0].upper() + last[1:])}\n")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         row = [f"`{f.name}`", "`" + _value(default).replace("|", "\\|") + "`"]  # code: no HTML entities
         if allowed is not None:
@@ -202,11 +202,11 @@ def _option_rows(p: argparse.ArgumentParser) -> list[list[str]]:
         default = "" if a.default in (None, False, [], argparse.SUPPRESS) or not a.option_strings else f"`{a.default}`"
         if a.required and a.option_strings:
             default = "required"
-        choices = f" One of: {', '.join(map(str, a.choices))}." if a.choices else ""
-        text = (a.help or "") % {"default": a.default, "prog": p.prog} if a.help else ""
-        if not text and not choices:
+        choices = f"one of: {', '.join(map(str, a.choices))}" if a.choices else ""
+        text = "; ".join(t for t in (a.help or "", choices) if t)
+        if not text:
             raise GenerateError(f"{p.prog} {name}: no help text")
-        rows.append([f"`{_cell(name)}`", _cell(default), _cell(text + choices)])
+        rows.append([f"`{_cell(name)}`", _cell(default), _cell(text)])
     return rows
 
 
