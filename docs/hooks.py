@@ -5,7 +5,7 @@ A page asks for a generated part with a marker on a line of its own:
 
     <!-- generate: config -->                  every Config field: default, allowed values, meaning
     <!-- generate: tiers -->                   the default tier budgets
-    <!-- generate: serve-config -->            every ServeConfig field (edge-rag serve's limits)
+    <!-- generate: fields MODULE.CLASS -->     every field of a dataclass (Answer, ServeConfig) with its comment
     <!-- generate: cli -->                     every edge-rag command, from its argparse parser
     <!-- generate: http -->                    every route of the HTTP API, from edge_rag/serve/app.py
     <!-- generate: include PATH -->            a results file of the repository (its headings two levels down)
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
 import io
 import json
 import os
@@ -57,7 +58,7 @@ def default_of(name: str) -> str:
 
 
 def generate(kind: str, arg: str | None = None) -> str:
-    makers = {"config": config_table, "tiers": tier_table, "serve-config": serve_config_table, "cli": cli_reference,
+    makers = {"config": config_table, "tiers": tier_table, "fields": fields_of, "cli": cli_reference,
               "http": http_routes, "include": include, "bench": bench}
     if kind not in makers:
         raise GenerateError(f"unknown generated part {kind!r}: one of {', '.join(makers)}")
@@ -106,8 +107,8 @@ def field_comments(path: Path, class_name: str) -> tuple[dict[str, str], dict[st
 
 
 def _value(value: object) -> str:
-    if isinstance(value, Mapping):
-        return "see below"
+    if isinstance(value, Mapping) and not isinstance(value, dict):
+        return "see below"  # Config.tiers: its own table
     if isinstance(value, Enum):
         return repr(value.value)
     return repr(value)
@@ -133,8 +134,13 @@ def _fields_table(cls: type, path: Path, allowed: dict[str, str] | None = None) 
             last = section.get(f.name)
             if last:
                 out.append(f"\n### {_cell(last[0].upper() + last[1:])}\n")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        row = [f"`{f.name}`", "`" + _value(default).replace("|", "\\|") + "`"]  # code: no HTML entities
+        if f.default is not dataclasses.MISSING:
+            default = "`" + _value(f.default).replace("|", "\\|") + "`"  # code: no HTML entities
+        elif f.default_factory is not dataclasses.MISSING:
+            default = "`" + _value(f.default_factory()).replace("|", "\\|") + "`"
+        else:
+            default = "required"
+        row = [f"`{f.name}`", default]
         if allowed is not None:
             row.append(_cell(allowed.get(f.name, f.type if isinstance(f.type, str) else f.type.__name__)))
         rows.append(row + [_cell(meaning.get(f.name, ""))])
@@ -175,10 +181,11 @@ def tier_table() -> str:
                      + rows) + "\n"
 
 
-def serve_config_table() -> str:
-    from edge_rag.serve.config import ServeConfig
-
-    return _fields_table(ServeConfig, ROOT / "edge_rag" / "serve" / "config.py")
+def fields_of(dotted: str) -> str:
+    """The fields of the dataclass ``module.Class`` with their defaults and comments."""
+    module_name, _, class_name = dotted.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return _fields_table(cls, Path(sys.modules[module_name].__file__ or ""))
 
 
 # -- the command line ----------------------------------------------------------------------------------------
