@@ -85,7 +85,7 @@ class Config:
     """Every tunable of the pipeline. Derive variants with ``config.with_(field=value)``.
 
     Each field's comment is its meaning in the documentation's Config reference (generated from this source by
-    docs/hooks.py); why a default is what it is: docs/decisions/."""
+    docs/reference_gen.py); why a default is what it is: docs/decisions/."""
 
     # -- which stages run (all on: the adaptive, cautious pipeline; the benchmarks switch them off one by one)
     # "hybrid": the dense and the full-text (BM25) search, fused; "dense" | "lexical": one of them; "none": no context

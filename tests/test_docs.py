@@ -17,7 +17,7 @@ from conftest import ROOT, SAMPLE_DOCS
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 CODE_DIRS = ("edge_rag", "convert", "benchmarks", "evaluation", "tests")
-CODE_FILES = ("Makefile", "pyproject.toml", "mkdocs.yml", "docs/hooks.py")
+CODE_FILES = ("Makefile", "pyproject.toml", "mkdocs.yml", "docs/hooks.py", "docs/reference_gen.py")
 
 # A path outside the repository, cited in prose: scripts and outputs nobody else has. The project's own locations
 # under the home folder (the bundle cache, the token file, libpq's password file) are what a user types, so allowed.
@@ -104,10 +104,10 @@ def test_cli_and_http_reference_cover_every_command_and_route():
     from edge_rag.cli import parser
 
     hooks = _hooks()
-    cli = hooks.cli_reference()
-    commands = [name for name, _, _ in hooks._subcommands(parser())]
+    cli = hooks.generate("cli")
+    commands = [name for name, _, _ in hooks.ref._subcommands(parser())]
     assert commands and all(f"`edge-rag {c}`" in cli for c in commands)
-    routes = hooks.http_routes()
+    routes = hooks.generate("http")
     app = (ROOT / "edge_rag" / "serve" / "app.py").read_text(encoding="utf-8")
     for path in re.findall(r'Route\("([^"]+)"', app):
         shown = re.sub(r":\w+\}", "}", path)
