@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PROFILE ?= gemma
 ARGS    ?=
 
-.PHONY: install models bundle system-packages demo test pi-check lint bench router reader calibrate clean
+.PHONY: install models bundle system-packages demo test pi-check lint docs bench router reader calibrate clean
 
 install: $(VENV)/.installed
 
@@ -26,12 +26,12 @@ $(WHEELS)/.built:
 		llama-cpp-python==$(LLAMA_VERSION)
 	touch $@
 
-# Extras: convert (torch CPU 2.13.0, transformers, onnx, gguf) builds the bundle; bench and dev for the rest.
+# Extras: convert (torch CPU 2.13.0, transformers, onnx, gguf) builds the bundle; bench, dev and docs for the rest.
 $(VENV)/.installed: pyproject.toml $(WHEELS)/.built
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q --no-deps --force-reinstall $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
-	$(BIN)/pip install -q -e '.[convert,bench,dev,serve,ingest]'
+	$(BIN)/pip install -q -e '.[convert,bench,dev,serve,ingest,docs]'
 	touch $@
 
 models: install
@@ -93,7 +93,12 @@ reader: models
 	$(BIN)/python -m convert train-reader $(ARGS)
 
 lint: install
-	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests
+	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests docs
+
+# The documentation site into site/ (mkdocs.yml). Strict: a broken link or anchor, or a Config field, CLI option or
+# HTTP route without a description, fails. The reference pages and result tables are generated (docs/hooks.py, docs/reference_gen.py).
+docs: install
+	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info tests/.cache tests/.artifacts
+	rm -rf $(VENV) build dist site *.egg-info tests/.cache tests/.artifacts

@@ -2,8 +2,8 @@
 
 onnxruntime runs int8 MatMuls on different kernels per CPU (AVX-512-VNNI, AVX2, SSE4, ARM NEON/dot):
 an int8 model that tracks torch closely on the build host may drift on the device. The schemes below
-are measured by ``python -m convert kernels`` natively and under qemu CPU models against torch (README,
-"The int8 encoder on other CPUs"). ``DEFAULT_SCHEME`` gives the same vectors on the AVX2-only path as on
+are measured by ``python -m convert kernels`` natively and under qemu CPU models against torch
+(docs/decisions/int8-scheme.md). ``DEFAULT_SCHEME`` gives the same vectors on the AVX2-only path as on
 AVX-512-VNNI, at half the fp32 query latency. Import ``quantize_int8`` for every MiniLM-style model.
 """
 from __future__ import annotations

@@ -34,9 +34,8 @@ def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
 # measured under other values counted other candidates and scores. passage_mode and min_sentence_chars decide what a
 # passage is (a paragraph's vector and words against a sentence's with its neighbours'): the Config that asks is the
 # one that indexed, as a rule. retrieval, fusion_k, lexical_weight, lexical_budget, hnsw_ef_search and the graph's
-# build settings hnsw_m and hnsw_ef_construction decide which passages the search returns (on the calibration corpus'
-# 2,450 passages, graphs rebuilt with m / ef_construction 16 / 200, 8 / 100 and 4 / 40 return the exact top 20 for
-# 99.6%, 96.7% and 72.8% of its 3,846 questions: ad-hoc /work/exp/hnsw_exact.py, stop 38); max_seq_len the question's vector (so
+# build settings hnsw_m and hnsw_ef_construction decide which passages the search returns (a sparser graph misses
+# more of the exact top 20); max_seq_len the question's vector (so
 # every cosine, the top cosine feature and the out-of-domain distance); the search width how many hits it keeps (the
 # fused list and the top cosine are taken over them: route.search_width of baseline_k, the tiers' k,
 # correction_extra_k and gate_max_n); reader_passages and reader_window what the neural reader reads. The rule

@@ -179,7 +179,7 @@ def parser() -> argparse.ArgumentParser:
     models.add_parser("list", help="known profiles and pulled bundles").set_defaults(func=cmd_list)
 
     p = sub.add_parser("index", help="add files or folders (.txt .md .json .jsonl .pdf .html) to a store")
-    p.add_argument("paths", nargs="+")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched recursively")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_wait(p)
     p.add_argument("--strict", action="store_true",
@@ -188,13 +188,14 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("remove", help="remove documents (by id, or all those indexed from a file) from a store")
-    p.add_argument("items", nargs="+", metavar="DOC_ID_OR_FILE")
+    p.add_argument("items", nargs="+", metavar="DOC_ID_OR_FILE",
+                   help="a document id, or a file whose documents all go (even a deleted file)")
     add_wait(p)
     add_common(p)
     p.set_defaults(func=cmd_remove)
 
     p = sub.add_parser("ask", help="answer questions from a store")
-    p.add_argument("questions", nargs="+")
+    p.add_argument("questions", nargs="+", metavar="QUESTION", help="one or more questions, each answered in turn")
     p.add_argument("--json", action="store_true", help="print the whole Answer as JSON")
     p.add_argument("--temperature", type=float, help="0 for deterministic answers")
     add_decision(p)

@@ -82,29 +82,28 @@ READERS = ("neural", "rules")  # Config.reader: the trained extractive reader | 
 
 @dataclass(frozen=True)
 class Config:
-    """Every tunable of the pipeline. Derive variants with ``config.with_(field=value)``."""
+    """Every tunable of the pipeline. Derive variants with ``config.with_(field=value)``.
 
-    # -- which stages run. All on = the adaptive, cautious pipeline; the benchmarks switch them off
-    # one by one for the seeds' baselines (router=False and the rest off = the fixed-k baseline).
-    # "hybrid": the dense index and the full-text (BM25) index, fused (retrieve.py); "dense" | "lexical": one of
-    # them; "none": GPT-only, no context
+    Each field's comment is its meaning in the documentation's Config reference (generated from this source by
+    docs/reference_gen.py); why a default is what it is: docs/decisions/."""
+
+    # -- which stages run (all on: the adaptive, cautious pipeline; the benchmarks switch them off one by one)
+    # "hybrid": the dense and the full-text (BM25) search, fused; "dense" | "lexical": one of them; "none": no context
     retrieval: str = "hybrid"
     router: bool = True  # tier budgets from router.onnx (else fixed k = baseline_k, whole passages)
-    correction: bool = True
-    rerank: bool = True
+    correction: bool = True  # a weak best match on EASY/MEDIUM keeps correction_extra_k more passages
+    rerank: bool = True  # reorder MEDIUM/HARD passages by cosine, keyword and title overlap (the rerank_* weights)
     compression: bool = True  # dedupe + sentence-level compression to the tier's char budget
     cgr: bool = True  # decide RAG | GPT | REFUSE (else always GPT)
-    # Certified selective answering (certify.py) is the default: among answered questions the error is certified
-    # <= max_error_rate; the seeds' decision (certified=False) answered mostly wrong on SQuAD-2 (README "Decision layer").
-    certified: bool = True  # True: reader + calibrated threshold; False: the seeds' CGR (Eq. 1 tau, gate)
+    certified: bool = True  # True: reader + calibrated threshold (certified error); False: the seeds' CGR (Eq. 1 tau, gate)
     reader: str = "neural"  # "neural" (trained extractive reader, reader.onnx) | "rules" (EverydayGPT extractor)
 
-    # -- memory budget (MB) for the whole process; EverydayGPT runs in < 2 GB
-    memory_budget_mb: int = 2048
+    # -- memory
+    memory_budget_mb: int = 2048  # for the whole process: the plan fits n_ctx and the encoder batch into it, or refuses
     rss_per_stage: bool = False  # Answer.rss_mb after every stage (else one sample, "end"): costs time
 
-    # -- encoder (MiniLM ONNX): sentence-transformers uses max_seq_length 256
-    max_seq_len: int = 256
+    # -- encoder (MiniLM ONNX)
+    max_seq_len: int = 256  # tokens per text (sentence-transformers' max_seq_length for MiniLM)
     # Batches are bounded in padded tokens, not rows: ORT's arena grows with batch×seq (1.6 GB at 32×256).
     encode_batch_tokens: int = 2048
     threads: int = 0  # 0 = all cores (os.cpu_count())
@@ -113,81 +112,65 @@ class Config:
     passage_mode: str = "sentence"  # "sentence" (thesis) or "paragraph"
     min_sentence_chars: int = 20  # shorter fragments are merged into their neighbour
 
-    # -- retrieval (hnswlib, cosine space)
-    hnsw_m: int = 16
-    hnsw_ef_construction: int = 200
-    hnsw_ef_search: int = 64
+    # -- retrieval (hnswlib or pgvector HNSW, cosine space)
+    hnsw_m: int = 16  # graph degree of the HNSW index
+    hnsw_ef_construction: int = 200  # search breadth while building the graph
+    hnsw_ef_search: int = 64  # search breadth up to 1,000 vectors, widened per doubling beyond (hnsw.ef_for)
     baseline_k: int = 5  # the fixed-k baseline (thesis, LangChain-style)
-    # hybrid fusion (retrieve.py: cosine + lexical_weight / (fusion_k + BM25 rank)), chosen on train/val questions
-    # only by `python -m benchmarks.fusion` (20 SQuAD 1.1 train articles): the best SQuAD paragraph R@1 (dev
-    # train/val and SQuAD 1.1 train questions pooled: 0.803; reciprocal-rank fusion at its best 0.791, dense 0.715,
-    # BM25 with the context column 0.751) among settings whose HotpotQA both-supporting-in-top-5 is no worse than
-    # dense's (0.506 vs 0.448; README "Hybrid retrieval")
+    # hybrid fusion: each passage scores cosine + lexical_weight / (fusion_k + its BM25 rank) (docs/decisions/fusion.md)
     fusion_k: int = 1
-    lexical_weight: float = 0.4
-    # postings one lexical search scores at most (lexical.py): the passages holding the question's rarest words. On
-    # every SQuAD 1.1 train article indexed (92,182 sentence passages) 2,000 gives exact search's hybrid R@1 (0.717)
-    # at a quarter of its time; 1,000 is 0.7 ms faster at 0.3 points less (`python -m benchmarks.lexical_budget
-    # --real`; README "Hybrid retrieval")
+    lexical_weight: float = 0.4  # weight of the BM25 rank bonus in the hybrid fusion
+    # postings one lexical search scores at most: the passages holding the question's rarest words, ranked by all of
+    # them (docs/decisions/lexical-budget.md)
     lexical_budget: int = POSTINGS_BUDGET
 
     # -- router tiers
-    tiers: Tiers = DEFAULT_TIERS  # a plain dict is accepted and frozen into Tiers
+    tiers: Tiers = DEFAULT_TIERS  # each tier's passages, context characters, new tokens, rerank (a plain dict is frozen)
     fallback_tier: Tier = Tier.MEDIUM  # used (and recorded) when no router.onnx is available
     tier_override: Tier | None = None  # force one tier (oracle labelling, or "always HARD" kiosks)
 
-    # -- correction (thesis): low top-1 cosine on a non-HARD tier fetches more passages
-    correction_threshold: float = 0.52
-    correction_extra_k: int = 5
+    # -- correction (thesis)
+    correction_threshold: float = 0.52  # a top-1 cosine below this on a non-HARD tier is a weak match
+    correction_extra_k: int = 5  # passages a weak match adds
 
-    # -- rerank h(q, p) weights (ours; thesis names the three signals)
-    rerank_dense_weight: float = 0.6
-    rerank_lexical_weight: float = 0.3
-    rerank_title_weight: float = 0.1
+    # -- rerank h(q, p) weights (ours; the thesis names the three signals)
+    rerank_dense_weight: float = 0.6  # weight of the passage's cosine
+    rerank_lexical_weight: float = 0.3  # weight of its keyword overlap with the question
+    rerank_title_weight: float = 0.1  # weight of its title's overlap with the question
 
-    # -- compression: sentences below this relevance (compress.py: term overlap + 0.5 x cosine) are dropped even
-    # when the tier's budget has room; chosen on the router's train/val part (convert/train_router.py)
+    # -- compression and dedupe
+    # sentences below this relevance (term overlap + 0.5 x cosine) are dropped even when the tier's budget has room
+    # (chosen on the router's train/val part: docs/decisions/tiers.md)
     compression_floor: float = 0.3
+    dedupe_prefix_chars: int = 120  # passages whose first N normalised characters repeat are dropped (EverydayGPT)
 
-    # -- dedupe (EverydayGPT): passages whose first N normalised characters repeat are dropped
-    dedupe_prefix_chars: int = 120
-
-    # -- evidence gate (cautious-rag), a HEURISTIC of the seed path (certified=False): it bounds the top-k
-    # cosines of one query read in rank order, which are not i.i.d. draws, so its delta certifies nothing (gate.py).
+    # -- evidence gate of the seeds' path (certified=False): a heuristic, not a certificate (gate.py)
     gate: str = "betting"  # none | distance | hoeffding | azuma | bernstein | betting
-    gate_delta: float = 0.05
+    gate_delta: float = 0.05  # the bound's level (the top cosines are not i.i.d., so it certifies nothing)
     gate_threshold: float = 0.25  # tau_rel on r = clip(cosine, 0, 1): a threshold on how high the top cosines are
     gate_max_n: int = 20  # cosines the gate may look at (one knn query; sequential gates stop earlier)
     azuma_c: float = 1.0  # bound on martingale differences: 1 is the only value [0, 1] scores guarantee
 
     # -- certified selective answering: among answered questions error <= max_error_rate w.p. >= 1 - delta
-    # alpha: calibrate's rule (the smallest alpha certified at delta 0.05 answering >= 25% of calibration) gives 0.4
-    # with the second-stage reader and the cosine blend (26.6% answered, 35.2% wrong; 0.5 answers 45.3%, 46.4% wrong:
-    # README "Decision layer"). Lower it only after calibrating a better reader.
+    # alpha, by the rule written into convert/calibrate.py (the smallest alpha certified at delta 0.05 answering
+    # >= 25% of calibration; docs/decisions/default-alpha.md). Lower it only after calibrating a better reader.
     max_error_rate: float = 0.4
-    delta: float = 0.05
-    # What the neural reader reads: the top `reader_passages` hits, each widened by `reader_window` sentences either
-    # side (same document). Chosen on reader-val by `python -m benchmarks.reader_sweep` (README "The extractive
-    # reader") for the most right answers among the best-scored 25% of questions (what an alpha can answer):
-    # 1 hit +-3 sentences, 0.582 against 0.505 for +-1 with the previous reader; with the shipped one the windows are
-    # within noise there (+-1/+-2/+-3: 61/61/58 of 91) and +-3 has the best candidate F1. More hits add F1 but rank
-    # right from wrong worse.
-    reader_passages: int = 1
-    reader_window: int = 3
+    delta: float = 0.05  # the certificate holds with probability >= 1 - delta over the calibration draw
+    reader_passages: int = 1  # the search's top hits the neural reader reads (docs/decisions/reader-window.md)
+    reader_window: int = 3  # each hit widened by this many sentences either side (same document)
 
-    # -- confidence-gated routing (EverydayGPT Def. 2). Distances are squared L2, d = 2 - 2 s, as the seeds'
-    # FAISS IndexFlatL2; the certified path uses the out-of-domain floor of the calibration file instead.
+    # -- confidence-gated routing of the seeds' path (EverydayGPT Def. 2); distances d = 2 - 2 cosine
     refuse_distance: float = 1.5  # delta_d: d_min above this is out of domain (cosine < 0.25)
     gpt_distance: float = 1.0  # GPT path only when d_min <= this (cosine >= 0.5)
     rag_confidence: float = 0.5  # tau: extractive answer accepted when c >= tau
 
     # -- generation (EverydayGPT §4.3)
-    top_k: int = 50
+    top_k: int = 50  # sample from the 50 likeliest tokens (0: the whole vocabulary)
     temperature: float = 0.4  # 0 for benchmarks / deterministic runs
     repeat_ngram: int = 3  # sliding-window n-gram repetition detector
     repeat_window: int = 48  # tokens the detector looks back over
-    n_ctx: int = 1024
-    seed: int = 0
+    n_ctx: int = 1024  # the largest llama.cpp context the memory plan may choose (it tries powers of two below it too)
+    seed: int = 0  # sampling seed
 
     # -- cache
     cache_size: int = 256  # answers kept (LRU); 0 turns the cache off

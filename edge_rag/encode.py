@@ -23,8 +23,7 @@ def session_options(threads: int) -> ort.SessionOptions:
     Each session has its own pool of ``threads`` workers, and by default a worker spins on its core for a while after
     its work instead of sleeping. A question runs three sessions in a row (encoder, router, reader): on 2 cores the
     reader's workers then competed with the encoder's still-spinning ones, and the read stage took twice its
-    compute: ``ask`` p50 40.5 ms with spinning, 19-22 ms without (150 SQuAD test questions; README "Decision layer",
-    Latency). Outputs do not change, only when the workers sleep."""
+    compute (docs/decisions/ort-spinning.md). Outputs do not change, only when the workers sleep."""
     opts = ort.SessionOptions()
     opts.enable_cpu_mem_arena = False
     opts.intra_op_num_threads = threads or (os.cpu_count() or 1)
@@ -80,7 +79,7 @@ class Encoder:
     def encode_alone(self, texts: Sequence[str]) -> np.ndarray:
         """``encode``, each text in a batch of its own, as the pipeline encodes a question: an int8 model scales its
         activations by the largest value in the whole batch, so a vector shifts with the texts batched with it
-        (cosine ~0.992 on SQuAD questions; README "The int8 encoder on other CPUs")."""
+        (docs/decisions/int8-scheme.md)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, text in enumerate(texts):
             out[i] = self.encode_one(text)

@@ -15,7 +15,7 @@ least the rarest word; ``Config.lexical_budget``), and every word still scores t
 SQuAD 1.1 train article indexed (92,182 sentence passages with their context column) and 2,000 questions of the
 articles ``benchmarks.fusion`` tunes on: nothing at 2,000 postings (hybrid R@1 0.717, as exact search), 0.3 points at
 1,000 (0.714), 0.5 at 500; hybrid p50 3.33 ms at 2,000, 2.65 at 1,000, 12.83 exact (``python -m
-benchmarks.lexical_budget --real``; README "Hybrid retrieval"). A store smaller than the budget is searched exactly.
+benchmarks.lexical_budget --real``; docs/decisions/lexical-budget.md). A store smaller than the budget is searched exactly.
 Each store remembers its words' postings (``Postings``) until its next commit: a question's words are counted once.
 """
 from __future__ import annotations

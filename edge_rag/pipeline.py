@@ -186,8 +186,9 @@ class EdgeRAG:
             return self._generator
 
     def ask(self, question: str) -> Answer:
-        """Answer one question: cache → encode → route → retrieve (+ correct) → rerank → dedupe →
-        compress → evidence gate → extract → CGR: RAG | GPT (generate) | REFUSE."""
+        """Answer one question: cache → encode → retrieve → route (+ correct) → rerank → dedupe + compress →
+        read → certify: RAG | GPT (generate) | REFUSE (the seeds' path: evidence gate → extract → CGR instead of
+        read → certify)."""
         *_, final = self.ask_stream(question)
         return final.answer
 

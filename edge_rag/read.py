@@ -34,9 +34,8 @@ class Candidate:
     def features(self, question: str, passages: Sequence[Passage]) -> dict[str, float]:
         """The combiner's inputs (certify.FEATURES). d_min = 2 - 2 s_max is the top cosine in another unit,
         so only the cosine is used. overlap@1 is the router's: how much of the question the top hit's best
-        sentence covers (a hit on the article's topic vs one holding the asked-about names); on reader-val it
-        raised the share of right answers among the 20% best scored from 0.50 to 0.58 (5-fold CV, an ad-hoc
-        script; the calibration split moved less: README). negated: whether the question holds a negation cue
+        sentence covers (a hit on the article's topic vs one holding the asked-about names; chosen on reader-val:
+        docs/decisions/score-inputs.md). negated: whether the question holds a negation cue
         (extract.question.negated: the reader answers "what is not X?" as "what is X?")."""
         top = max((p.score for p in passages), default=0.0)
         overlap = float(profile(question, passages)[PROFILE.index("overlap@1")])

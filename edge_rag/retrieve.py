@@ -10,8 +10,8 @@ the int8 MiniLM 73%. Kiosk visitors paraphrase more than SQuAD's crowdworkers, s
 over the passages of both lists (no bonus for one BM25 did not list; a lexical-only hit gets its exact cosine from
 the stored vector). Unlike reciprocal-rank fusion of both ranks (the fusion before), the size of a cosine counts,
 not only its rank: a passage well ahead in cosine keeps its place against one BM25 ranks a little higher. The
-form and weights were chosen on train/val articles only (``python -m benchmarks.fusion``; README "Hybrid
-retrieval"). Every passage of the list keeps its cosine as ``score`` (what the router, correction, rerank and the
+form and weights were chosen on train/val articles only (``python -m benchmarks.fusion``;
+docs/decisions/fusion.md). Every passage of the list keeps its cosine as ``score`` (what the router, correction, rerank and the
 decision read), its BM25 score as ``lexical`` and ``fused``. Lexical mode keeps BM25's order (fused = the bonus
 alone). The out-of-domain distance stays dense: ``nearest`` is the dense search's best passage, since a shared
 word is no evidence that a question is in domain.

@@ -44,12 +44,13 @@ _ADDED_COLUMNS = {"documents": {"sha": "TEXT", "complete": "INTEGER NOT NULL DEF
 FTS_TABLE = "passages_fts"
 # Each commit merges the full-text index's segments, at least as many pages as it changes passages (a passage is
 # ~0.05 page): the index stays about one segment, which searches faster than the several that loads and automerge
-# leave (100k passages: lexical p50 1.74 -> 1.47 ms, README "Hybrid retrieval"), at ~30 ms per 500 pages merged.
+# leave, at ~30 ms per 500 pages merged.
 FTS_MERGE_MIN_PAGES = 64
 TITLE_WEIGHT = 0.5  # BM25 weight of a passage's title against its text (1.0)
 # A passage's context: the text of the passages of its document within CONTEXT_NEIGHBOURS positions, indexed beside
 # its own text at CONTEXT_WEIGHT. A sentence holds few of a question's words, the ones around it often hold the rest:
-# pooled train/val R@1 0.756 -> 0.789, HotpotQA both-in-top-5 no worse (`python -m benchmarks.context_index`; README).
+# pooled train/val R@1 0.756 -> 0.789, HotpotQA both-in-top-5 no worse (`python -m benchmarks.context_index`;
+# docs/decisions/context-column.md).
 CONTEXT_NEIGHBOURS = 2
 CONTEXT_WEIGHT = 0.5
 _FTS_TRIGGERS = ("passages_fts_insert", "passages_fts_delete", "passages_fts_update")

@@ -1,7 +1,6 @@
 """Threads that run a part of one search beside the caller: hnswlib and SQLite let go of the GIL while they search,
 so on a device with a spare core a question's dense and full-text searches overlap instead of adding up
-(``retrieve.search``). At 100k passages that took a hybrid search from 3.05 to 2.51 ms p50 on the 2-core box (a
-paired ad-hoc run; README "Benchmarks", full-text index at scale).
+(``retrieve.search``; `python -m benchmarks.scale_backends` measures the hybrid search at scale).
 
 There are few threads (each costs RSS: a stack, a malloc arena); a part that finds them all busy runs in its
 caller's thread, so no question waits for another's parts.

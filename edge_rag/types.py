@@ -60,39 +60,37 @@ class PassageRef:
 class Answer:
     """Everything one ``ask`` did: the answer, why it was routed so, and what it cost."""
 
-    question: str
-    answer: str | None
-    route: Route
-    tier: Tier
+    question: str  # as answered: white space and control characters normalised
+    answer: str | None  # None when refused
+    route: Route  # RAG (a span of the documents), GPT (generated) or REFUSE
+    tier: Tier  # the budget tier the router chose
     confidence: float = 0.0  # extraction confidence c (Eq. 1)
     lower_bound: float = float("nan")  # evidence gate's lower confidence bound L
     threshold: float = float("nan")  # evidence gate's tau_rel
-    d_min: float = float("nan")
-    passages: list[PassageRef] = field(default_factory=list)
-    context_chars: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    timings_ms: dict[str, float] = field(default_factory=dict)
+    d_min: float = float("nan")  # squared distance 2 - 2 cosine to the nearest passage of the dense search
+    passages: list[PassageRef] = field(default_factory=list)  # the passages used: id, title, cosine
+    context_chars: int = 0  # characters of the compressed context
+    prompt_tokens: int = 0  # tokens the generator read (0: no LLM call)
+    completion_tokens: int = 0  # tokens it generated
+    timings_ms: dict[str, float] = field(default_factory=dict)  # milliseconds per stage (total_ms: their sum)
     rss_mb: dict[str, float] = field(default_factory=dict)  # {"end": MB}, or per stage with Config.rss_per_stage
-    corrected: bool = False
-    cache_hit: bool = False
-    peak_rss_mb: float = 0.0
-    refusal_reason: str | None = None
+    corrected: bool = False  # a weak best match fetched more passages
+    cache_hit: bool = False  # answered from the answer cache
+    peak_rss_mb: float = 0.0  # the process's peak resident memory so far
+    refusal_reason: str | None = None  # why it was refused, in words a person can read
     n_evidence: int = 0  # passages the evidence gate looked at
     tier_fallback: bool = False  # True when no router was available and the config's tier was used
     context: str = ""  # the compressed context the answer was drawn from
-    # -- certified selective answering (certify.py): the question's score, the (alpha, delta) asked for, the
-    # threshold they certify and the calibration figures behind it (error among answered <= alpha w.p. 1 - delta
-    # over exchangeable calibration questions; not a per-question guarantee). NaN / 0 when not certified.
-    score: float = float("nan")
+    # -- the certificate (certify.py): error among answered <= alpha w.p. 1 - delta; NaN / 0 when not certified
+    score: float = float("nan")  # the candidate's score (a logistic combiner): answered when >= score_threshold
     candidate: str | None = None  # the reader's answer before the decision (kept when refused)
     features: dict[str, float] = field(default_factory=dict)  # what the score was computed from
-    alpha: float = float("nan")
-    delta: float = float("nan")
-    score_threshold: float = float("nan")
-    n_cal: int = 0
-    cal_coverage: float = float("nan")
-    cal_error: float = float("nan")
+    alpha: float = float("nan")  # the error bound asked for (Config.max_error_rate)
+    delta: float = float("nan")  # the certificate holds with probability >= 1 - delta
+    score_threshold: float = float("nan")  # the threshold certified at (alpha, delta): answered when score >= it
+    n_cal: int = 0  # calibration questions the certificate was counted on
+    cal_coverage: float = float("nan")  # share of them answered at the threshold
+    cal_error: float = float("nan")  # error among those answered
 
     @property
     def confident(self) -> bool:

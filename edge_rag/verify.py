@@ -99,7 +99,7 @@ def cpu_features() -> str:
 
 
 def cpu_label() -> str:
-    """Architecture and best SIMD level (e.g. ``x86_64 AVX2``), for messages and the README table."""
+    """Architecture and best SIMD level (e.g. ``x86_64 AVX2``), for messages and reports."""
     arch, feats = cpu_features().split(":", 1)
     best = next((f for f in ("AVX512VNNI", "AVX512F", "AVX2", "AVX", "SSE42", "ASIMDDP", "ASIMD", "NEON")
                  if f in feats.split(",")), "")

@@ -93,7 +93,7 @@ def test_a_file_too_big_for_the_budget_is_refused_before_encoding(tmp_path, bund
         assert rag.store.count == 0
 
 
-if __name__ == "__main__":  # the README's 50 MB / 500 MB measurements: python tests/test_bigfile.py --mb 500
+if __name__ == "__main__":  # big files by hand: python tests/test_bigfile.py --mb 500
     import argparse
     import tempfile
     from pathlib import Path

@@ -64,7 +64,7 @@ def ask(page, question: str) -> None:
 
 
 def small_text(page) -> list:
-    """Visible elements holding text whose computed size is under the README's 17 px."""
+    """Visible elements holding text whose computed size is under the 17 px the kiosk guide promises (docs/guides/kiosk.md)."""
     return page.evaluate("""() => [...document.querySelectorAll('body *')]
         .filter(e => e.getClientRects().length && [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()))
         .map(e => [e.tagName + '#' + e.id + '.' + e.className, parseFloat(getComputedStyle(e).fontSize)])

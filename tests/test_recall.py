@@ -59,7 +59,7 @@ def test_embedded_store_finds_the_document_after_a_near_duplicate_load(neardup_r
 
 
 def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_rag, pg_url):  # noqa: F811
-    """The same passages and vectors in a fresh pgvector store, bulk-loaded as the README advises (its HNSW
+    """The same passages and vectors in a fresh pgvector store, bulk-loaded as docs/guides/fleet.md advises (its HNSW
     index dropped, the batches added, the index built again with the store's M and ef_construction): inserting
     through the index row by row took 5.6 minutes here."""
     import psycopg

@@ -95,7 +95,7 @@ def upload_while_asking(bundle_dir, sample_db, tmp_path, text: bytes, every: int
     return run
 
 
-if __name__ == "__main__":  # the README's 20 MB figure: python tests/test_serve_load.py --mb 19
+if __name__ == "__main__":  # docs/decisions/store-commit.md: python tests/test_serve_load.py --mb 19
     import argparse
     import tempfile
     from pathlib import Path

@@ -95,7 +95,7 @@ def test_foreign_origin_or_host_changes_nothing(servers, headers):
 
 def test_json_id_overwrite_needs_the_token(servers):
     """Replacing a stored document by id is a write like any other: 401 without the Bearer token; with it,
-    the record replaces the document (the README says which ids a client may overwrite)."""
+    the record replaces the document (docs/reference/http.md says which documents a writer replaces)."""
     url, rag, _, _ = servers
     for auth in ({}, {"authorization": "test-write-token"}, {"authorization": "Bearer wrong"}):
         r = httpx.post(f"{url}/api/documents", files=_forged_upload(rag), headers=auth, timeout=T)

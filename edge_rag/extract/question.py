@@ -146,7 +146,7 @@ def negated(question: str) -> bool:
     SQuAD 1.1, whose questions seldom negate (2.3%), and SQuAD-2 writes many of its unanswerable questions as an
     answerable one with a "not" or "never" put in, which the reader answers with the positive question's span:
     a cue is in 12% of the reader-train dev articles' unanswerable questions (0-34% by article) and 1.4% of their
-    answerable ones (counted over the data files; README "Decision layer"). The certified score reads it
+    answerable ones (counted over the data files; docs/decisions/score-inputs.md). The certified score reads it
     (certify.FEATURES)."""
     return _NEGATION.search(question) is not None
 

@@ -4,7 +4,7 @@
     GET  /api/health          bundle, corpus size, memory plan, memory now, generation line, the decision (health.py)
     GET  /api/kiosk           suggested questions, page settings, and which certificate decides the answers
     POST /api/ask             {"question": "..."} → the Answer JSON (+ "sources": title and passage text)
-    GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or error)
+    GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or failed)
     POST /api/documents       multipart files (.txt .md .json .jsonl .pdf .html): 202 + an indexing job;
                               with "Accept: text/event-stream" it streams the job's progress instead
     DELETE /api/documents/{id} remove one document: 202 + a job

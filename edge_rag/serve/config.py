@@ -19,12 +19,12 @@ class ServeConfig:
     max_question_chars: int = 500  # a kiosk question; the pipeline's own hard limit is higher
     max_body_bytes: int = 16 * 1024  # JSON bodies of /api/ask
     max_upload_bytes: int = 20 * 2**20  # one upload request, all files together
-    max_upload_files: int = 20
+    max_upload_files: int = 20  # files in one upload request
     question_timeout_s: float = 60.0  # from arrival to answer, waiting for the generator included
     max_queue: int = 8  # GPT-route questions waiting behind the running generation; more get 503
     idle_reset_s: int = 90  # the page clears itself after this long without a touch
     suggestions: int = 6  # suggested questions on the page
-    title: str = "Ask me anything about this place"
+    title: str = "Ask me anything about this place"  # heading of the kiosk page
     keepalive_s: float = 15.0  # an SSE comment this often while a stream waits (queue, prompt evaluation)
     shutdown_grace_s: float = 10.0  # on SIGTERM/Ctrl-C: how long open streams may take to finish
     question_log: str | None = None  # append accepted questions here, for `edge-rag calibrate` (question_log.py)
