@@ -9,12 +9,15 @@ by ts_rank_cd instead of BM25, written to edge_rag/assets/calibration-pgvector.j
 1. Every reader-val, calibration and OOD-calibration question runs through the real pipeline
    (``EdgeRAG.decide`` with ``Config(temperature=0, cache_size=0, reader=...)``) without a calibration, which
    records the reader's candidate answer, its features and d_min = 2 - 2 s_max (squared L2).
-2. Combiner, fitted on reader-val only: L2-regularised logistic regression of "the candidate is right"
-   (answerable and F1 >= 0.5) on certify.FEATURES; the score grid is its reader-val score quantiles
-   (strict → permissive, from 10% reader-val coverage), fixed before the calibration split is looked at.
-3. Out-of-domain floor, from OOD-calibration and reader-val questions only (so the calibration split stays
+   The model-selection set's questions (splits.json ``reader_select``: 30 train articles no reader trained on) run
+   the same way over a store of their own articles.
+2. Combiner, fitted on the validation questions (reader-val and the model-selection set, ~4,900; reader-val alone,
+   364, moved alpha 0.4's coverage by about ±4 points): L2-regularised logistic regression of "the candidate is
+   right" (answerable and F1 >= 0.5) on certify.FEATURES; the score grid is their score quantiles
+   (strict → permissive, from 10% validation coverage), fixed before the calibration split is looked at.
+3. Out-of-domain floor, from OOD-calibration and validation questions only (so the calibration split stays
    untouched for step 4): the most permissive squared distance at which the whole decision (floor, then the
-   reader-val threshold for DESIGN_ALPHA) refuses OOD_REFUSE of the OOD-calibration questions. Its in-domain
+   validation threshold for DESIGN_ALPHA) refuses OOD_REFUSE of the OOD-calibration questions. Its in-domain
    cost is reported on the calibration split.
 4. Calibration split: per threshold, questions answered (within the floor, a candidate, score >= t) and
    errors among them (F1 < 0.5, or any answer to an unanswerable question).
@@ -40,6 +43,7 @@ from tqdm import tqdm
 from benchmarks import data, splits
 from benchmarks.pgserver import admin_url
 from benchmarks.scale_backends import fresh_database
+from convert import reader_data
 from convert.calibrate_report import report
 from edge_rag import Config, EdgeRAG
 from edge_rag.bundle import Bundle
@@ -57,9 +61,9 @@ from evaluation.datasets import QAItem
 OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse
 DESIGN_ALPHA = Config().max_error_rate  # the alpha the floor is chosen for: the default one
 GRID_POINTS = 200  # thresholds in the fixed sequence
-# The sequence starts at the score that answers 10% of reader-val, not at the very top: a threshold that
+# The sequence starts at the score that answers 10% of validation, not at the very top: a threshold that
 # answers a handful of calibration questions cannot certify any useful alpha, and fixed-sequence testing
-# stops at its first failure. The start is fixed on reader-val, before calibration is looked at.
+# stops at its first failure. The start is fixed on validation, before calibration is looked at.
 GRID_START_COVERAGE = 0.1
 L2 = 1.0  # ridge on the standardised combiner weights
 ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7)  # reported in the summary
@@ -85,8 +89,9 @@ def collect(rag: EdgeRAG, items: list[QAItem], label: str) -> list[dict]:
     return rows
 
 
-def collect_all(rag: EdgeRAG, parts: dict[str, list[QAItem]], reader: str) -> dict[str, list[dict]]:
-    return {name: collect(rag, qs, f"{reader}/{name}") for name, qs in parts.items()}
+def collect_all(parts: dict[str, tuple[EdgeRAG, list[QAItem]]], reader: str) -> dict[str, list[dict]]:
+    """Each part's rows, asked of its own store."""
+    return {name: collect(rag, qs, f"{reader}/{name}") for name, (rag, qs) in parts.items()}
 
 
 def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict],
@@ -135,7 +140,7 @@ def scores(rows: list[dict], combiner: Combiner, floor: float) -> np.ndarray:
 
 
 def grid(val_scores: np.ndarray) -> np.ndarray:
-    """Thresholds strict → permissive: reader-val score quantiles from GRID_START_COVERAGE of the questions
+    """Thresholds strict → permissive: validation score quantiles from GRID_START_COVERAGE of the questions
     answered down to all of them, then 0 (answer every candidate)."""
     finite = val_scores[np.isfinite(val_scores)]
     top = 1 - GRID_START_COVERAGE * val_scores.size / max(finite.size, 1)
@@ -144,7 +149,7 @@ def grid(val_scores: np.ndarray) -> np.ndarray:
 
 
 def choose_floor(ood: list[dict], val: list[dict], combiner: Combiner) -> float:
-    """The most permissive OOD-quantile floor at which floor + reader-val threshold refuse OOD_REFUSE of OOD."""
+    """The most permissive OOD-quantile floor at which floor + validation threshold refuse OOD_REFUSE of OOD."""
     for share in np.arange(0.50, 1.0, 0.01):  # floors from permissive to strict
         floor = float(np.quantile([r["d_min"] for r in ood], 1 - share))
         val_scores = scores(val, combiner, floor)
@@ -172,6 +177,31 @@ def measure_gpt(rag: EdgeRAG, rows: list[dict], items: dict[str, QAItem], ood: l
     return len(picked), errors
 
 
+def selection_file(cache: Path) -> Path:
+    """The model-selection set as a SQuAD-2 file (written once into ``cache``): every SQuAD 1.1 paragraph of its 30
+    articles as the corpus, its answerable questions (SQuAD 1.1's) and real unanswerables on their paragraphs."""
+    questions = reader_data.reader_select(None)
+    held = {q.context for q in questions}
+    squad11 = reader_data.squad_questions(reader_data.SQUAD11_TRAIN, None)
+    article_of = {q.context: q.article for q in squad11}
+    articles = {article_of[c] for c in held}
+    paragraphs: dict[str, dict[str, list[dict]]] = {}  # article -> paragraph -> its questions, in file order
+    for q in squad11:
+        if q.article in articles:
+            paragraphs.setdefault(q.article, {}).setdefault(q.context, [])
+    for q in questions:
+        paragraphs[article_of[q.context]][q.context].append(
+            {"id": q.id, "question": q.question, "is_impossible": q.answer_start < 0,
+             "answers": [{"text": a, "answer_start": q.answer_start} for a in q.answers[:1]]})
+    text = json.dumps({"version": "reader_select", "data": [
+        {"title": a, "paragraphs": [{"context": c, "qas": qas} for c, qas in ps.items()]} for a, ps in paragraphs.items()]})
+    path = cache / f"reader-select-{hashlib.sha256(text.encode()).hexdigest()[:10]}.json"
+    if not path.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     bundle = Bundle.load(args.bundle or default_bundle(args.profile))
     used = reader_path(bundle) if "neural" in args.readers else READER_ASSET
@@ -179,29 +209,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: calibrating {used}, which differs from the shipped {READER_ASSET} "
               "(after `make reader`, run `make models` or `make calibrate` so the bundle holds the new reader)")
     base = Config(temperature=0.0, cache_size=0, certified=True)
-    with calibration_store(args, bundle, base) as (db, items):
-        return calibrate(args, bundle, base, db, items)
+    with (calibration_store(args, bundle, base, args.squad, "edge_rag_calibrate") as (db, items),
+          calibration_store(args, bundle, base, selection_file(args.index_cache), "edge_rag_select") as select):
+        return calibrate(args, bundle, base, db, items, select)
 
 
 @contextlib.contextmanager
-def calibration_store(args: argparse.Namespace, bundle: Bundle, base: Config) -> Iterator[tuple[str, list[QAItem]]]:
-    """Every context of the SQuAD file in one store of ``args.backend``, and the file's questions: the embedded
-    pooled index (built once, then reused), or a fresh PostgreSQL database (``$EDGE_RAG_PG_URL``'s server, else a
-    throw-away one) indexed with the same documents."""
+def calibration_store(args: argparse.Namespace, bundle: Bundle, base: Config, squad: Path,
+                      name: str) -> Iterator[tuple[str, list[QAItem]]]:
+    """Every context of the SQuAD file ``squad`` in one store of ``args.backend``, and the file's questions: the
+    embedded pooled index (built once, then reused), or a fresh PostgreSQL database ``name`` (``$EDGE_RAG_PG_URL``'s
+    server, else a throw-away one) indexed with the same documents."""
     if args.backend == "embedded":
-        db, items = data.pooled_index("squad", args.squad, bundle, base, args.index_cache)
+        db, items = data.pooled_index("squad", squad, bundle, base, args.index_cache)
         yield str(db), items
         return
-    ds = data.load("squad", args.squad, None, 0, "all")  # what pooled_index indexes, and its questions
+    ds = data.load("squad", squad, None, 0, "all")  # what pooled_index indexes, and its questions
     with admin_url() as admin:
-        url = fresh_database(admin, "edge_rag_calibrate")
+        url = fresh_database(admin, name)
         with EdgeRAG(url, bundle=bundle.root, config=base) as rag:
             rag.add_documents(ds.documents, progress=True)
         yield url, ds.items
 
 
-def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, items: list[QAItem]) -> int:
-    """Steps 1-5 of the module docstring over the store ``db``; writes ``args.out`` and its report."""
+def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, items: list[QAItem],
+              select: tuple[str, list[QAItem]]) -> int:
+    """Steps 1-5 of the module docstring over the store ``db`` (and the model-selection set's store and questions,
+    ``select``); writes ``args.out`` and its report."""
     val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")
     ood = splits.ood_questions("calibration", data.OOD_FILE)
     ood = [ood[i] for i in sorted(np.random.default_rng(SEED).permutation(len(ood))[: args.ood_sample])]
@@ -209,23 +243,28 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
     out: dict = {"readers": {}, "source": {
         "command": "python -m convert calibrate" + (f" --backend {args.backend}" if args.backend != "embedded" else ""),
         "backend": args.backend, "splits": "edge_rag/assets/splits.json", "corpus": str(args.squad),
-        "n_reader_val": len(val), "n_calibration": len(cal), "n_ood_calibration": len(ood),
+        "n_reader_val": len(val), "n_select": len(select[1]), "n_calibration": len(cal), "n_ood_calibration": len(ood),
         "ood_refuse_target": OOD_REFUSE, "config": repr(base), "encoder": encoder_identity(bundle)}}
     gpt: tuple[int, int] | None = None
     for reader in args.readers:
-        with EdgeRAG(db, bundle=bundle.root, config=base.with_(reader=reader)) as rag:
+        config = base.with_(reader=reader)
+        with EdgeRAG(db, bundle=bundle.root, config=config) as rag, \
+                EdgeRAG(select[0], bundle=bundle.root, config=config) as select_rag:
             rag.certified.record_only()
-            parts = {"reader_val": val, "calibration": cal, "ood": ood}
-            rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, rag, parts, reader), args.backend)
+            select_rag.certified.record_only()
+            parts = {"reader_val": (rag, val), "select": (select_rag, select[1]), "calibration": (rag, cal),
+                     "ood": (rag, ood)}
+            rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, parts, reader), args.backend)
             if gpt is None and args.gpt_sample:
                 # generations are cached with the rows: re-fitting after a default change does not generate again
                 measure = partial(measure_gpt, rag, rows["calibration"], by_id, rows["ood"], rows["reader_val"],
                                   args.gpt_sample)
                 gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}", bundle, measure, args.backend))
-        fit = [r for r in rows["reader_val"] if r["candidate"]]
+        validation = rows["reader_val"] + rows["select"]
+        fit = [r for r in validation if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))
-        floor = choose_floor(rows["ood"], rows["reader_val"], combiner)
-        cal_in, thresholds = rows["calibration"], grid(scores(rows["reader_val"], combiner, math.inf))
+        floor = choose_floor(rows["ood"], validation, combiner)
+        cal_in, thresholds = rows["calibration"], grid(scores(validation, combiner, math.inf))
         cal_scores, cal_wrong = scores(cal_in, combiner, floor), np.array([r["wrong"] for r in cal_in])
         table = RiskTable.count(cal_scores, cal_wrong, thresholds)
         unanswerable = np.array([not r["answerable"] for r in cal_in])

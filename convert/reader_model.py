@@ -6,6 +6,7 @@ decoded exactly as ``edge_rag.reader.Reader`` decodes them on the device, so the
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -106,18 +107,21 @@ def score_reads(read: Read, seed: int, select_sample: int | None) -> dict:
     """reader-val: HasAns F1/EM on gold paragraphs, and margins on answerable vs no-answer inputs (real
     unanswerables, another paragraph of the article); ``select``: the model-selection set's answerable vs real
     unanswerable questions (a seeded sample of ``select_sample`` per kind, None = all)."""
-    def row(q: D.Question, title: str, context: str, kind: str | None = None) -> dict:
-        text, margin = read(q.question, title, context)
-        kind = kind or ("answerable" if q.answer_start >= 0 else "impossible")
-        answers = list(q.answers) if kind == "answerable" else []
-        return {"id": q.id, "kind": kind, "source": q.source, "margin": margin, "text": text,
-                "f1": best_f1(text, answers) if answers else 0.0, "em": best_em(text, answers) if answers else 0.0}
-
+    row = partial(read_row, read)
     val = D.reader_val()
     rows = [row(q, q.title, q.context) for q in val]
     rows += [row(q, title, context, "other_paragraph") for q, title, context in D.negative_pairs(val, seed)]
     select = [row(q, q.title, q.context) for q in D.reader_select(select_sample, seed)]
     return {"rows": rows, **summarise(rows), "select": summarise(select), "select_rows": select}
+
+
+def read_row(read: Read, q: D.Question, title: str, context: str, kind: str | None = None) -> dict:
+    """One scored read of ``q`` on a paragraph (its gold one unless ``kind`` says otherwise)."""
+    text, margin = read(q.question, title, context)
+    kind = kind or ("answerable" if q.answer_start >= 0 else "impossible")
+    answers = list(q.answers) if kind == "answerable" else []
+    return {"id": q.id, "kind": kind, "source": q.source, "margin": margin, "text": text,
+            "f1": best_f1(text, answers) if answers else 0.0, "em": best_em(text, answers) if answers else 0.0}
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.splits import SPLITS_FILE
 from convert import reader as X
 from convert import reader_data as D
 from convert import reader_model as M
@@ -94,14 +95,19 @@ def qemu_parity(ref_file: Path, onnx: Path, tok_path: Path) -> dict:
     return {"cpu": "qemu-x86_64 -cpu Haswell", **json.loads(lines[-1])}
 
 
-def evaluate_onnx(onnx: Path, tok_path: Path, seed: int) -> dict:
-    """reader-val and the whole model-selection set through the device path (``edge_rag.reader.Reader``)."""
+def onnx_read(onnx: Path, tok_path: Path) -> M.Read:
+    """Reads through the device path (``edge_rag.reader.Reader``), one gold paragraph at a time."""
     reader = Reader(onnx, tok_path)
 
     def read(question: str, title: str, context: str) -> tuple[str | None, float]:
         span = reader.read(question, [Passage(0, "", title, context)])
         return span.text, span.margin
-    return M.score_reads(read, seed, None)
+    return read
+
+
+def evaluate_onnx(onnx: Path, tok_path: Path, seed: int) -> dict:
+    """reader-val and the whole model-selection set through the device path."""
+    return M.score_reads(onnx_read(onnx, tok_path), seed, None)
 
 
 def measure_latency(onnx: Path, tok_path: Path) -> dict:
@@ -216,8 +222,13 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
 
 
 def _score(args: argparse.Namespace) -> int:
-    result = evaluate_onnx(args.onnx, M.model_dir() / "tokenizer.json", args.seed)
-    print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "select_rows")}, indent=1))
+    tok_path = M.model_dir() / "tokenizer.json"
+    result = {k: v for k, v in evaluate_onnx(args.onnx, tok_path, args.seed).items() if k not in ("rows", "select_rows")}
+    if args.test:  # reported only: nothing is chosen on it
+        read = onnx_read(args.onnx, tok_path)
+        test = D.squad_questions(D.SQUAD_DEV, tuple(json.loads(SPLITS_FILE.read_text())["squad"]["test"]))
+        result["test"] = M.summarise([M.read_row(read, q, q.title, q.context) for q in test])
+    print(json.dumps(result, indent=1))
     return 0
 
 
@@ -227,4 +238,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "paragraphs) on reader-val and on all of the model-selection set (splits.json reader_select).")
     p.add_argument("--onnx", type=Path, default=READER_ASSET)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--test", action="store_true", help="also the SQuAD test split's questions on their gold paragraph")
     p.set_defaults(func=_score)
