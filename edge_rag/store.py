@@ -39,7 +39,7 @@ import hnswlib
 import numpy as np
 
 from . import hnsw, store_db, writer_lock
-from .errors import StoreError
+from .errors import DiskFullError, StoreError, is_disk_full
 from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .lexical import POSTINGS_BUDGET
@@ -259,13 +259,17 @@ class Store:
                 for label in gone:  # only now: removed passages stay searchable until their commit
                     self.index.mark_deleted(label)
             self._step("committed")
-        except BaseException:
+        except BaseException as exc:
             if new_file is not None and not committed:
                 with contextlib.suppress(FileNotFoundError):
                     (self.folder / new_file).unlink()
             with self._lock:  # drop in-memory changes
                 self.index, self.index_file, self._version = self._load_committed()
                 self._pending_from = None
+            if is_disk_full(exc):
+                raise DiskFullError(f"the disk holding the store {self.folder} is full: this change was not "
+                                    "stored (what the store held before is intact); free some space and try "
+                                    "again") from None
             raise
         if old_file is not None:
             with contextlib.suppress(FileNotFoundError):
