@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import ingest
 from .errors import InputError, check_str
+from .parse_child import Parser
 from .text import split_sentences
 from .types import Document
 
@@ -34,6 +35,7 @@ _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not 
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
 PARAGRAPH_WINDOW_CHARS = 1 << 16
 _HASH_SLICE_CHARS = 1 << 20
+PARSER = Parser()  # the PDF/HTML parse children of this process (a server has its own, stopped at shutdown)
 
 log = logging.getLogger("edge_rag")
 
@@ -113,14 +115,14 @@ def _warn_skip(path: Path, reason: str) -> None:
     warnings.warn(f"skipped {path}: {reason}", stacklevel=3)
 
 
-def read_documents(path: Path) -> list[Document]:
+def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
     """Documents in one file, each recording the file as its source; an undecodable or malformed file
     raises InputError naming it, and a document with nothing readable (NULs, controls) is skipped with a
-    warning."""
+    warning. PDF and HTML are parsed by ``parser``'s child processes, inside its limits (parse_child.py)."""
     suffix = path.suffix.lower()
     source = str(path.resolve())
     if suffix in ingest.SUFFIXES:
-        return [make_document(text, title, source=source) for title, text in ingest.read(path)
+        return [make_document(text, title, source=source) for title, text in parser.read(path)
                 if readable(text)]
     try:
         raw = path.read_text(encoding="utf-8")
