@@ -5,7 +5,8 @@ it came from. An HTML page becomes one document per heading section, titled "<pa
 Both libraries are small native wheels (also for aarch64) in the ``ingest`` extra; pypdfium2 reads a
 27-page PDF about 10× faster than pure-Python pypdf. A file that cannot be parsed raises InputError naming
 it, so folder indexing can skip it with a warning. Readers return (title, text) sections; chunk.py makes
-them Documents.
+them Documents. Both parsers are native code a hostile file can steer (a compression bomb, HTML nested a
+million deep): they run in a child process with memory and time limits (parse_child.py).
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@
     POST /api/ask             {"question": "..."} → the Answer JSON (+ "sources": title and passage text)
     GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or error)
     POST /api/documents       multipart files (.txt .md .json .jsonl .pdf .html): 202 + an indexing job;
-                              with "Accept: text/event-stream" it streams the job's progress instead
+                              with "Accept: text/event-stream" it streams the job's progress instead; a file
+                              is known by the path the client sent, in any case (uploads.py)
     DELETE /api/documents/{id} remove one document: 202 + a job
     GET  /api/jobs/{id}       an indexing job's state and progress
 
