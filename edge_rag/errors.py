@@ -1,6 +1,12 @@
 """Errors a user can act on: each names the file, component or input at fault."""
+import contextlib
 import errno
+import shutil
 import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
 
 
 class EdgeRAGError(Exception):
@@ -31,12 +37,23 @@ class ConfigError(EdgeRAGError, ValueError):
     """A Config field holds a value outside what it allows; the message names the field and the allowed values."""
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    """True for the errors of a write to a full disk: SQLite's SQLITE_FULL, or ENOSPC / EDQUOT from the OS."""
-    if isinstance(exc, sqlite3.Error):  # sqlite_errorcode: Python 3.11+; 3.10 has only the message
-        code = getattr(exc, "sqlite_errorcode", None)
-        return code & 0xFF == sqlite3.SQLITE_FULL if code is not None else "disk is full" in str(exc)
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+@contextlib.contextmanager
+def full_disk_is_an_error(folder: Path) -> Iterator[None]:
+    """A write to a full disk under ``folder`` as a DiskFullError: SQLite's "database or disk is full", ENOSPC or
+    EDQUOT from the OS, or SQLite's I/O error on a disk with (almost) no space left (it cannot make its WAL files)."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as exc:
+        if not _disk_full(exc, folder):
+            raise
+        raise DiskFullError(f"the disk holding the store {folder} is full: nothing was changed, the store keeps "
+                            "what it held; free some space and try again") from None
+
+
+def _disk_full(exc: sqlite3.Error | OSError, folder: Path) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "disk is full" in str(exc) or ("I/O error" in str(exc) and shutil.disk_usage(folder).free < MIN_FREE_BYTES)
 
 
 def check_str(value: object, what: str) -> str:

@@ -39,7 +39,7 @@ import hnswlib
 import numpy as np
 
 from . import hnsw, store_db, writer_lock
-from .errors import DiskFullError, StoreError, is_disk_full
+from .errors import StoreError, full_disk_is_an_error
 from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .lexical import POSTINGS_BUDGET
@@ -194,13 +194,13 @@ class Store:
             raise ValueError(f"{n} passages but {len(vectors)} vectors")
         if not parts and not remove:
             return 0
-        with self.writing():
+        with self.writing(), full_disk_is_an_error(self.folder):
             self._commit(parts, np.asarray(vectors, dtype=np.float32), list(remove))
         return n
 
     def remove(self, doc_ids: Sequence[str]) -> int:
         """Remove documents and their passages; returns the number of passages removed."""
-        with self.writing():
+        with self.writing(), full_disk_is_an_error(self.folder):
             with self._lock:
                 marks = ",".join("?" * len(doc_ids))
                 n = self.db.execute(f"SELECT COUNT(*) FROM passages WHERE doc_id IN ({marks})",
@@ -259,17 +259,13 @@ class Store:
                 for label in gone:  # only now: removed passages stay searchable until their commit
                     self.index.mark_deleted(label)
             self._step("committed")
-        except BaseException as exc:
+        except BaseException:
             if new_file is not None and not committed:
                 with contextlib.suppress(FileNotFoundError):
                     (self.folder / new_file).unlink()
             with self._lock:  # drop in-memory changes
                 self.index, self.index_file, self._version = self._load_committed()
                 self._pending_from = None
-            if is_disk_full(exc):
-                raise DiskFullError(f"the disk holding the store {self.folder} is full: this change was not "
-                                    "stored (what the store held before is intact); free some space and try "
-                                    "again") from None
             raise
         if old_file is not None:
             with contextlib.suppress(FileNotFoundError):

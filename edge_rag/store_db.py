@@ -6,7 +6,6 @@ A lost or emptied database beside an existing index is an error, never a silent 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sqlite3
 import time
 import zlib
@@ -18,7 +17,7 @@ from pathlib import Path
 import hnswlib
 
 from . import hnsw
-from .errors import DiskFullError, StoreError, is_disk_full
+from .errors import StoreError, full_disk_is_an_error
 from .types import Document
 
 DB_FILE = "passages.sqlite"
@@ -174,7 +173,6 @@ def check_files(folder: Path, create: bool) -> None:
 
 
 BUSY_TIMEOUT_S = 60.0  # how long an open or a statement waits for another process's transaction
-MIN_FREE_BYTES = 1 << 20  # an open that fails with less free space than this failed for want of it
 
 
 def connect(folder: Path) -> sqlite3.Connection:
@@ -183,11 +181,9 @@ def connect(folder: Path) -> sqlite3.Connection:
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
-            return _open(path)
+            with full_disk_is_an_error(folder):  # opening makes the WAL files
+                return _open(path)
         except sqlite3.OperationalError as exc:
-            if is_disk_full(exc) or shutil.disk_usage(folder).free < MIN_FREE_BYTES:  # WAL files cannot be made
-                raise DiskFullError(f"the disk holding the store {folder} is full: SQLite cannot open it ({exc}); "
-                                    "free some space and try again") from None
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
             # SQLite fails at once, without waiting, when two connections set up a new store together (the

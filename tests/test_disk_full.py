@@ -67,7 +67,7 @@ def test_disk_full_during_a_commit(disk: Path, bundle_dir: Path, full_at: str) -
         rag.add_documents([make_document(LOCKERS, "Lockers")])
         count, version = rag.store.count, rag.store.version
         rag.store.fault_hook = lambda step: fill(disk) if step == full_at else None
-        with pytest.raises(DiskFullError, match=f"the disk holding the store {db} is full: this change was not"):
+        with pytest.raises(DiskFullError, match=f"the disk holding the store {db} is full: nothing was changed"):
             rag.add_documents([make_document(TOURS, "Tours")])
         rag.store.fault_hook = None
         assert (rag.store.count, rag.store.version) == (count, version)
@@ -123,7 +123,7 @@ def test_a_short_index_file_is_never_committed(disk: Path, bundle_dir: Path) -> 
         with contextlib.closing(sqlite3.connect(db / DB_FILE)) as log:  # the next commit reuses the log's space
             assert log.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0] == 0
         rag.store.fault_hook = lambda step: fill(disk) if step == "begin" else None
-        with pytest.raises(DiskFullError, match="is full: this change was not stored"):
+        with pytest.raises(DiskFullError, match="is full: nothing was changed"):
             rag.remove([lockers.doc_id])
         rag.store.fault_hook = None
     (disk / "filler").unlink()

@@ -68,7 +68,7 @@ def test_a_decompression_bomb_is_refused_by_the_parse_child(tmp_path):
     bomb = tmp_path / "bomb.pdf"
     bomb.write_bytes(pdf_bomb_bytes(20))
     with pytest.raises(InputError, match=rf"bomb.pdf needs more than {PARSE_MEMORY_MB} MB of memory"):
-        read_documents(bomb)
+        Parser().read(bomb, cpu_s=60)  # memory runs out after ~1.5 s of CPU: time plays no part, however busy
 
 
 def test_html_nested_too_deep_is_refused_before_parsing(tmp_path):
@@ -93,13 +93,13 @@ def test_a_parse_past_its_time_is_killed_and_stop_kills_running_parses(tmp_path)
     os.mkfifo(fifo)
     held = os.open(fifo, os.O_RDWR)  # a writer that never writes: the child's read waits forever
     try:
-        with pytest.raises(InputError, match="stuck.html took longer than 1 s to parse"):
-            Parser().read(fifo, timeout_s=1)
+        with pytest.raises(InputError, match="stuck.html was still being parsed after 3 s"):
+            Parser().read(fifo, cpu_s=1)  # killed after WALL_FACTOR (3) times its CPU limit
         parser, outcome = Parser(), []
 
         def parse() -> None:
             try:
-                parser.read(fifo, timeout_s=600)
+                parser.read(fifo, cpu_s=600)
             except InputError as exc:
                 outcome.append(str(exc))
 
@@ -112,3 +112,12 @@ def test_a_parse_past_its_time_is_killed_and_stop_kills_running_parses(tmp_path)
             parser.read(fifo)  # a stopped parser starts nothing that would outlive it
     finally:
         os.close(held)
+
+
+def test_a_parse_past_its_cpu_time_is_refused(tmp_path):
+    """A legitimate-looking page (500 deep, under the depth limit) that takes seconds of CPU: refused at the CPU
+    limit, or at the wall-clock one when this machine is too busy to give the child its second first."""
+    slow = tmp_path / "slow.html"
+    slow.write_text(nested_html(500) * 2000, encoding="utf-8")
+    with pytest.raises(InputError, match="slow.html (took more than 1 s of CPU time|was still being parsed after 3 s)"):
+        Parser().read(slow, cpu_s=1)
