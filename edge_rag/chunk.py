@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from . import ingest
-from .errors import InputError
+from .errors import InputError, check_str
+from .parse_child import Parser
 from .text import split_sentences
 from .types import Document
 
@@ -28,11 +29,13 @@ _MD_MARKUP = re.compile(r"(\*\*|__|`|^\s*[-*+]\s+|^\s*\d+\.\s+|^\s*>\s?)", re.MU
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but tab/newline/CR, and DEL
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")  # LRE RLE PDF LRO RLO, LRI RLI FSI PDI
 _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not white space or a control
 # A paragraph longer than this is cut (at a sentence end if there is one) before it is split, so a
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
 PARAGRAPH_WINDOW_CHARS = 1 << 16
 _HASH_SLICE_CHARS = 1 << 20
+PARSER = Parser()  # the PDF/HTML parse children of this process (a server has its own, stopped at shutdown)
 
 log = logging.getLogger("edge_rag")
 
@@ -47,6 +50,9 @@ def doc_id_for(title: str, text: str) -> str:
 
 
 def make_document(text: str, title: str = "", doc_id: str | None = None, source: str = "") -> Document:
+    """A Document; bidi embedding/override/isolate controls are dropped from the title, where they only serve
+    to make a source shown on the kiosk read as something else."""
+    title = _BIDI_CONTROLS.sub("", title)
     return Document(doc_id or doc_id_for(title, text), title, text, source)
 
 
@@ -109,14 +115,14 @@ def _warn_skip(path: Path, reason: str) -> None:
     warnings.warn(f"skipped {path}: {reason}", stacklevel=3)
 
 
-def read_documents(path: Path) -> list[Document]:
+def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
     """Documents in one file, each recording the file as its source; an undecodable or malformed file
     raises InputError naming it, and a document with nothing readable (NULs, controls) is skipped with a
-    warning."""
+    warning. PDF and HTML are parsed by ``parser``'s child processes, inside its limits (parse_child.py)."""
     suffix = path.suffix.lower()
     source = str(path.resolve())
     if suffix in ingest.SUFFIXES:
-        return [make_document(text, title, source=source) for title, text in ingest.read(path)
+        return [make_document(text, title, source=source) for title, text in parser.read(path)
                 if readable(text)]
     try:
         raw = path.read_text(encoding="utf-8")
@@ -181,7 +187,10 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
             what = "has no 'text' string" if isinstance(row, dict) else f"is {_json_type(row)}, not an object"
             raise InputError(f"{path}: record {n} {what}")
         doc_id = str(row["id"]) if row.get("id") not in (None, "") else None
-        doc = make_document(text.strip(), str(row.get("title") or ""), doc_id, source)
+        title = str(row.get("title") or "")
+        for field, value in (("text", text), ("title", title), ("id", doc_id or "")):
+            check_str(value, f"{path}: record {n}'s {field}")  # "\ud800" is valid JSON but no text
+        doc = make_document(text.strip(), title, doc_id, source)
         other = docs.get(doc.doc_id)
         if other is not None and (other.title, other.text) != (doc.title, doc.text):
             raise InputError(f"{path}: record {n} reuses id {doc.doc_id!r} with a different text")

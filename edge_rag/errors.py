@@ -1,4 +1,12 @@
 """Errors a user can act on: each names the file, component or input at fault."""
+import contextlib
+import errno
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
 
 
 class EdgeRAGError(Exception):
@@ -13,6 +21,10 @@ class StoreError(EdgeRAGError):
     """The passage store or its vector index is missing, corrupt, or out of step."""
 
 
+class DiskFullError(StoreError):
+    """The disk holding the store is full: the batch in hand was not committed, what was committed before stays."""
+
+
 class InputError(EdgeRAGError, ValueError):
     """A question or document that cannot be used (empty, too long, undecodable)."""
 
@@ -23,6 +35,25 @@ class BudgetError(EdgeRAGError):
 
 class ConfigError(EdgeRAGError, ValueError):
     """A Config field holds a value outside what it allows; the message names the field and the allowed values."""
+
+
+@contextlib.contextmanager
+def full_disk_is_an_error(folder: Path) -> Iterator[None]:
+    """A write to a full disk under ``folder`` as a DiskFullError: SQLite's "database or disk is full", ENOSPC or
+    EDQUOT from the OS, or SQLite's I/O error on a disk with (almost) no space left (it cannot make its WAL files)."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as exc:
+        if not _disk_full(exc, folder):
+            raise
+        raise DiskFullError(f"the disk holding the store {folder} is full: nothing was changed, the store keeps "
+                            "what it held; free some space and try again") from None
+
+
+def _disk_full(exc: sqlite3.Error | OSError, folder: Path) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "disk is full" in str(exc) or ("I/O error" in str(exc) and shutil.disk_usage(folder).free < MIN_FREE_BYTES)
 
 
 def check_str(value: object, what: str) -> str:

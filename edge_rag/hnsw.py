@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 from collections.abc import Sequence
@@ -28,6 +29,10 @@ def new(dim: int, m: int, ef_construction: int, capacity: int = 1024) -> hnswlib
 def save(index: hnswlib.Index, path: Path) -> tuple[int, str]:
     """Write ``path`` and make it durable (file and folder fsynced); returns its size and sha256."""
     index.save_index(str(path))
+    size, expected = path.stat().st_size, index.index_file_size()
+    if size != expected:  # hnswlib does not check its writes: on a full disk it leaves a short file, silently
+        raise OSError(errno.ENOSPC, f"wrote {size} of the index's {expected} bytes (no space left on device)",
+                      str(path))
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
     os.chmod(path, path.stat().st_mode & 0o755)  # never group/world-writable, whatever the umask

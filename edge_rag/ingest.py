@@ -5,7 +5,8 @@ it came from. An HTML page becomes one document per heading section, titled "<pa
 Both libraries are small native wheels (also for aarch64) in the ``ingest`` extra; pypdfium2 reads a
 27-page PDF about 10× faster than pure-Python pypdf. A file that cannot be parsed raises InputError naming
 it, so folder indexing can skip it with a warning. Readers return (title, text) sections; chunk.py makes
-them Documents.
+them Documents. Both parsers are native code a hostile file can steer (a compression bomb, HTML nested a
+million deep): they run in a child process with memory and time limits (parse_child.py).
 """
 from __future__ import annotations
 
@@ -24,6 +25,16 @@ HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 BLOCKS = HEADINGS + ("p", "li", "dt", "dd", "pre", "blockquote", "figcaption", "caption", "td", "th", "address")
 NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
+# lexbor's parse time grows with the square of the nesting depth (1,000,000 nested <div> never finish), so the
+# depth is counted before parsing; Chromium's own HTML parser nests no deeper than 512 either.
+MAX_HTML_DEPTH = 512
+_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+# Elements whose end tag may be left out (pages rarely close them; the parser closes them itself): not counted.
+_OPTIONAL_END = frozenset("html head body p li dt dd option optgroup tr td th thead tbody tfoot colgroup caption "
+                          "rb rt rp".split())
+# A comment, a raw-text element with its text (tags in it are not tags), or a tag: (/)(name)(/).
+_HTML_TOKEN = re.compile(r"<!--.*?(?:-->|\Z)|<(script|style|textarea|title)\b.*?(?:</\1\s*>|\Z)"
+                         r"|<(/?)([a-zA-Z][^\s/>]*)[^>]*?(/?)>", re.S | re.I)
 
 
 Section = tuple[str, str]  # (title, text)
@@ -64,6 +75,7 @@ def read_html(path: Path) -> list[Section]:
         raw = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 HTML ({exc.reason} at byte {exc.start}); convert it first") from exc
+    _check_depth(path, raw)
     tree = selectolax.LexborHTMLParser(raw)
     title_node = tree.css_first("title")
     page_title = _clean(title_node.text()) if title_node else ""
@@ -89,6 +101,20 @@ def read_html(path: Path) -> list[Section]:
         text = _clean(root.text(separator=" "))
         docs = [(page_title, text)] if text else []
     return docs
+
+
+def _check_depth(path: Path, raw: str) -> None:
+    """InputError if elements nest deeper than MAX_HTML_DEPTH, counted from the tags alone (one linear scan,
+    stopping at the first element too deep)."""
+    depth = 0
+    for m in _HTML_TOKEN.finditer(raw):
+        closing, name, self_closing = m.group(2, 3, 4)
+        if name is None or self_closing or name.lower() in _VOID or name.lower() in _OPTIONAL_END:
+            continue
+        depth = max(depth - 1, 0) if closing else depth + 1
+        if depth > MAX_HTML_DEPTH:
+            raise InputError(f"{path} nests HTML elements more than {MAX_HTML_DEPTH} deep (at character "
+                             f"{m.start()}); refused: pages that deep take the parser minutes to hours")
 
 
 def _pdf_paragraphs(text: str) -> str:

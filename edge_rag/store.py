@@ -39,7 +39,7 @@ import hnswlib
 import numpy as np
 
 from . import hnsw, store_db, writer_lock
-from .errors import StoreError
+from .errors import StoreError, full_disk_is_an_error
 from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .lexical import POSTINGS_BUDGET
@@ -194,13 +194,13 @@ class Store:
             raise ValueError(f"{n} passages but {len(vectors)} vectors")
         if not parts and not remove:
             return 0
-        with self.writing():
+        with self.writing(), full_disk_is_an_error(self.folder):
             self._commit(parts, np.asarray(vectors, dtype=np.float32), list(remove))
         return n
 
     def remove(self, doc_ids: Sequence[str]) -> int:
         """Remove documents and their passages; returns the number of passages removed."""
-        with self.writing():
+        with self.writing(), full_disk_is_an_error(self.folder):
             with self._lock:
                 marks = ",".join("?" * len(doc_ids))
                 n = self.db.execute(f"SELECT COUNT(*) FROM passages WHERE doc_id IN ({marks})",

@@ -17,7 +17,7 @@ from pathlib import Path
 import hnswlib
 
 from . import hnsw
-from .errors import StoreError
+from .errors import StoreError, full_disk_is_an_error
 from .types import Document
 
 DB_FILE = "passages.sqlite"
@@ -182,7 +182,8 @@ def connect(folder: Path) -> sqlite3.Connection:
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
-            return _open(path)
+            with full_disk_is_an_error(folder):  # opening makes the WAL files
+                return _open(path)
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc

@@ -37,7 +37,8 @@ def acquire(folder: Path, timeout: float) -> int:
                 ) from None
             time.sleep(0.05)
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    with contextlib.suppress(OSError):  # only for the message above: a full disk fails the commit, and says so
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
 
 

@@ -1,6 +1,8 @@
 """Small real PDF and HTML files written by the tests themselves (no binary fixtures)."""
 from __future__ import annotations
 
+import zlib
+
 
 def pdf_bytes(pages: list[list[str]], title: str = "") -> bytes:
     """A valid PDF 1.4: one Helvetica text line per string, one page per list, optional Info title."""
@@ -20,6 +22,11 @@ def pdf_bytes(pages: list[list[str]], title: str = "") -> bytes:
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
     if title:
         objects.append(f"<< /Title ({esc(title)}) >>".encode("latin-1"))
+    return _pdf(objects, info=bool(title))
+
+
+def _pdf(objects: list[bytes], info: bool = False) -> bytes:
+    """The PDF file of ``objects`` (numbered from 1; the first is the catalog, the last the Info if ``info``)."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -28,8 +35,8 @@ def pdf_bytes(pages: list[list[str]], title: str = "") -> bytes:
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    info = f" /Info {len(objects)} 0 R" if title else ""
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R{info} >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    info_ref = f" /Info {len(objects)} 0 R" if info else ""
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R{info_ref} >>\nstartxref\n{xref}\n%%EOF\n".encode()
     return bytes(out)
 
 
@@ -46,3 +53,23 @@ HTML_PAGE = """<!doctype html>
 <p>The shark tunnel is 40 metres long and holds two million litres of seawater.</p>
 </body></html>
 """
+
+
+def pdf_bomb_bytes(inflated_mb: int) -> bytes:
+    """A one-page PDF whose Flate content stream inflates to ``inflated_mb`` MB of tiny text operations
+    (about 1,000:1: 20 MB inflated is a 31 kB file; each operation costs the parser a text object)."""
+    deflate = zlib.compressobj(9)
+    ops = b"(a) Tj " * (1 << 17)
+    stream = deflate.compress(b"BT /F1 1 Tf ")
+    stream += b"".join(deflate.compress(ops) for _ in range(inflated_mb * (1 << 20) // len(ops)))
+    stream += deflate.compress(b" ET") + deflate.flush()
+    return _pdf([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+                 b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+                 b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R "
+                 b"/Resources << /Font << /F1 3 0 R >> >> >>",
+                 b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream"])
+
+
+def nested_html(depth: int) -> str:
+    """A page whose one paragraph sits inside ``depth`` nested <div> elements."""
+    return "<html><body>" + "<div>" * depth + "<p>Deep inside.</p>" + "</div>" * depth + "</body></html>"

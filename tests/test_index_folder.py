@@ -2,6 +2,7 @@
 ``--strict`` stops at the first such file."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,34 @@ def test_nothing_readable_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(InputError, match="nothing indexed: all 1 file"):
         read_paths([tmp_path], on_skip=lambda p, why: None)
+
+
+def test_lone_surrogates_in_json_skip_that_file_only(bundle_dir: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """Issue #43: "\\ud800" is valid JSON but no text; it crashed `edge-rag index` with a traceback (exit 1) and
+    cost the whole folder. Now each such file is skipped with a warning naming its record and field."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.md").write_text("# Lockers\n\nCoin lockers are next to the cloakroom.", encoding="utf-8")
+    (folder / "title.json").write_text('[{"title": "Prices \\ud800", "text": "Adults pay 8 pounds."}]')
+    (folder / "text.jsonl").write_text('{"text": "Children pay \\udfff 4 pounds."}\n')
+    (folder / "id.json").write_text('[{"id": "x\\ud800", "text": "Parking costs 5 pounds."}]')
+    args = ["index", str(folder), "--db", str(tmp_path / "db"), "--bundle", str(bundle_dir), "--quiet"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    skipped = sorted(line for line in err.splitlines() if line.startswith("edge-rag: warning: skipped"))
+    assert len(skipped) == 3, err
+    for line, (name, field) in zip(skipped, [("id.json", "id"), ("text.jsonl", "text"), ("title.json", "title")]):
+        assert name in line and f"record 0's {field} is not valid Unicode text (lone surrogate" in line
+    assert "Traceback" not in err and "added 1 passages" in out
+    assert main(["index", str(folder / "title.json"), "--db", str(tmp_path / "db"), "--bundle", str(bundle_dir),
+                 "--quiet"]) == 2  # the only file given: skipped, so nothing indexed, a one-line error
+    err = capsys.readouterr().err
+    assert "edge-rag: error: nothing indexed" in err and "Traceback" not in err
+
+
+def test_bidi_controls_are_dropped_from_titles(tmp_path: Path) -> None:
+    """Issue #43: a right-to-left override in a title makes the source the kiosk shows read as something else."""
+    (tmp_path / "a.json").write_text(json.dumps([{"title": "Prices \u202egpj.exe", "text": "Adults pay 8 pounds."}]))
+    (tmp_path / "b.md").write_text("# Opening \u2066hours\u2069\n\nOpen daily from 10:00.", encoding="utf-8")
+    assert [d.title for d in read_paths([tmp_path])] == ["Prices gpj.exe", "Opening hours"]

@@ -1,15 +1,20 @@
 """PDF and HTML ingestion (edge_rag/ingest.py) on files the tests write themselves."""
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 
 pytest.importorskip("pypdfium2", reason="the ingest extra is not installed: pip install 'edge-rag[ingest]'")
 pytest.importorskip("selectolax", reason="the ingest extra is not installed: pip install 'edge-rag[ingest]'")
 
-from docmaker import HTML_PAGE, pdf_bytes  # noqa: E402
+from docmaker import HTML_PAGE, nested_html, pdf_bomb_bytes, pdf_bytes  # noqa: E402
 
 from edge_rag.chunk import iter_files, read_documents  # noqa: E402
 from edge_rag.errors import InputError  # noqa: E402
+from edge_rag.ingest import MAX_HTML_DEPTH  # noqa: E402
+from edge_rag.parse_child import PARSE_MEMORY_MB, Parser  # noqa: E402
 
 
 def test_pdf_one_document_per_page_titled_with_page_number(tmp_path):
@@ -55,3 +60,64 @@ def test_folders_pick_up_pdf_and_html(tmp_path):
     (tmp_path / "b.htm").write_text("<h1>B</h1><p>Some text.</p>", encoding="utf-8")
     (tmp_path / "c.png").write_bytes(b"\x89PNG")
     assert [p.name for p in iter_files([tmp_path])] == ["a.pdf", "b.htm"]
+
+
+def test_a_decompression_bomb_is_refused_by_the_parse_child(tmp_path):
+    """Issue #43: a 0.6 MB PDF whose content stream inflates to 420 MB took the server past 6 GB. This one is
+    31 kB and inflates to 20 MB of text operations (~1.7 GB to parse in-process); the child dies at its limit."""
+    bomb = tmp_path / "bomb.pdf"
+    bomb.write_bytes(pdf_bomb_bytes(20))
+    with pytest.raises(InputError, match=rf"bomb.pdf needs more than {PARSE_MEMORY_MB} MB of memory"):
+        Parser().read(bomb, cpu_s=60)  # memory runs out after ~1.5 s of CPU: time plays no part, however busy
+
+
+def test_html_nested_too_deep_is_refused_before_parsing(tmp_path):
+    """Issue #43: 1,000,000 nested <div> never finished parsing (lexbor's time grows with depth squared;
+    100,000 take it ~30 s). Counted from the tags first: refused at once; a page at the limit still reads."""
+    deep = tmp_path / "deep.html"
+    deep.write_text(nested_html(100_000), encoding="utf-8")
+    with pytest.raises(InputError, match=f"deep.html nests HTML elements more than {MAX_HTML_DEPTH} deep"):
+        read_documents(deep)
+    ok = tmp_path / "ok.html"
+    # at the limit, plus elements that are not counted: void, self-closing, optional end tags, raw text
+    ok.write_text(nested_html(MAX_HTML_DEPTH).replace("<p>", "<br><img src=x><svg/><li><p>" + "<p>x" * 600
+                                                      + "<script>" + "'<div>'" * 600 + "</script><!--"
+                                                      + "<div>" * 600 + "-->"), encoding="utf-8")
+    assert "Deep inside." in read_documents(ok)[0].text
+
+
+def test_a_parse_past_its_time_is_killed_and_stop_kills_running_parses(tmp_path):
+    """The time limit, and a server's shutdown (``Parser.stop``), end a parse that would never finish: a
+    FIFO that this test holds open but never writes to blocks the child's read for good."""
+    fifo = tmp_path / "stuck.html"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDWR)  # a writer that never writes: the child's read waits forever
+    try:
+        with pytest.raises(InputError, match="stuck.html was still being parsed after 3 s"):
+            Parser().read(fifo, cpu_s=1)  # killed after WALL_FACTOR (3) times its CPU limit
+        parser, outcome = Parser(), []
+
+        def parse() -> None:
+            try:
+                parser.read(fifo, cpu_s=600)
+            except InputError as exc:
+                outcome.append(str(exc))
+
+        thread = threading.Thread(target=parse)
+        thread.start()
+        parser.stop()  # before or after the child started: either way it ends
+        thread.join(timeout=60)
+        assert not thread.is_alive() and "parsing was stopped" in outcome[0]
+        with pytest.raises(InputError, match="parsing was stopped"):
+            parser.read(fifo)  # a stopped parser starts nothing that would outlive it
+    finally:
+        os.close(held)
+
+
+def test_a_parse_past_its_cpu_time_is_refused(tmp_path):
+    """A legitimate-looking page (500 deep, under the depth limit) that takes seconds of CPU: refused at the CPU
+    limit, or at the wall-clock one when this machine is too busy to give the child its second first."""
+    slow = tmp_path / "slow.html"
+    slow.write_text(nested_html(500) * 2000, encoding="utf-8")
+    with pytest.raises(InputError, match="slow.html (took more than 1 s of CPU time|was still being parsed after 3 s)"):
+        Parser().read(slow, cpu_s=1)

@@ -1,6 +1,7 @@
 """2,040 malformed requests against a real server: every one gets a 4xx JSON error, none a 500, and the
 connection stays open (issue #26: HTTP 500, plain text and a closed connection for a body of 16,000 ``[``,
-3,000 nested objects, a 5,000-digit integer, a 300-character file name, a JSON file of 100,000 ``[``).
+3,000 nested objects, a 5,000-digit integer, a 300-character file name, a JSON file of 100,000 ``[``; issue #43:
+a lone surrogate in an uploaded JSON text or title, HTML nested too deep, file names with folders).
 
 Seeded and bounded: one server on 127.0.0.1, one keep-alive client, no request that is valid (nothing is
 indexed, no question reaches the models).
@@ -42,12 +43,15 @@ def _bad_json(rnd: random.Random) -> bytes:
 
 def _bad_file(rnd: random.Random) -> tuple[str, bytes]:
     name = rnd.choice(["a" * rnd.randint(256, 400) + ".txt", "evil\x00.txt", "tool.exe", "..", "", "noext",
-                       "x.json", "x.jsonl", "x.pdf", "x.txt", "x.md", "x.html", "é" * 130 + ".md"])
-    body = {".json": rnd.choice([b"[" * 100000, b"9" * 5000, b"{}", b"[1, 2]", b'[{"title": "no text"}]', b"\xff"]),
-            ".jsonl": rnd.choice([b"{\n", b"[" * 5000 + b"\n", b'{"text": 1}\n']),
+                       "x.json", "x.jsonl", "x.pdf", "x.txt", "x.md", "x.html", "é" * 130 + ".md", "a/../b/x.json",
+                       "..\\..\\x.html", "/etc/x.txt", "d/" * 600 + "x.md"])
+    body = {".json": rnd.choice([b"[" * 100000, b"9" * 5000, b"{}", b"[1, 2]", b'[{"title": "no text"}]', b"\xff",
+                                 b'[{"text": "\\ud800"}]', b'[{"title": "\\udc00", "text": "x"}]']),
+            ".jsonl": rnd.choice([b"{\n", b"[" * 5000 + b"\n", b'{"text": 1}\n', b'{"text": "a\\udfffb"}\n']),
             ".pdf": b"%PDF-1.4 truncated " + bytes(rnd.randrange(256) for _ in range(50)),
             ".txt": b"\xff\xfe" + bytes(rnd.randrange(128, 256) for _ in range(40)),
-            ".md": b"\xc3\x28 not utf-8", ".html": b"<p>\xff\xfe broken</p>"}
+            ".md": b"\xc3\x28 not utf-8",
+            ".html": rnd.choice([b"<p>\xff\xfe broken</p>", b"<div>" * rnd.randint(513, 20000)])}
     suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
     return name, body.get(suffix, b"whatever")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+import subprocess
+import tempfile
 
 import pytest
 
@@ -17,10 +19,12 @@ pytest.importorskip("starlette", reason="the serve extra is not installed: pip i
 
 import serving  # noqa: E402
 from conftest import SAMPLE_DOCS  # noqa: E402
+from docmaker import nested_html, pdf_bomb_bytes  # noqa: E402
 from serving import WRITE, running_server, wait_job  # noqa: E402
 
 from edge_rag.errors import EdgeRAGError  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
+from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.auth import token_from_file  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 
@@ -125,6 +129,69 @@ def test_reupload_of_an_edited_file_replaces_it_and_delete_removes_it(servers):
     assert job["state"] == "done" and job["passages_removed"] == 1
     assert rag.store.count == before and rag.store.document(ids[0]) is None
     assert httpx.delete(f"{url}/api/documents/{ids[0]}", headers=WRITE, timeout=T).status_code == 404
+
+
+def test_hostile_uploads_are_refused_naming_the_file_and_leave_nothing_behind(servers, tmp_path, monkeypatch):
+    """Issue #43: a PDF bomb took the server past 6 GB; 1,000,000 nested <div> never finished parsing (and held
+    SIGTERM); a lone surrogate in a JSON text or title was an HTTP 500. Each is refused with 422 naming the file
+    as the client sent it; nothing is stored and no temporary folder stays."""
+    pytest.importorskip("pypdfium2", reason="the ingest extra is not installed: pip install 'edge-rag[ingest]'")
+    pytest.importorskip("selectolax", reason="the ingest extra is not installed: pip install 'edge-rag[ingest]'")
+    url, rag, _, _ = servers
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the server puts its upload folders
+    before = rag.store.version
+    hostile = {"bomb.pdf": (pdf_bomb_bytes(20), "refused"),  # which limit it hit: test_ingest (time is shared here)
+               "deep.html": (nested_html(1_000_000).encode(), "nests HTML elements more than 512 deep"),
+               "text.json": (b'[{"text": "\\ud800"}]', "record 0's text is not valid Unicode text"),
+               "title.jsonl": (b'{"title": "\\udc00", "text": "Fine."}\n', "record 0's title is not valid Unicode")}
+    for name, (body, reason) in hostile.items():
+        r = httpx.post(f"{url}/api/documents", files={"file": (f"uploads/{name}", body)}, headers=WRITE, timeout=T)
+        assert r.status_code == 422 and r.json()["status"] == 422, r.text
+        assert r.json()["error"].startswith(f"uploads/{name}") and reason in r.json()["error"], r.text
+    assert rag.store.version == before
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_files_are_known_by_their_path_and_a_reupload_in_another_case_replaces(servers):
+    """Issue #43: a/same.txt and b/same.txt in one upload: "2 files done", one stored. Tours.TXT, then tours.txt:
+    both price versions stayed and the kiosk answered the old one. One name sent twice in one upload: refused."""
+    url, rag, _, _ = servers
+    before = rag.store.count
+    same = [("file", ("a/same.txt", b"The east wing lift is out of order today.")),
+            ("file", ("b/same.txt", b"The west wing cafe opens at nine o'clock."))]
+    job = wait_job(url, httpx.post(f"{url}/api/documents", files=same, headers=WRITE, timeout=T))
+    assert job["state"] == "done" and [(f["file"], f["passages"]) for f in job["files"]] == [("a/same.txt", 1),
+                                                                                            ("b/same.txt", 1)]
+    assert rag.store.count == before + 2
+    assert [len(rag.store.documents_from(f"upload:{name}")) for name in ("a/same.txt", "b/same.txt")] == [1, 1]
+    for name, price in (("Tours.TXT", 12), ("tours.txt", 15)):
+        body = f"A guided tour of the clock tower costs {price} pounds.".encode()
+        job = wait_job(url, httpx.post(f"{url}/api/documents", files={"file": (name, body)}, headers=WRITE, timeout=T))
+        assert job["state"] == "done", job
+    assert rag.store.count == before + 3 and len(rag.store.documents_from("upload:tours.txt")) == 1
+    hit = rag.store.search(rag.encoder.encode_one("guided tour of the clock tower"), 1)
+    assert "15 pounds" in rag.store.passages([hit[0].id])[0].text
+    twice = [("file", ("Map.txt", b"The map is at the entrance.")), ("file", ("./map.TXT", b"Another map."))]
+    r = httpx.post(f"{url}/api/documents", files=twice, headers=WRITE, timeout=T)
+    assert r.status_code == 400 and "same file" in r.json()["error"] and rag.store.count == before + 3
+
+
+def test_upload_folders_left_by_killed_servers_are_removed_at_start(servers, tmp_path, monkeypatch):
+    """Issue #43: the server killed mid-upload left its temporary folder behind. The next start removes the
+    folders whose server is gone and keeps those of running ones."""
+    _, rag, _, _ = servers
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process now
+    with subprocess.Popen(["sleep", "60"]) as running:
+        stale, live = tmp_path / f"edge-rag-upload-{gone.pid}-x1", tmp_path / f"edge-rag-upload-{running.pid}-x2"
+        other = tmp_path / "edge-rag-upload-notmine"
+        for folder in (stale / "000", live / "000", other):
+            folder.mkdir(parents=True)
+        (stale / "000" / "bomb.pdf").write_bytes(b"%PDF-1.4")
+        create_app(rag, ServeConfig(port=0, token=serving.TOKEN))
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+        running.kill()
 
 
 def test_token_file_is_made_once_private_and_kept(tmp_path):

@@ -6,7 +6,8 @@
     POST /api/ask             {"question": "..."} → the Answer JSON (+ "sources": title and passage text)
     GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or failed)
     POST /api/documents       multipart files (.txt .md .json .jsonl .pdf .html): 202 + an indexing job;
-                              with "Accept: text/event-stream" it streams the job's progress instead
+                              with "Accept: text/event-stream" it streams the job's progress instead; a file
+                              is known by the path the client sent, in any case (uploads.py)
     DELETE /api/documents/{id} remove one document: 202 + a job
     GET  /api/jobs/{id}       an indexing job's state and progress
 
@@ -18,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -32,12 +31,12 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..chunk import read_documents
 from ..doctor import check_recall
 from ..errors import EdgeRAGError
 from ..events import Final
+from ..parse_child import Parser
 from ..pipeline import EdgeRAG, check_question
-from ..types import Answer, Document
+from ..types import Answer
 from .auth import require_writer
 from .config import ServeConfig
 from .errors import HANDLERS, error
@@ -47,9 +46,9 @@ from .lanes import Busy, Failed, Lanes
 from .origin import SameOrigin
 from .question_log import QuestionLog
 from .suggest import suggestions
+from .uploads import parse, remove_stale_folders, save_files, source_of, upload_folder
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
-UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # The page runs only its own script and style and talks only to this server: text a visitor types, an uploaded
 # document or a question log that found its way into an answer cannot load or run anything else, and no other
@@ -57,8 +56,6 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 PAGE_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                 "Content-Security-Policy": "default-src 'self'; object-src 'none'; base-uri 'none'; "
                                            "form-action 'self'; frame-ancestors 'none'"}
-UPLOAD_SOURCE = "upload:"  # + the client's file name: the source of uploaded documents (a re-upload replaces them)
-MAX_FILENAME_BYTES = 255  # one path component on every common file system
 
 
 def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
@@ -66,10 +63,13 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     lanes = Lanes(rag, config.question_timeout_s, config.max_queue)
     questions = QuestionLog(Path(config.question_log) if config.question_log else None)
     jobs = Jobs(rag)
+    parser = Parser()  # the uploads' PDF/HTML parse children
+    remove_stale_folders()
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
         yield
+        parser.stop()  # a parse in progress does not hold the shutdown
         jobs.close()
         lanes.close()
         rag.close()
@@ -143,15 +143,15 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         files = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
         if not files:
             raise HTTPException(400, "send the documents as multipart form field 'file'")
-        with tempfile.TemporaryDirectory(prefix="edge-rag-upload-") as tmp:
-            paths = [await _save(f, Path(tmp) / f"{n:03d}") for n, f in enumerate(files)]
+        with upload_folder() as tmp:
+            saved = await save_files(files, tmp)
             # Parse every file before adding any (one bad file adds nothing), off the fast lane.
-            parsed = await asyncio.to_thread(lambda: [_uploaded(p) for p in paths])
-        names = [p.name for p in paths]
+            parsed = await asyncio.to_thread(lambda: [parse(name, path, parser) for name, path in saved])
+        names = [name for name, _ in saved]
 
         def work(job: Job, encoder) -> dict:
             for name, docs in zip(names, parsed):
-                added = rag.add_documents(docs, progress_of(job), UPLOAD_SOURCE + name, encoder)
+                added = rag.add_documents(docs, progress_of(job), source_of(name), encoder)
                 job.files.append({"file": name, "documents": len(docs), "passages": added})
                 job.changes += 1
             return {"corpus_passages": rag.store.count}
@@ -190,23 +190,6 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     handlers = HANDLERS
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                      middleware=[Middleware(SameOrigin, allowed_hosts=config.allowed_hosts)])
-
-
-async def _save(f: UploadFile, folder: Path) -> Path:
-    """Write an uploaded file under its own name (titles come from it) in ``folder``; 4xx for a bad name."""
-    name = Path(f.filename or "").name
-    if Path(name).suffix.lower() not in UPLOAD_SUFFIXES:
-        raise HTTPException(415, f"{name[:80] or 'a file'}: only {' '.join(UPLOAD_SUFFIXES)} files are indexed")
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_FILENAME_BYTES or "\x00" in name:
-        raise HTTPException(400, f"file name {name[:40]!r}… is over {MAX_FILENAME_BYTES} bytes or holds a NUL")
-    folder.mkdir()
-    (folder / name).write_bytes(await f.read())
-    return folder / name
-
-
-def _uploaded(path: Path) -> list[Document]:
-    """The file's documents, their source its client name: uploading a file of that name again replaces them."""
-    return [replace(d, source=UPLOAD_SOURCE + path.name) for d in read_documents(path)]
 
 
 def _accepted(job: Job) -> JSONResponse:

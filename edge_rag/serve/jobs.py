@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..encode import Encoder
-from ..errors import BudgetError, EdgeRAGError, InputError
+from ..errors import BudgetError, DiskFullError, EdgeRAGError, InputError
 from ..pipeline import EdgeRAG
 
 INDEX_THREADS = 1  # encoder threads for indexing: one core stays with the questions on a 2-core device
@@ -104,7 +104,7 @@ class Jobs:
             job.state = "done"
         except InputError as exc:
             job.error, job.state = {"error": str(exc), "status": 422}, "failed"
-        except BudgetError as exc:
+        except (BudgetError, DiskFullError) as exc:  # 507 Insufficient Storage: memory or disk
             job.error, job.state = {"error": str(exc), "status": 507}, "failed"
         except EdgeRAGError as exc:
             job.error, job.state = {"error": str(exc), "status": 500}, "failed"

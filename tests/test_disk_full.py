@@ -1,0 +1,132 @@
+"""A full disk while indexing (issue #43): the upload job failed with HTTP 500 and the raw ``OperationalError:
+database or disk is full``, and ``edge-rag index`` printed a traceback (exit 1). Now it is a plain error
+(job status 507; the CLI's one line, exit 2) and the store keeps what it held.
+
+The disk is real: a small tmpfs mounted for the test (root only; skipped with the reason otherwise), filled to
+the last byte by a file before the command, or through the store's commit hook at a step of the commit.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edge_rag.chunk import make_document
+from edge_rag.cli import main
+from edge_rag.errors import DiskFullError
+from edge_rag.pipeline import EdgeRAG
+from edge_rag.store_db import DB_FILE
+
+LOCKERS = "Coin lockers cost one pound and are next to the cloakroom."
+TOURS = " ".join(f"Guided tour number {n} of the clock tower starts at {n % 12 + 1} o'clock." for n in range(300))
+
+
+@pytest.fixture
+def disk(tmp_path: Path):
+    """A 32 MB tmpfs, unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (a disk that can fill up) needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    run = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)], capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {run.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte with one file; returns it (unlink it to free the space)."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for block in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.mark.parametrize("full_at", ["begin", "index_saved"])
+def test_disk_full_during_a_commit(disk: Path, bundle_dir: Path, full_at: str) -> None:
+    """Full from the commit's start (the index file cannot be saved: ENOSPC), or once the index file is saved
+    (SQLite's own "database or disk is full" for the transaction): the commit fails whole, the store is intact."""
+    db = disk / "db"
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_documents([make_document(LOCKERS, "Lockers")])
+        count, version = rag.store.count, rag.store.version
+        rag.store.fault_hook = lambda step: fill(disk) if step == full_at else None
+        with pytest.raises(DiskFullError, match=f"the disk holding the store {db} is full: nothing was changed"):
+            rag.add_documents([make_document(TOURS, "Tours")])
+        rag.store.fault_hook = None
+        assert (rag.store.count, rag.store.version) == (count, version)
+        (disk / "filler").unlink()
+        assert rag.add_documents([make_document(TOURS, "Tours")]) > 0  # space again: the same documents go in
+        count = rag.store.count
+    with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
+        assert rag.store.count == count
+
+
+def test_cli_index_on_a_full_disk_is_one_line_and_exit_2(disk: Path, bundle_dir: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    db = disk / "db"
+    (tmp_path / "lockers.txt").write_text(LOCKERS, encoding="utf-8")
+    (tmp_path / "tours.txt").write_text(TOURS, encoding="utf-8")
+    common = ["--db", str(db), "--bundle", str(bundle_dir), "--quiet"]
+    assert main(["index", str(tmp_path / "lockers.txt"), *common]) == 0
+    capsys.readouterr()
+    fill(disk)
+    assert main(["index", str(tmp_path / "tours.txt"), *common]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"edge-rag: error: the disk holding the store {db} is full"), err
+    (disk / "filler").unlink()
+    with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
+        assert rag.store.count == 1
+
+
+def test_upload_on_a_full_disk_fails_its_job_with_507(disk: Path, bundle_dir: Path, sample_db: Path) -> None:
+    httpx = pytest.importorskip("httpx", reason="httpx is in the dev extra: pip install 'edge-rag[dev,serve]'")
+    serving = pytest.importorskip("serving", reason="the serve extra is not installed: pip install 'edge-rag[serve]'")
+    db = disk / "db"
+    shutil.copytree(sample_db, db)
+    rag = EdgeRAG(db, bundle=bundle_dir, config=serving.test_config())
+    before = rag.store.count
+    with serving.running_server(rag) as url:
+        fill(disk)
+        r = httpx.post(f"{url}/api/documents", files={"file": ("tours.txt", TOURS.encode())},
+                       headers=serving.WRITE, timeout=120)
+        job = serving.wait_job(url, r)
+        assert job["state"] == "failed" and job["status"] == 507, job["error"]
+        assert job["error"].startswith("the disk holding the store") and "Error" not in job["error"], job
+        assert rag.store.count == before
+
+
+def test_a_short_index_file_is_never_committed(disk: Path, bundle_dir: Path) -> None:
+    """hnswlib does not check its writes: on a full disk it saved a short index file, and a removal, whose rows
+    fit in the space SQLite's log already had, committed it: the store's index was broken from then on."""
+    db = disk / "db"
+    tours, lockers = make_document(TOURS, "Tours"), make_document(LOCKERS, "Lockers")
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_documents([tours, lockers])
+        count = rag.store.count
+        with contextlib.closing(sqlite3.connect(db / DB_FILE)) as log:  # the next commit reuses the log's space
+            assert log.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0] == 0
+        rag.store.fault_hook = lambda step: fill(disk) if step == "begin" else None
+        with pytest.raises(DiskFullError, match="is full: nothing was changed"):
+            rag.remove([lockers.doc_id])
+        rag.store.fault_hook = None
+    (disk / "filler").unlink()
+    with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
+        assert rag.store.count == count and rag.store.document(lockers.doc_id) is not None
+        assert rag.remove([lockers.doc_id]) == 1 and rag.store.count == count - 1
