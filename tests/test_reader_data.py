@@ -126,3 +126,18 @@ def test_an_unanswerable_window_carries_its_plausible_span_as_a_hard_negative(wi
             if e is not None:
                 span = text[w.offsets[e.plausible_start][0]:w.offsets[e.plausible_end][1]]
                 assert q.plausible.strip().lower() in span.lower(), (q.id, span)
+
+
+@pytest.mark.skipif(not D.SQUAD2_RECOVERED.is_file(), reason=f"{D.SQUAD2_RECOVERED} not found (../shared/data)")
+def test_the_selection_store_holds_its_articles_whole_and_asks_its_questions_on_their_own_paragraphs(tmp_path):
+    from convert.calibrate import selection_file
+    from evaluation.datasets import load_squad
+
+    path = selection_file(tmp_path)
+    assert selection_file(tmp_path) == path  # written once, named by its content
+    docs, items = load_squad(path)
+    titles = {d.title for d in docs}
+    assert titles == {t.replace("_", " ") for t in D.READER_SELECT_ARTICLES}
+    assert len(docs) > len(D._select_paragraphs())  # the whole articles: paragraphs without a question too
+    assert {i.id for i in items} == {q.id for q in D.reader_select(None)}
+    assert all(len(i.gold_doc_ids) == 1 and i.gold_doc_ids <= {d.doc_id for d in docs} for i in items)
