@@ -15,6 +15,11 @@ from .fileio import fsync_dir, sha256_file
 
 EF_BASE_COUNT = 1000  # up to this many vectors the configured ef_search is used as is
 EF_MAX = 1000  # pgvector's own ceiling for hnsw.ef_search; hnswlib gets the same
+# Each commit rewrites (and hashes) the whole index file, so an indexing run commits in steps of this share of the
+# store (indexing.commit_step): the files written sum to ~(1 + 1/g) x the final one (g = 0.5: 3x), where steps of
+# 1,024 passages wrote its square over 2,048 (a 19 MB upload: ~40 GB onto an SD card). The vectors of one step are
+# held until it commits (memory.estimate counts them).
+COMMIT_GROWTH = 0.5
 
 
 def new(dim: int, m: int, ef_construction: int, capacity: int = 1024) -> hnswlib.Index:

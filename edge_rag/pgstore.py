@@ -37,6 +37,8 @@ class PgStore:
     """Open (or, if ``create``, create) the store in the database ``url`` for ``dim``-d vectors from
     ``encoder_id``. ``lock_timeout`` is how long a writer waits for another device's write to finish."""
 
+    commit_growth = 0.0  # PostgreSQL grows its HNSW index in place: commits stay one batch each
+
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
                  lock_timeout: float = 0.0, passage_kind: str = "") -> None:

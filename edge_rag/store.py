@@ -63,6 +63,8 @@ class Store:
     ``lock_timeout`` is how long a writer waits for another process's write to finish (0: fail at once).
     """
 
+    commit_growth = hnsw.COMMIT_GROWTH  # indexing commits in steps of this share of the store (index file rewrites)
+
     def __init__(self, folder: str | Path, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self.folder = Path(folder).expanduser()
