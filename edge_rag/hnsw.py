@@ -77,6 +77,24 @@ def _knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int) -> tuple[np.n
     return labels[0], dists[0]
 
 
+def knn_many(index: hnswlib.Index, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
+    """Top-k labels of each row of ``queries`` at breadth ``ef`` as given; a row that finds fewer than k live
+    vectors (deletions) asks for half as many, down to 1, and -1 pads it."""
+    k = min(k, index.get_current_count())
+    index.set_ef(max(ef, k))
+    with contextlib.suppress(RuntimeError):
+        return index.knn_query(queries, k=k)[0].astype(np.int64)
+    out = np.full((len(queries), k), -1, dtype=np.int64)
+    for row, query in enumerate(queries):
+        want = k
+        while want:
+            with contextlib.suppress(RuntimeError):
+                out[row, :want] = index.knn_query(query.reshape(1, -1), k=want)[0][0]
+                break
+            want //= 2
+    return out
+
+
 def cosines(index: hnswlib.Index, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:
     """Exact cosine similarity of ``query`` to the stored vectors of ``ids``; an id whose vector a commit removed
     since it was found (a lexical hit, a moment before) is left out, as its passage is."""
