@@ -106,7 +106,7 @@ def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, 
     if backend == "pgvector":
         from edge_rag.pgsql import SEARCH, SEARCH_TEXT
 
-        row["server_p50_ms"] = _server_p50(store, SEARCH, [(q, K) for q in queries])
+        row["server_p50_ms"] = _server_p50(store, SEARCH, [{"q": q, "k": K, "exact": []} for q in queries])
         if full_text:
             row["server_lexical_p50_ms"] = _server_p50(store, SEARCH_TEXT, _lexical_params(store, questions))
         # incremental adds into the built indexes, one transaction
@@ -179,7 +179,7 @@ def _disk_mb(store: PassageStore, backend: str) -> float:
     return size / MB
 
 
-def _server_p50(store: PassageStore, sql: str, params: list[tuple]) -> float:
+def _server_p50(store: PassageStore, sql: str, params: list) -> float:
     """Median execution time inside PostgreSQL (EXPLAIN ANALYZE): the query without the round trip and
     without the wait for a CPU, which on a loaded machine dominates the client-side figure."""
     ms = []

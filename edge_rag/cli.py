@@ -137,11 +137,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """recall@10 of the store's search against exact search on a sample of its own vectors."""
+    """recall@10 of the store's search against exact search on a sample of its own vectors, its worst query, and
+    every passage searched with its own vector."""
     from .doctor import check_recall
 
     with open_rag(args, create=False) as rag:
-        report = check_recall(rag.store, sample=args.sample)
+        report = check_recall(rag.store, sample=args.sample, reach=True)
     print(f"{rag.store.location}: {report.summary()}")
     if not report.ok:
         print("edge-rag: warning: the vector search misses passages exact search finds; raise hnsw_ef_search "
@@ -218,7 +219,8 @@ def parser() -> argparse.ArgumentParser:
     add_common(p)
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("doctor", help="check the store's search: recall@10 against exact search (warns below 0.95)")
+    p = sub.add_parser("doctor", help="check the store's search: recall@10 against exact search "
+                                      "(warns below 0.95, or a query below 0.5, or any passage unreachable)")
     p.add_argument("--sample", type=int, default=100, help="stored vectors used as queries (seeded)")
     add_common(p)
     p.set_defaults(func=cmd_doctor)

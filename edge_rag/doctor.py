@@ -3,8 +3,11 @@
 HNSW recall falls as a corpus grows, and falls hard after a bulk load of near-duplicate text (issue #26).
 ``check_recall`` takes a seeded sample of the stored vectors as queries, runs the store's own ``search``
 and an exact (brute-force) search for each, and reports recall@k: the share of the exact top k that the
-store returned. Below ``RECALL_FLOOR`` it warns. Works on both stores: the exact side reads the vectors
-from the hnswlib index (embedded) or scans the table without its index (pgvector).
+store returned. A mean hides a passage the graph cannot reach (issue #43: mean 0.990, worst query 0.0,
+39 passages no question could find), so it also judges the worst query (``WORST_FLOOR``) and, with
+``reach``, searches every passage with its own vector: one not in its own top k is unreachable, and one is
+too many. Works on both stores: the exact side reads the vectors from the hnswlib index (embedded) or scans
+the table without its index (pgvector).
 """
 from __future__ import annotations
 
@@ -15,10 +18,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import hnsw
+from . import hnsw, reachability
 from .stores import PassageStore
 
 RECALL_FLOOR = 0.95
+WORST_FLOOR = 0.5  # one query that misses half its exact top k: a region of the graph search does not reach
 SAMPLE = 100
 K = 10
 
@@ -37,23 +41,31 @@ class RecallReport:
     worst: float  # the lowest recall of one query
     search_ms_p50: float
     exact_ms_p50: float
+    unreachable: int | None = None  # passages not in their own vector's top k (None: not checked)
 
     @property
     def ok(self) -> bool:
-        return self.recall >= RECALL_FLOOR
+        return self.recall >= RECALL_FLOOR and self.worst >= WORST_FLOOR and not self.unreachable
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"ok": self.ok, "floor": RECALL_FLOOR}
+        return asdict(self) | {"ok": self.ok, "floor": RECALL_FLOOR, "worst_floor": WORST_FLOOR}
 
     def summary(self) -> str:
-        verdict = "ok" if self.ok else f"WARNING: below {RECALL_FLOOR:.2f}"
+        faults = [f"recall below {RECALL_FLOOR:.2f}"] if self.recall < RECALL_FLOOR else []
+        faults += [f"a query below {WORST_FLOOR:.1f}"] if self.worst < WORST_FLOOR else []
+        faults += [f"{self.unreachable} passages unreachable"] if self.unreachable else []
+        reach = "" if self.unreachable is None else f"; {self.unreachable} unreachable by their own vector"
         return (f"recall@{self.k} {self.recall:.3f} against exact search over {self.queries} stored vectors "
-                f"(worst query {self.worst:.1f}; {self.passages} passages, ef_search {self.ef_search}; "
-                f"search p50 {self.search_ms_p50:.2f} ms, exact {self.exact_ms_p50:.1f} ms): {verdict}")
+                f"(worst query {self.worst:.1f}; {self.passages} passages{reach}, ef_search {self.ef_search}; "
+                f"search p50 {self.search_ms_p50:.2f} ms, exact {self.exact_ms_p50:.1f} ms): "
+                + ("ok" if self.ok else "WARNING: " + ", ".join(faults)))
 
 
-def check_recall(store: PassageStore, sample: int = SAMPLE, k: int = K, seed: int = 0) -> RecallReport:
-    """recall@k of ``store.search`` on ``sample`` of its own vectors (seeded), against exact search."""
+def check_recall(store: PassageStore, sample: int = SAMPLE, k: int = K, seed: int = 0,
+                 reach: bool = False) -> RecallReport:
+    """recall@k of ``store.search`` on ``sample`` of its own vectors (seeded), against exact search; with
+    ``reach``, also how many passages their own vector does not find (``unreachable``: every passage searched,
+    seconds per 10k)."""
     queries, exact = _probe(store, sample, seed)
     recalls, search_ms, exact_ms = [], [], []
     for vector in queries:
@@ -68,7 +80,32 @@ def check_recall(store: PassageStore, sample: int = SAMPLE, k: int = K, seed: in
     return RecallReport(count, len(queries), k, hnsw.ef_for(count, k, getattr(store, "ef_search", 0)),
                         float(np.mean(recalls)) if recalls else 1.0, min(recalls, default=1.0),
                         statistics.median(search_ms) if search_ms else 0.0,
-                        statistics.median(exact_ms) if exact_ms else 0.0)
+                        statistics.median(exact_ms) if exact_ms else 0.0,
+                        len(unreachable(store, k)) if reach else None)
+
+
+def unreachable(store: PassageStore, k: int = K) -> list[int]:
+    """Ids of the passages ``store.search`` does not return for their own vector: the graph's misses
+    (``reachability.sweep``, on pgvector ``sweep_pg``), searched again the way questions are (with the exact half)."""
+    from .pgsql import PASSAGES
+    from .store import Store
+
+    if isinstance(store, Store):
+        with store._lock:
+            ids = [r[0] for r in store.db.execute("SELECT id FROM passages ORDER BY id")]
+        misses = reachability.sweep(store.index, ids, store.ef_search, lambda: store._lock, k)
+
+        def vector(label: int) -> np.ndarray:
+            with store._lock:
+                return store.index.get_items([label], return_type="numpy")[0]
+    else:
+        misses = reachability.sweep_pg(store, k)
+
+        def vector(label: int) -> np.ndarray:
+            with store._errors("cannot check"), store.pool.connection() as conn:
+                row = conn.execute(f"SELECT embedding FROM {PASSAGES} WHERE id = %s", (label,)).fetchone()
+            return row[0].to_numpy()
+    return [i for i in misses if i not in {p.id for p in store.search(np.asarray(vector(i), np.float32), k)}]
 
 
 def _probe(store: PassageStore, sample: int, seed: int) -> tuple[list[np.ndarray], Exact]:

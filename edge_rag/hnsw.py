@@ -16,6 +16,11 @@ from .fileio import fsync_dir, sha256_file
 
 EF_BASE_COUNT = 1000  # up to this many vectors the configured ef_search is used as is
 EF_MAX = 1000  # pgvector's own ceiling for hnsw.ef_search; hnswlib gets the same
+# Each commit rewrites (and hashes) the whole index file, so an indexing run commits in steps of this share of the
+# store (indexing.commit_step): the files written sum to ~(1 + 1/g) x the final one (g = 0.5: 3x), where steps of
+# 1,024 passages wrote its square over 2,048 (a 19 MB upload: ~40 GB onto an SD card). The vectors of one step are
+# held until it commits (memory.estimate counts them).
+COMMIT_GROWTH = 0.5
 
 
 def new(dim: int, m: int, ef_construction: int, capacity: int = 1024) -> hnswlib.Index:
@@ -75,6 +80,24 @@ def _knn(index: hnswlib.Index, query: np.ndarray, k: int, ef: int) -> tuple[np.n
             return labels[0], dists[0]
     labels, dists = index.knn_query(query, k=max(1, k // 2))
     return labels[0], dists[0]
+
+
+def knn_many(index: hnswlib.Index, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
+    """Top-k labels of each row of ``queries`` at breadth ``ef`` as given; a row that finds fewer than k live
+    vectors (deletions) asks for half as many, down to 1, and -1 pads it."""
+    k = min(k, index.get_current_count())
+    index.set_ef(max(ef, k))
+    with contextlib.suppress(RuntimeError):
+        return index.knn_query(queries, k=k)[0].astype(np.int64)
+    out = np.full((len(queries), k), -1, dtype=np.int64)
+    for row, query in enumerate(queries):
+        want = k
+        while want:
+            with contextlib.suppress(RuntimeError):
+                out[row, :want] = index.knn_query(query.reshape(1, -1), k=want)[0][0]
+                break
+            want //= 2
+    return out
 
 
 def cosines(index: hnswlib.Index, query: np.ndarray, ids: Sequence[int]) -> dict[int, float]:

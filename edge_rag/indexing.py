@@ -1,9 +1,11 @@
 """Indexing: documents in, committed passages out, in bounded batches under the store's writer lock.
 
 Memory stays flat however large a document is: passages are cut from it one paragraph window at a
-time, encoded and committed ``INDEX_BATCH_PASSAGES`` at a time (a long document spans many batches),
-so tokenizer output and vectors never exist for more than one batch. A document committed in part
-(a crash, a cancel) is marked incomplete; indexing it again adds exactly the passages it lacks.
+time and encoded ``INDEX_BATCH_PASSAGES`` at a time (a long document spans many batches), so tokenizer
+output never exists for more than one batch; they are committed in steps that grow with the store
+(``commit_step``: the embedded store rewrites its index file at each commit), so the vectors of at most
+one step are held. A document committed in part (a crash, a cancel) is marked incomplete; indexing it
+again adds exactly the passages it lacks.
 
 Documents that change: a document whose id is stored with another text replaces it, and documents
 once read from a file that no longer holds them are removed, in the same commit as the first new
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
+
+import numpy as np
 
 from .chunk import doc_id_for, iter_units, make_document
 from .config import Config
@@ -86,19 +90,66 @@ def plan_changes(store: PassageStore, docs: Iterable[Document], config: Config, 
 
 def index(store: PassageStore, encoder: Encoder, config: Config, todo: Sequence[Todo], remove: Sequence[str],
           progress: Progress | None = None) -> int:
-    """Encode and commit ``todo`` batch by batch (removing ``remove`` with the first); passages added."""
+    """Encode ``todo`` batch by batch and commit in steps that grow with the store (``commit_step``), removing
+    ``remove`` with the first commit; passages added. ``progress`` follows every encoded batch; when it raises (a
+    cancel), what is encoded is committed first."""
     total = sum(t.units for t in todo)
-    added = 0
-    pending = list(remove)
+    growth = store.commit_growth
+    stored, added, encoded = store.count, 0, 0
+    pending = Pending(list(remove), encoder.dim)
     for parts in _batches(todo, config, INDEX_BATCH_PASSAGES):
         texts = [text for part in parts for text in part.texts]
-        added += store.add(parts, encoder.encode(texts), remove=pending)
-        pending = []
+        pending.extend(parts, encoder.encode(texts))
+        encoded += len(texts)
+        if pending.count >= commit_step(stored + added, growth):
+            added += pending.commit(store)
         if progress is not None:
-            progress(added, total)
-    if pending:
-        store.add([], encoder.encode([]), remove=pending)
-    return added
+            try:
+                progress(encoded, total)
+            except BaseException:
+                pending.commit(store)
+                raise
+    return added + pending.commit(store)
+
+
+def commit_step(count: int, growth: float) -> int:
+    """Passages to commit together into a store of ``count``: INDEX_BATCH_PASSAGES, or ``growth`` × ``count`` once
+    that is more. The embedded store rewrites its whole index file at every commit; commits growing with it keep the
+    bytes written a bounded multiple of the final store (SD-card wear), not its square over the batch size."""
+    return max(INDEX_BATCH_PASSAGES, int(growth * count))
+
+
+class Pending:
+    """Encoded parts not committed yet (consecutive parts of one document joined) and the removals to commit with
+    the first of them."""
+
+    def __init__(self, remove: list[str], dim: int) -> None:
+        self.parts: list[Part] = []
+        self.dim = dim
+        self.vectors: list[np.ndarray] = []
+        self.remove = remove
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.vectors)
+
+    def extend(self, parts: Sequence[Part], vectors: np.ndarray) -> None:
+        for part in parts:
+            last = self.parts[-1] if self.parts else None
+            if last is not None and last.doc.doc_id == part.doc.doc_id and last.start + len(last.texts) == part.start:
+                self.parts[-1] = replace(last, texts=last.texts + part.texts, last=part.last)
+            else:
+                self.parts.append(part)
+        self.vectors.append(vectors)
+
+    def commit(self, store: PassageStore) -> int:
+        """Commit what is pending (the removals alone, if nothing else); the passages added."""
+        if not self.parts and not self.remove:
+            return 0
+        vectors = np.concatenate(self.vectors) if self.vectors else np.zeros((0, self.dim), np.float32)
+        added = store.add(self.parts, vectors, remove=self.remove)
+        self.parts, self.vectors, self.remove = [], [], []
+        return added
 
 
 def as_document(item: object) -> Document:

@@ -50,8 +50,16 @@ SEARCH_TEXT = f"""SELECT id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', tsv, q)
     to_tsquery('english', %s) q, to_tsquery('english', %s) c WHERE tsv @@ c ORDER BY rank DESC, id LIMIT %s"""
 POSTINGS = f"""SELECT (SELECT count(*) FROM {PASSAGES} WHERE tsv @@ to_tsquery('english', t))
 FROM unnest(%s::text[]) WITH ORDINALITY AS terms(t, i) ORDER BY i"""
-SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
-FROM {PASSAGES} ORDER BY distance LIMIT %s"""
+# The HNSW top k and the passages the graph does not reach (``exact``, reachability.py) searched exactly (by primary
+# key: a set-returning function here made the planner scan the table): the best k of both.
+SEARCH = f"""SELECT * FROM (
+    (SELECT id, doc_id, title, text, position, embedding <=> %(q)b AS distance FROM {PASSAGES} ORDER BY distance
+     LIMIT %(k)s)
+    UNION SELECT id, doc_id, title, text, position, embedding <=> %(q)b FROM {PASSAGES} WHERE id = ANY(%(exact)s)
+) found ORDER BY distance LIMIT %(k)s"""
+# Of the passages ``ids`` (None: all), those whose own embedding's top k through the HNSW index misses them.
+UNREACHABLE = f"""SELECT p.id FROM {PASSAGES} p WHERE (%(ids)s::bigint[] IS NULL OR p.id = ANY(%(ids)s))
+    AND p.id NOT IN (SELECT q.id FROM {PASSAGES} q ORDER BY q.embedding <=> p.embedding LIMIT %(k)s)"""
 SCORED = f"SELECT id, doc_id, title, text, position, embedding <=> %b FROM {PASSAGES} WHERE id = ANY(%s)"
 PASSAGES_BY_ID = f"SELECT id, doc_id, title, text, position FROM {PASSAGES} WHERE id = ANY(%s)"
 DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
@@ -68,6 +76,17 @@ def client():
         raise StoreError(f"a postgresql:// store needs the PostgreSQL client ({exc.name} is missing): "
                          "pip install 'edge-rag[pg]'") from None
     return psycopg, psycopg_pool, register_vector
+
+
+def configure(conn, register, ef_search: int) -> None:
+    """Each pooled connection: the pgvector adapter (``register``), the HNSW search breadth (``PgStore.search`` widens
+    it with the store) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted
+    passages in the graph) goes on searching instead of returning short."""
+    register(conn)
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef_search),))
+    version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")
 
 
 def postings(conn, terms: list[str]) -> list[int]:

@@ -7,8 +7,9 @@ refuses vectors from another encoder; ``add`` (parts of documents, and the docum
 one transaction (a crash or an error mid-batch leaves the last committed state: PostgreSQL rolls the
 transaction back when the client dies) under a transaction-scoped advisory lock, so writers on any
 number of devices take turns; passage ids are never reused. ``writing()`` holds the same lock for a
-whole indexing run. Connections come from a small psycopg pool; every message names the database by its URL
-with the password masked.
+whole indexing run; at its end the passages the HNSW graph does not reach are recorded and searched exactly
+beside it (reachability.py). Connections come from a small psycopg pool; every message names the database by its
+URL with the password masked.
 
 Needs the ``pg`` extra (psycopg 3, psycopg-pool, pgvector) and ``CREATE EXTENSION vector`` in the
 database (done here when the role may; otherwise an administrator runs it once).
@@ -20,22 +21,26 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from functools import partial
 
 import numpy as np
 
-from . import hnsw
+from . import hnsw, reachability
 from . import pgsql as Q
 from .dburl import mask_url, scrub
 from .errors import StoreError
 from .lexical import POSTINGS_BUDGET, Postings
 from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
 from .store_db import DocumentState, Part
+from .store_meta import check_meta
 from .types import Passage, in_order
 
 
 class PgStore:
     """Open (or, if ``create``, create) the store in the database ``url`` for ``dim``-d vectors from
     ``encoder_id``. ``lock_timeout`` is how long a writer waits for another device's write to finish."""
+
+    commit_growth = 0.0  # PostgreSQL grows its HNSW index in place: commits stay one batch each
 
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
@@ -48,15 +53,17 @@ class PgStore:
         self._writer_thread: int | None = None
         self.full_text = True  # False: the store predates the full-text column and this role may not add it
         self._count, self._counted_at = 0, -Q.COUNT_TTL_S  # the size ef_search is scaled to (re-read every TTL)
+        self._unreachable: list[int] = []  # passages searched exactly beside the graph (reachability.py), re-read likewise
         self._postings = Postings()  # of the terms searched, re-counted every COUNT_TTL_S
         self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
         with self._errors("cannot open"):
             with self._psycopg.connect(url, connect_timeout=Q.CONNECT_TIMEOUT_S, autocommit=True) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
-            self._check(meta, encoder_id)
+            check_meta(meta, dim, encoder_id, self.location, "database")
             self.encoder_id = encoder_id or meta.get("encoder", "")
             self.pool = pool_mod.ConnectionPool(
-                url, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True, configure=self._configure,
+                url, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True,
+                configure=partial(Q.configure, register=self._register, ef_search=ef_search),
                 kwargs={"autocommit": True, "connect_timeout": Q.CONNECT_TIMEOUT_S}, name="edge-rag")
 
     # -- reading -------------------------------------------------------------------------------
@@ -94,13 +101,14 @@ class PgStore:
             return []
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if time.monotonic() - self._counted_at > Q.COUNT_TTL_S:
-            self._count, self._counted_at = self.count, time.monotonic()
+            meta, self._counted_at = self._meta(), time.monotonic()
+            self._count, self._unreachable = int(meta.get("count", 0)), reachability.recorded(meta)
         ef = hnsw.ef_for(self._count, k, self.ef_search)
         with self._errors("cannot search"), self.pool.connection() as conn:
             if self._session_ef.get(conn) != ef:
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
                 self._session_ef[conn] = ef
-            rows = conn.execute(Q.SEARCH, (query, k)).fetchall()
+            rows = conn.execute(Q.SEARCH, {"q": query, "k": k, "exact": self._unreachable}).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
     def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
@@ -194,13 +202,20 @@ class PgStore:
                     self.pool.putconn(conn)
                     raise
             self._writer, self._writer_thread = conn, threading.get_ident()
+            version = self.version
             try:
                 yield
+                if self.version != version:  # the run committed: record what the graph does not reach
+                    reachability.record_pg(self)
             finally:
                 self._writer = self._writer_thread = None
                 with suppress(self._psycopg.Error):
                     conn.execute("SELECT pg_advisory_unlock(%s)", (Q.WRITER_LOCK,))
                 self.pool.putconn(conn)
+
+    def recount(self) -> None:
+        """Re-read the count and the passages searched exactly at the next search (the TTL cut short)."""
+        self._counted_at = -Q.COUNT_TTL_S
 
     def close(self) -> None:
         self.pool.close()
@@ -235,7 +250,7 @@ class PgStore:
         """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: another
         device may have created the store meanwhile)."""
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
-        self._check(meta := self._meta(conn), self.encoder_id)
+        check_meta(meta := self._meta(conn), self.dim, self.encoder_id, self.location, "database")
         return meta
 
     def _acquire(self, conn) -> None:
@@ -254,23 +269,6 @@ class PgStore:
         else:
             with self.pool.connection() as conn:
                 yield conn
-
-    def _configure(self, conn) -> None:
-        """Each pooled connection: the pgvector adapter, the HNSW search breadth (``search`` widens it with
-        the store) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows
-        (deleted passages in the graph) goes on searching instead of returning short."""
-        self._register(conn)
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self.ef_search),))
-        version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-        if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
-            conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")
-
-    def _check(self, meta: dict[str, str], encoder_id: str) -> None:
-        if "dim" in meta and int(meta["dim"]) != self.dim:
-            raise StoreError(f"store {self.location} holds {meta['dim']}-d vectors, the encoder makes {self.dim}-d")
-        if encoder_id and meta.get("encoder") and meta["encoder"] != encoder_id:
-            raise StoreError(f"store {self.location} was indexed with another encoder ({meta['encoder'][:12]}…); "
-                             "re-index into a new database")
 
     def _meta(self, conn=None) -> dict[str, str]:
         if conn is None:

@@ -38,7 +38,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from . import hnsw, store_db, writer_lock
+from . import hnsw, reachability, store_db, writer_lock
 from .errors import StoreError, full_disk_is_an_error
 from .fair_lock import FairLock
 from .fileio import fsync_dir
@@ -46,6 +46,7 @@ from .lexical import POSTINGS_BUDGET
 from .passage_kinds import KINDS_KEY, read_kinds, sqlite_kinds_after
 from .store_db import DB_FILE, DocumentState, Part, check_files, commit_rows, connect, passage_crc
 from .store_fts import FullText
+from .store_meta import check_meta
 from .types import Passage, in_order
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
@@ -62,6 +63,8 @@ class Store:
     ``create=False`` opens an existing store only (a mistyped path is an error, not a new empty store).
     ``lock_timeout`` is how long a writer waits for another process's write to finish (0: fail at once).
     """
+
+    commit_growth = hnsw.COMMIT_GROWTH  # indexing commits in steps of this share of the store (index file rewrites)
 
     def __init__(self, folder: str | Path, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0, passage_kind: str = "") -> None:
@@ -80,14 +83,9 @@ class Store:
         self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.db = connect(self.folder)
         self._text = FullText(self.folder)
-        meta = self._meta()
-        if "dim" in meta and int(meta["dim"]) != dim:
-            raise StoreError(f"store {self.folder} holds {meta['dim']}-d vectors, the encoder makes {dim}-d")
-        if encoder_id and meta.get("encoder", encoder_id) != encoder_id:
-            raise StoreError(f"store {self.folder} was indexed with another encoder ({meta['encoder'][:12]}…); "
-                             "re-index into a new folder")
+        check_meta(meta := self._meta(), dim, encoder_id, str(self.folder), "folder")
         self.encoder_id = encoder_id or meta.get("encoder", "")
-        self.index, self.index_file, self._version = self._load_committed()
+        self.index, self.index_file, self._version, self._exact = self._load_committed()
         with contextlib.suppress(StoreError, OSError), writer_lock.exclusive(self.folder, timeout=0.0):
             store_db.remove_orphans(self.folder, self.index_file)  # no other process writes: its new file is no orphan
 
@@ -137,8 +135,7 @@ class Store:
             k = min(k, self._counted[1])
             if k <= 0:
                 return []
-            labels, dists = hnsw.knn(self.index, vector.reshape(1, -1).astype(np.float32), k, self.ef_search,
-                                     below=self._pending_from)
+            labels, dists = self._exact.search(self.index, vector, k, self.ef_search, self._pending_from)
             scores = {int(i): 1.0 - float(d) for i, d in zip(labels, dists)}
             return [replace(p, score=scores[p.id]) for p in self.passages(list(scores))]
 
@@ -232,6 +229,7 @@ class Store:
                 first = int(self._meta().get("next_id", store_db.max_id(self.db) + 1))
                 marks = ",".join("?" * len(remove))
                 gone = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id IN ({marks})", remove)]
+                live = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id NOT IN ({marks})", remove)]
                 self._pending_from = first
                 needed = self.index.get_current_count() + len(vectors)
                 if needed > self.index.get_max_elements():
@@ -241,6 +239,8 @@ class Store:
                 with self._lock:
                     chunk = vectors[at:at + ADD_CHUNK]
                     self.index.add_items(chunk, np.arange(first + at, first + at + len(chunk)), replace_deleted=True)
+            orphans = reachability.sweep(self.index, live + list(range(first, first + len(vectors))), self.ef_search,
+                                         lambda: self._lock)
             version = self._version + 1
             new_file = f"vectors.{version}.{uuid.uuid4().hex[:8]}.hnsw"
             size, digest = hnsw.save(self.index, self.folder / new_file)  # no lock: it reads the index, as searches do
@@ -250,12 +250,13 @@ class Store:
             with self._write_db:  # one transaction: the passages and the name of the index that holds them
                 store_db.write_commit(self._write_db, remove, gone, rows, docs, done, dict(
                     dim=self.dim, encoder=self.encoder_id, version=version, next_id=pid, index_file=new_file,
-                    index_size=size, index_sha256=digest,
+                    index_size=size, index_sha256=digest, **reachability.record(orphans),
                     **(sqlite_kinds_after(self._write_db, self.passage_kind) if rows else {})))
                 self._step("rows_written")
             committed = True
             with self._lock:  # the switch: from here on searches see the commit
                 self.index_file, self._version, self._pending_from = new_file, version, None
+                self._exact = reachability.Exact(self.index, orphans)
                 for label in gone:  # only now: removed passages stay searchable until their commit
                     self.index.mark_deleted(label)
             self._step("committed")
@@ -264,7 +265,7 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     (self.folder / new_file).unlink()
             with self._lock:  # drop in-memory changes
-                self.index, self.index_file, self._version = self._load_committed()
+                self.index, self.index_file, self._version, self._exact = self._load_committed()
                 self._pending_from = None
             raise
         if old_file is not None:
@@ -277,22 +278,22 @@ class Store:
         if self.fault_hook is not None:
             self.fault_hook(name)
 
-    def _load_committed(self) -> tuple[hnswlib.Index, str | None, int]:
-        """The committed index, its file name and the store version; retried when a writer in another
-        process replaces the file between reading its name and opening it."""
+    def _load_committed(self) -> tuple[hnswlib.Index, str | None, int, reachability.Exact]:
+        """The committed index, its file name, the store version and the passages it does not reach; retried when a
+        writer in another process replaces the file between reading its name and opening it."""
         for _ in range(5):
             meta = self._meta()
             name = meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
             if name is None or (self.folder / name).is_file() or self._meta() == meta:
                 index = store_db.load_index(self.db, self.folder, name, meta, self.dim, self.m, self.ef_construction)
-                return index, name, int(meta.get("version", 0))
+                return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
         raise StoreError(f"store {self.folder} keeps changing under this reader; try again")
 
     def _follow(self) -> None:
         """Reload the index if another process committed since we loaded it (caller holds _lock); not during
         this store's own commit (its transaction lands before its switch; no other process writes meanwhile)."""
         if self._pending_from is None and int(self._meta().get("version", 0)) != self._version:
-            self.index, self.index_file, self._version = self._load_committed()
+            self.index, self.index_file, self._version, self._exact = self._load_committed()
 
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:

@@ -31,6 +31,8 @@ __all__ = ["DocumentState", "Part", "PassageStore", "open_store"]
 class PassageStore(Protocol):
     """What ``EdgeRAG`` and ``indexing`` need from a store."""
 
+    commit_growth: float  # indexing commits in steps of this share of the store (indexing.commit_step)
+
     @property
     def location(self) -> str:
         """The store as messages name it: a folder, or a URL with its password masked."""

@@ -5,12 +5,12 @@ Bounded in time by cancelling from the progress callback after a few batches; th
 subprocess so its peak RSS (VmHWM) is this indexing run's alone. Before: one document was one batch;
 a 50 MB file peaked at 2,418 MB and showed 0% after 10 minutes."""
 import json
-import random
 import subprocess
 import sys
 
 from conftest import ROOT
 
+from benchmarks.write_amplification import write_text
 from edge_rag.errors import BudgetError
 from edge_rag.pipeline import EdgeRAG
 
@@ -43,21 +43,6 @@ except BudgetError as exc:
 print(json.dumps({"calls": calls, "count": rag.store.count, "before": before, "peak": peak_rss_mb(),
                   "seconds": round(time.perf_counter() - start, 1), "refused": refused}))
 """
-
-
-def write_text(path, mb: int, seed: int = 0) -> None:
-    """Prose-like sentences; most paragraphs end in a blank line, some run on for a long time."""
-    rng = random.Random(seed)
-    words = ("museum harbour light ship engine crew ticket gallery planet star lens tower steam pump visitor "
-             "child adult price hour open close floor lift stair cafe shop map guide").split()
-    with open(path, "w", encoding="utf-8") as f:
-        n = 0
-        while n < mb * 1_000_000:
-            para = " ".join(" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))).capitalize() + "."
-                            for _ in range(rng.randint(3, 8)))
-            para += "\n\n" if rng.random() < 0.7 else " "
-            f.write(para)
-            n += len(para)
 
 
 def test_big_file_indexing_is_bounded_and_moves(tmp_path, bundle_dir):

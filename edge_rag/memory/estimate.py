@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from ..hnsw import COMMIT_GROWTH
+from ..indexing import INDEX_BATCH_PASSAGES
 from .gguf import GGUFInfo
 from .rss import MB, rss_mb
 
@@ -134,15 +136,19 @@ def generator_estimate(info: GGUFInfo, n_ctx: int) -> Estimate:
 
 def index_estimate(passages: int, dim: int, m: int, passage_mode: str = "sentence",
                    remote: bool = False) -> Estimate:
-    """hnswlib index + SQLite store, and passage texts held in Python while indexing.
+    """hnswlib index + SQLite store, passage texts held in Python while indexing, and the vectors of the commit
+    in hand (indexing.commit_step: at most g / (1 + g) of the passages, g = hnsw.COMMIT_GROWTH, + one batch).
 
     index = passages × (dim × 4 + (2M + 1) × 4 + 8 + INDEX_OVERHEAD_BYTES) + STORE_FIXED_MB
     texts = passages × 2 × (PASSAGE_CHARS[mode] + PY_STR_OVERHEAD_BYTES)
     ``remote`` (a PostgreSQL store): the index lives on the server, the device holds PG_CLIENT_MB
-    instead; ``passages`` then counts only what this process is about to add (texts in Python).
+    instead; ``passages`` then counts only what this process is about to add (texts in Python), committed a batch
+    at a time.
     """
     per = dim * 4 + (2 * m + 1) * 4 + 8 + INDEX_OVERHEAD_BYTES
     text = 2 * (PASSAGE_CHARS.get(passage_mode, PASSAGE_CHARS["paragraph"]) + PY_STR_OVERHEAD_BYTES)
+    held = INDEX_BATCH_PASSAGES + (0 if remote else COMMIT_GROWTH / (1 + COMMIT_GROWTH) * passages)
     store = {"PostgreSQL client": PG_CLIENT_MB} if remote else {"vectors + graph": passages * per / MB + STORE_FIXED_MB}
-    return Estimate("index", {**store, "texts": passages * text / MB})
+    return Estimate("index", {**store, "texts": passages * text / MB,
+                              "commit in hand": min(held, passages) * dim * 4 / MB})
 

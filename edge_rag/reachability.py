@@ -1,0 +1,110 @@
+"""Passages the vector search cannot reach: searched with its own vector, a passage not in its top k.
+
+HNSW finds a vector only along links from the graph's entry point. After a bulk load of near-duplicate text (issue
+#43: the sample corpus + 26,001 templated sentences) the links between the museum's passages and the duplicates'
+cluster are pruned to a few, and some museum passages were returned for no query at all, not even their own vector
+(19-39 of 468, varying between builds; ef 366). Graph parameters (M, ef_construction) are inputs of the shipped
+calibration, so they stay: the embedded store finds such passages at every commit (``sweep``) and searches them
+exactly beside the graph (``Store.search``), and ``edge-rag doctor`` counts them on either store (``unreachable``).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+import hnswlib
+import numpy as np
+
+from . import hnsw
+
+KEY = "unreachable"  # the meta key of the labels a commit found unreachable (a JSON list)
+K = 10  # a passage is reachable when its own vector's top K holds it (exact duplicates share the top places)
+CHUNK = 256  # self-searches per hold of the search lock (~0.1 s at 25k passages): questions go between chunks
+FIRST_EF = 16  # the cheap first pass: what it finds is reachable at any larger ef; the rest is searched again
+
+
+def sweep(index: hnswlib.Index, labels: Sequence[int], ef_search: int, lock: Callable[[], AbstractContextManager],
+          k: int = K) -> list[int]:
+    """The ``labels`` their own vector does not find in ``index`` at the breadth questions get (``hnsw.ef_for``):
+    a pass at FIRST_EF, then the misses at full breadth (~6x cheaper than all at full breadth). hnswlib may not
+    search while it inserts: each chunk holds ``lock()``."""
+    ef = hnsw.ef_for(index.get_current_count(), k, ef_search)
+    todo, k = np.asarray(labels, dtype=np.int64), min(k, len(labels))
+    for width in (min(FIRST_EF, ef), ef):
+        missed = []
+        for at in range(0, len(todo), CHUNK):
+            chunk = todo[at:at + CHUNK]
+            with lock():
+                found = hnsw.knn_many(index, index.get_items(chunk, return_type="numpy"), k, width)
+            missed.append(chunk[~(found == chunk[:, None]).any(axis=1)])
+        todo = np.concatenate(missed) if missed else todo[:0]
+    return [int(i) for i in todo]
+
+
+def record(labels: Sequence[int]) -> dict[str, str]:
+    """The meta entry that records ``labels`` as unreachable, committed with the index they were found in."""
+    return {KEY: json.dumps(sorted(labels))}
+
+
+def recorded(meta: dict[str, str]) -> list[int]:
+    """The labels ``record`` recorded in a store's meta (none in a store from before the record)."""
+    return json.loads(meta.get(KEY, "[]"))
+
+
+def record_pg(store) -> list[int]:
+    """``sweep_pg``, recorded for searches on every device to search exactly (PgStore.writing runs it at the end of a
+    run that changed the store; run it after rebuilding the index by hand)."""
+    found = sweep_pg(store)
+    with store._errors("cannot record"), store._connection() as conn, conn.transaction():
+        store._lock(conn)
+        store._set_meta(conn, **record(found))
+    store.recount()
+    return found
+
+
+def sweep_pg(store, k: int = K) -> list[int]:
+    """``sweep`` on pgvector: every passage's own top k through the HNSW index on the server, a pass at FIRST_EF,
+    then the misses at the breadth ``search`` uses."""
+    from .pgsql import UNREACHABLE
+
+    ids = None
+    for ef in (FIRST_EF, hnsw.ef_for(store.count, k, store.ef_search)):
+        with store._errors("cannot check"), store.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef, k)),))
+            ids = [int(r[0]) for r in conn.execute(UNREACHABLE, {"ids": ids, "k": k})]
+    return ids
+
+
+class Exact:
+    """The passages the graph does not reach (``sweep``), searched exactly beside it: their labels and vectors
+    (unit length, as hnswlib keeps them for cosine). A label removed since is left out."""
+
+    @classmethod
+    def recorded(cls, index: hnswlib.Index, meta: dict[str, str]) -> Exact:
+        """The ones recorded in the store's ``meta`` (none in a store from before the record)."""
+        return cls(index, recorded(meta))
+
+    def __init__(self, index: hnswlib.Index, labels: Sequence[int]) -> None:
+        kept, rows = [], []
+        for label in labels:
+            with contextlib.suppress(RuntimeError):  # "Label not found": deleted
+                rows.append(np.asarray(index.get_items([label], return_type="numpy")[0], dtype=np.float32))
+                kept.append(int(label))
+        self.labels = np.asarray(kept, dtype=np.int64)
+        self.vectors = np.stack(rows) if rows else np.zeros((0, index.dim), dtype=np.float32)
+
+    def search(self, index: hnswlib.Index, query: np.ndarray, k: int, ef_search: int,
+               below: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k labels and cosine distances: the graph's (``hnsw.knn``, of labels under ``below``) and these
+        passages' exact ones, the best k of both."""
+        labels, dists = hnsw.knn(index, query.reshape(1, -1).astype(np.float32), k, ef_search, below=below)
+        if not len(self.labels):
+            return labels, dists
+        q = query.reshape(-1) / max(float(np.linalg.norm(query)), 1e-12)
+        have = set(labels.tolist())
+        pairs = list(zip(labels.tolist(), dists.tolist()))
+        pairs += [(int(a), float(d)) for a, d in zip(self.labels, 1.0 - self.vectors @ q) if int(a) not in have]
+        pairs = sorted(pairs, key=lambda p: p[1])[:k]
+        return np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.float32)
