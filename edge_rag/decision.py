@@ -51,12 +51,16 @@ class Decision:
         gate, extraction, verdict = self.gate, self.extraction, self.verdict
         candidate = verdict.candidate.text if verdict else extraction.answer if extraction else None
         text = candidate if self.route is Route.RAG else None
+        route, reason = self.route, self.refusal_reason
         if gen is not None:
             text = gen.text or None
+            if gen.cut and not gen.text:  # not one whole sentence: a fragment is no answer
+                route, reason = Route.REFUSE, (f"the generated answer was cut off after {gen.completion_tokens} "
+                                               "tokens, before its first sentence ended")
         return Answer(
             question=question,
             answer=text,
-            route=self.route,
+            route=route,
             tier=self.tier,
             confidence=verdict.candidate.span_score if verdict else extraction.confidence if extraction else 0.0,
             lower_bound=gate.lower_bound if gate else math.nan,
@@ -67,7 +71,7 @@ class Decision:
             prompt_tokens=gen.prompt_tokens if gen else 0,
             completion_tokens=gen.completion_tokens if gen else 0,
             corrected=self.corrected,
-            refusal_reason=self.refusal_reason,
+            refusal_reason=reason,
             n_evidence=gate.n if gate else 0,
             tier_fallback=self.tier_fallback,
             context=self.context,

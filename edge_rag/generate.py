@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
+from collections import abc, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BundleError, InputError
+from .text import whole_sentences
 
 SYSTEM = "Answer the question using only the context. Reply with a short answer, a few words at most."
 ONE_SHOT = (
@@ -39,6 +40,7 @@ class Generation:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    cut: bool = False  # cut off (budget, repetition) and trimmed to its whole sentences
 
 
 class RepetitionDetector:
@@ -93,29 +95,40 @@ class Generator:
 
     def generate(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
                  top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
-        prompt, max_new_tokens = self.fit(question, context, max_new_tokens)
-        out = list(self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window))
-        return Generation(self.text(out), len(prompt), len(out))
+        *_, gen = self.stream(question, context, max_new_tokens, temperature, top_k, seed, repeat_ngram,
+                              repeat_window)
+        return gen
 
     def stream(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
                top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48
                ) -> Iterator[str | Generation]:
-        """``generate`` as it happens: answer text pieces, then the Generation. The pieces joined are
-        always a prefix of the final text (the first line, stripped) and equal to it at the end."""
+        """``generate`` as it happens: answer text pieces, then the Generation. A piece is sent once its
+        sentence has ended (the rest when the model ends the answer itself), so a visitor never sees a
+        fragment the answer then drops: the pieces joined are always a prefix of the final text and equal
+        to it at the end. An answer cut off (token budget, repetition) keeps only its whole sentences."""
         prompt, max_new_tokens = self.fit(question, context, max_new_tokens)
         out: list[int] = []
         shown = ""
-        for token in self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window):
-            out.append(token)
-            text = self.text(out)
-            if len(text) > len(shown) and text.startswith(shown):
-                yield text[len(shown):]
-                shown = text
-        yield Generation(self.text(out), len(prompt), len(out))
+        decoding = self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window)
+        while True:
+            try:
+                out.append(next(decoding))
+            except StopIteration as end:
+                cut: bool = end.value
+                break
+            ready = whole_sentences(self.text(out))
+            if len(ready) > len(shown) and ready.startswith(shown):
+                yield ready[len(shown):]
+                shown = ready
+        text = whole_sentences(self.text(out), finished=True) if cut else self.text(out)
+        if len(text) > len(shown):
+            yield text[len(shown):]
+        yield Generation(text, len(prompt), len(out), cut)
 
     def tokens(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.4, top_k: int = 50,
-               seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Iterator[int]:
-        """The answer's tokens as they are decoded (for streaming), holding the context while iterating.
+               seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> abc.Generator[int, None, bool]:
+        """The answer's tokens as they are decoded (for streaming), holding the context while iterating;
+        returns whether the answer was cut off (by the budget or the repetition rule, not by the model).
 
         A token is yielded only once the repetition rule can no longer take it back (it drops the last
         ``repeat_ngram`` tokens of a repeat), so a stream never shows what the answer will not contain."""
@@ -123,6 +136,7 @@ class Generator:
             self._reset(seed)
             out: list[int] = []
             sent = 0
+            cut = False
             detector = RepetitionDetector(repeat_ngram, repeat_window)
             for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
                                            repeat_penalty=1.0, reset=True):
@@ -133,13 +147,16 @@ class Generator:
                     break
                 if detector.push(token):
                     del out[-repeat_ngram:]
+                    cut = True
                     break
                 if len(out) >= max_new_tokens:
+                    cut = True
                     break
                 while sent < len(out) - repeat_ngram:
                     yield out[sent]
                     sent += 1
             yield from out[sent:]
+            return cut
 
     def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
         """Prompt tokens and the answer length that fit in n_ctx: a question longer than half the room is

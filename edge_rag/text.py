@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 STOPWORDS = frozenset(
     """a an the and or but if then else of to in on at by for with from as into onto over under about
@@ -16,6 +17,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 # A sentence ends at . ! ? (optionally followed by a closing quote/bracket) before whitespace and an
 # upper-case letter, digit or opening quote. Common abbreviations do not end a sentence.
 _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
+# The end of text cut off: . ! ? and an optional closing quote or bracket; not a '.' after a digit.
+_FINAL_END = re.compile(r"(?:[!?]|(?<!\d)\.)[\"')\]]?$")
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S|No|Fig|approx|ca|c)\.$")
 
 
@@ -41,18 +44,37 @@ def overlap(query: str | set[str], text: str | set[str]) -> float:
     return len(q & t) / len(q) if q else 0.0
 
 
+def _sentence_ends(text: str) -> Iterator[re.Match[str]]:
+    """Where sentences end in ``text`` (the one rule: a match of _SENT_END not after an abbreviation)."""
+    for m in _SENT_END.finditer(text):
+        if not _ABBREV.search(text[max(0, m.start() - 12) : m.start()]):  # 12 > the longest abbreviation
+            yield m
+
+
 def split_sentences(text: str) -> list[str]:
     """Split prose into sentences without a model; keeps abbreviations like 'Dr.' inside."""
     out: list[str] = []
     start = 0
-    for m in _SENT_END.finditer(text):
-        candidate = text[start : m.start()].rstrip()
-        if _ABBREV.search(candidate.rstrip("\"')]")):
-            continue
+    for m in _sentence_ends(text):
+        candidate = text[start : m.start()].strip()
         if candidate:
-            out.append(candidate.strip())
+            out.append(candidate)
         start = m.end()
     tail = text[start:].strip()
     if tail:
         out.append(tail)
     return out
+
+
+def whole_sentences(text: str, finished: bool = False) -> str:
+    """The longest prefix of ``text`` that ends a sentence ('' if none does): what may be shown of text
+    still being written (a sentence has ended once the next one starts) or, ``finished``, of text cut off
+    mid-way by a token budget: then a closing . ! ? ends it too, unless that '.' may be a decimal point
+    ("3.") or an abbreviation's ("Dr.")."""
+    end = 0
+    for m in _sentence_ends(text):
+        end = m.start() + len(m.group().rstrip())  # with its closing quote or bracket, without the space
+    tail = text.rstrip()
+    if finished and _FINAL_END.search(tail) and not _ABBREV.search(tail[-12:].rstrip("\"')]")):
+        end = len(tail)
+    return text[:end]

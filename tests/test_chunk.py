@@ -4,12 +4,24 @@ import pytest
 
 from edge_rag.chunk import chunk, iter_files, make_document, read_documents
 from edge_rag.errors import InputError
-from edge_rag.text import split_sentences
+from edge_rag.text import split_sentences, whole_sentences
 
 
 def test_split_sentences_keeps_abbreviations():
     text = "Dr. Smith arrived at 9 a.m. on Monday. He left at noon! Was it late? Yes."
     assert split_sentences(text) == ["Dr. Smith arrived at 9 a.m. on Monday.", "He left at noon!", "Was it late?", "Yes."]
+
+
+def test_whole_sentences_drops_the_unfinished_one():
+    """What a generated answer may show: its whole sentences, by the rule split_sentences uses."""
+    text = 'Dr. Smith measured 3.5 m on Monday. He said "Go." It is located'
+    assert whole_sentences(text) == whole_sentences(text, finished=True) == 'Dr. Smith measured 3.5 m on Monday. He said "Go."'
+    growing = "The museum opened in 1889. It is located in Harbourlight."
+    assert whole_sentences(growing) == "The museum opened in 1889."  # the last one may go on: "... Harbourlight. St"
+    assert whole_sentences(growing, finished=True) == growing  # cut just after its full stop: whole
+    for cut in ("It is 3.", "It was built by Dr.", "It is in the U.S.", "It is located", "Dr. Smith"):
+        assert whole_sentences(cut, finished=True) == ""  # a decimal point, an abbreviation or no end at all
+    assert whole_sentences("Was it late? (Yes!)", finished=True) == "Was it late? (Yes!)"
 
 
 def test_sentence_mode_merges_short_fragments_and_keeps_order():

@@ -2,6 +2,7 @@ import pytest
 
 from edge_rag import bundle as B
 from edge_rag.generate import Generator, RepetitionDetector
+from edge_rag.text import whole_sentences
 
 NORMANDY = (
     "The Normans (Norman: Nourmands; French: Normands; Latin: Normanni) were the people who in the 10th and "
@@ -30,6 +31,19 @@ def test_gemma_answers_from_the_gold_paragraph(gemma):
     assert gen.prompt_tokens > 50 and 0 < gen.completion_tokens <= 16
     assert gen.prompt_tokens == len(gemma.llm.tokenize(gemma.prompt("In what country is Normandy located?",
                                                                     NORMANDY).encode(), add_bos=True, special=True))
+
+
+def test_an_answer_the_budget_cuts_keeps_its_whole_sentences(gemma):
+    """The kiosk showed an answer ending "… It is located": cut by max_new_tokens, an answer is trimmed to its
+    last whole sentence, and its stream sends only whole sentences, so nothing shown is later dropped."""
+    q, budget = "Describe the Normans.", 24
+    raw = gemma.text(list(gemma.tokens(gemma.fit(q, NORMANDY, budget)[0], budget, temperature=0.0)))
+    *pieces, gen = gemma.stream(q, NORMANDY, max_new_tokens=budget, temperature=0.0)
+    assert gen.completion_tokens == budget  # the budget stopped it
+    assert raw.startswith(gen.text) and len(raw) > len(gen.text)  # mid-way through a second sentence
+    assert gen.text and whole_sentences(gen.text, finished=True) == gen.text  # ends at a sentence end
+    assert "".join(pieces) == gen.text and gemma.generate(q, NORMANDY, budget, temperature=0.0) == gen
+    assert gen.cut
 
 
 def test_temperature_zero_is_deterministic(gemma):

@@ -1,7 +1,13 @@
 """``rag.ask_stream`` and ``Generator.stream``: the streamed events are the ones ``ask`` is built from."""
 from __future__ import annotations
 
-from edge_rag.events import Final, RouteDecided
+from dataclasses import replace
+
+from conftest import SAMPLE_DOCS
+
+from edge_rag import Config, EdgeRAG
+from edge_rag.config import DEFAULT_TIERS, Tiers
+from edge_rag.events import Final, RouteDecided, Token
 from edge_rag.generate import Generation
 from edge_rag.types import Route
 
@@ -29,3 +35,18 @@ def test_stream_pieces_add_up_to_the_generation(sample_rag):
     again = gen.generate(decision.question, decision.context, max_new_tokens=10, temperature=0.0)
     assert again == result
 
+
+
+def test_an_answer_cut_before_its_first_sentence_ends_is_refused_and_never_streamed(bundle_dir, tmp_path):
+    """A fragment is no answer: with a budget too small for one sentence the GPT route refuses saying why,
+    and the page (which shows the streamed pieces until the answer event) was sent none of it."""
+    budget = 4
+    tiers = Tiers({t: replace(s, max_new_tokens=budget) for t, s in DEFAULT_TIERS.items()})
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0, cgr=False, tiers=tiers)) as rag:
+        rag.add_files([SAMPLE_DOCS / "10-engine-hall-big-mary.md"])
+        events = list(rag.ask_stream("Describe Big Mary and what she did."))
+    answer = events[-1].answer
+    assert events[0].route is Route.GPT and answer.completion_tokens == budget
+    assert answer.route is Route.REFUSE and answer.answer is None and not answer.confident
+    assert answer.refusal_reason.startswith("the generated answer was cut off")
+    assert not [e for e in events if isinstance(e, Token)]
