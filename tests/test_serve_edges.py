@@ -204,6 +204,41 @@ def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db
         store.close()
 
 
+def test_sigterm_ends_a_running_generation_at_its_next_token(bundle_dir, sample_db, tmp_path):
+    """Shutdown waited for a running generation to finish its answer (seconds to a minute on a Pi); now the stream
+    hears 503 at the next token and the server exits."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    shutil.copytree(sample_db, tmp_path / "db")
+    proc = subprocess.Popen([sys.executable, "-m", "edge_rag", "serve", "--bundle", str(bundle_dir), "--db",
+                             str(tmp_path / "db"), "--port", "0", "--seed-decision"], env=env,  # the seeds generate
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "serving" in line, line
+        url = line.split(" on ")[1].strip().rstrip("/")
+        events = []
+        for question in serving.GPT_CANDIDATES:
+            with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": question}, timeout=T) as r:
+                for event, data in serving.iter_sse(r):
+                    events.append((event, data))
+                    if event == "token" and proc.poll() is None:
+                        proc.send_signal(signal.SIGTERM)
+                        stopping = time.monotonic()
+            if any(e == "token" for e, _ in events):
+                break
+            events = []
+        else:
+            pytest.fail("no GPT-route question among GPT_CANDIDATES")
+        assert events[-1][0] == "failed" and events[-1][1]["status"] == 503, events[-3:]
+        out, _ = proc.communicate(timeout=120)
+        print(f"\nSIGTERM while generating: exited after {time.monotonic() - stopping:.1f} s")
+        assert proc.returncode == 0 and "edge-rag: stopped" in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _passages(db: Path) -> int:
     store = Store(db, dim=384, create=False)
     try:

@@ -199,7 +199,9 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     handlers = HANDLERS
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                     middleware=[Middleware(SameOrigin, allowed_hosts=config.allowed_hosts)])
-    app.state.stop = jobs.stop  # called as shutdown begins (http.Server): a running indexing job stops at its next commit
+    # Called as shutdown begins (http.Server): a running indexing job stops at its next commit, a generation at its
+    # next token.
+    app.state.stop = lambda: (jobs.stop(), lanes.stop())
     return app
 
 
