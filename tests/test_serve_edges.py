@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -164,20 +165,13 @@ def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db
     """Issue #43: SIGTERM waited for a running indexing job (32 s there; a 20 MB upload would outlast systemd's 90 s).
     Now the job stops at its next commit: the server exits with the store whole, the upload's document recorded as
     incomplete (uploading it again adds the rest), far fewer passages stored than it had."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     db = tmp_path / "db"
     shutil.copytree(sample_db, db)
     before = _passages(db)
     sentences = 8000  # 8 commits of 1,024 passages
     text = "\n".join(f"Crate {i} in store room {i % 97} holds item {i * 7919 % 10007} of batch {i // 50}."
                      for i in range(sentences)).encode()
-    proc = subprocess.Popen([sys.executable, "-m", "edge_rag", "serve", "--bundle", str(bundle_dir), "--db", str(db),
-                             "--port", "0", "--token", TOKEN], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "serving" in line, line
-        url = line.split(" on ")[1].strip().rstrip("/")
+    with _cli_server(bundle_dir, db, "--token", TOKEN) as (proc, url):
         accepted = httpx.post(f"{url}/api/documents", files={"file": ("crates.txt", text)}, headers=WRITE, timeout=T)
         assert accepted.status_code == 202, accepted.text
         job, deadline = {}, time.monotonic() + 600
@@ -185,15 +179,7 @@ def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db
             time.sleep(0.2)
             job = httpx.get(url + accepted.headers["location"], timeout=T).json()
         assert job["state"] == "running" and job["passages_done"] < sentences, job
-        stopping = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-        print(f"\nSIGTERM with an upload running: exited after {time.monotonic() - stopping:.1f} s")
-        assert proc.returncode == 0 and "edge-rag: stopped" in out, out
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _exited(proc, _signal(proc), "with an upload running")
     store = Store(db, dim=384, create=False)  # opening checks the index file against the committed record
     try:
         [doc_id] = store.documents_from("upload:crates.txt")
@@ -207,36 +193,50 @@ def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db
 def test_sigterm_ends_a_running_generation_at_its_next_token(bundle_dir, sample_db, tmp_path):
     """Shutdown waited for a running generation to finish its answer (seconds to a minute on a Pi); now the stream
     hears 503 at the next token and the server exits."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     shutil.copytree(sample_db, tmp_path / "db")
-    proc = subprocess.Popen([sys.executable, "-m", "edge_rag", "serve", "--bundle", str(bundle_dir), "--db",
-                             str(tmp_path / "db"), "--port", "0", "--seed-decision"], env=env,  # the seeds generate
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "serving" in line, line
-        url = line.split(" on ")[1].strip().rstrip("/")
-        events = []
+    with _cli_server(bundle_dir, tmp_path / "db", "--seed-decision") as (proc, url):  # the seeds' decision generates
         for question in serving.GPT_CANDIDATES:
+            events = []
             with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": question}, timeout=T) as r:
                 for event, data in serving.iter_sse(r):
                     events.append((event, data))
-                    if event == "token" and proc.poll() is None:
-                        proc.send_signal(signal.SIGTERM)
-                        stopping = time.monotonic()
+                    if event == "token" and len(events) == 1 + [e for e, _ in events].index("token"):
+                        stopping = _signal(proc)  # at the first token
             if any(e == "token" for e, _ in events):
                 break
-            events = []
         else:
             pytest.fail("no GPT-route question among GPT_CANDIDATES")
         assert events[-1][0] == "failed" and events[-1][1]["status"] == 503, events[-3:]
-        out, _ = proc.communicate(timeout=120)
-        print(f"\nSIGTERM while generating: exited after {time.monotonic() - stopping:.1f} s")
-        assert proc.returncode == 0 and "edge-rag: stopped" in out, out
+        _exited(proc, stopping, "while generating")
+
+
+@contextmanager
+def _cli_server(bundle_dir: Path, db: Path, *args: str):
+    """(process, URL) of the real ``edge-rag serve`` on a free port; killed at the end if still running."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "edge_rag", "serve", "--bundle", str(bundle_dir), "--db", str(db),
+                             "--port", "0", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "serving" in line, line
+        yield proc, line.split(" on ")[1].strip().rstrip("/")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _signal(proc: subprocess.Popen) -> float:
+    """Send SIGTERM; returns when."""
+    proc.send_signal(signal.SIGTERM)
+    return time.monotonic()
+
+
+def _exited(proc: subprocess.Popen, stopping: float, state: str) -> None:
+    """The clean exit after SIGTERM: code 0 and "stopped"."""
+    out, _ = proc.communicate(timeout=120)
+    print(f"\nSIGTERM {state}: exited {time.monotonic() - stopping:.1f} s later")
+    assert proc.returncode == 0 and "edge-rag: stopped" in out, out
 
 
 def _passages(db: Path) -> int:
