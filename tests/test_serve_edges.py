@@ -31,6 +31,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed: pip i
 import serving  # noqa: E402
 from serving import TOKEN, WRITE, running_server  # noqa: E402
 
+from edge_rag import bundle as B  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 from edge_rag.serve.question_log import QuestionLog  # noqa: E402
@@ -188,6 +189,29 @@ def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db
         assert store.count == before + state.passages
     finally:
         store.close()
+
+
+def test_stopping_aborts_the_batch_being_encoded(bundle):
+    """A job stops at its next commit, and the batch before it (1,024 passages: seconds on one core of a small CPU)
+    is not waited for: the indexing encoder's running batch is aborted (onnxruntime's terminate flag)."""
+    from edge_rag.encode import Encoder
+
+    encoder = Encoder(bundle.require(B.ROLE_ENCODER), bundle.require(B.ROLE_TOKENIZER), threads=1)
+    texts = [f"Crate {i} in store room {i % 97} holds item {i * 7919 % 10007}." for i in range(20_000)]
+    outcome: queue.Queue[object] = queue.Queue()
+
+    def encode() -> None:
+        try:
+            outcome.put(encoder.encode(texts))
+        except Exception as exc:  # noqa: BLE001 - the outcome under test
+            outcome.put(exc)
+
+    thread = threading.Thread(target=encode)
+    thread.start()
+    time.sleep(0.5)
+    encoder.stop()
+    thread.join(600)
+    assert "terminate" in str(outcome.get(timeout=1))  # raised, no vectors: nothing of the batch is committed
 
 
 def test_sigterm_ends_a_running_generation_at_its_next_token(bundle_dir, sample_db, tmp_path):

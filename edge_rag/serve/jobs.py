@@ -106,11 +106,14 @@ class Jobs:
             await asyncio.sleep(POLL_S)
 
     def stop(self) -> None:
-        """Have every job stop at its next commit; no new job starts (the server is stopping)."""
+        """Have every job stop at its next commit, or sooner: the batch being encoded is aborted (it was not committed
+        yet); no new job starts (the server is stopping)."""
         self._stopping = True
         with self._lock:
             for job in self._jobs.values():
                 job.stopping = True
+        if self._encoder is not None:
+            self._encoder.stop()
 
     def close(self) -> None:
         """Stop the running job at its next commit (its committed batches stay), drop the queued ones."""
@@ -125,17 +128,23 @@ class Jobs:
                 self._encoder = self.rag.indexing_encoder(INDEX_THREADS)
             job.result = work(job, self._encoder)
             job.state = "done"
-        except Stopped as exc:
-            job.error, job.state = {"error": str(exc), "status": 503}, "failed"
-        except InputError as exc:
-            job.error, job.state = {"error": str(exc), "status": 422}, "failed"
-        except BudgetError as exc:
-            job.error, job.state = {"error": str(exc), "status": 507}, "failed"
-        except EdgeRAGError as exc:
-            job.error, job.state = {"error": str(exc), "status": 500}, "failed"
         except Exception as exc:  # noqa: BLE001 - reported in the job; the indexing thread goes on
-            job.error, job.state = {"error": f"{type(exc).__name__}: {exc}", "status": 500}, "failed"
+            job.error, job.state = _failure(job, exc), "failed"
         job.changes += 1
+
+
+def _failure(job: Job, exc: Exception) -> dict:
+    """The job's error and HTTP status for ``exc`` (whatever it is once the server is stopping: Stopped's)."""
+    try:
+        job.check()
+    except Stopped as stopped:
+        exc = stopped
+    if isinstance(exc, Stopped):
+        return {"error": str(exc), "status": 503}
+    if isinstance(exc, EdgeRAGError):
+        status = 422 if isinstance(exc, InputError) else 507 if isinstance(exc, BudgetError) else 500
+        return {"error": str(exc), "status": status}
+    return {"error": f"{type(exc).__name__}: {exc}", "status": 500}
 
 
 def progress_of(job: Job) -> Callable[[int, int], None]:
