@@ -22,6 +22,20 @@ from pathlib import Path
 from . import models as M
 from .errors import BundleError
 from .fileio import atomic_write_text, sha256_file
+from .manifest import (  # noqa: F401 - the KEY_* names are re-exported: callers spell them bundle.KEY_*
+    KEY_ENCODER,
+    KEY_FILES,
+    KEY_FORMAT,
+    KEY_FORMAT_VERSION,
+    KEY_GENERATOR,
+    KEY_PROFILE,
+    KEY_READER,
+    KEY_ROUTER,
+    KEY_VERSIONS,
+    check_manifest,
+    read_json,
+    valid_stamps,
+)
 
 MANIFEST = "manifest.json"
 VERIFIED = ".verified.json"
@@ -33,16 +47,6 @@ FORMAT = "edge-rag-bundle"
 # edge_rag.models. A bundle of another version fails to load; `edge-rag models pull` rebuilds it.
 FORMAT_VERSION = 2
 
-# Manifest keys (top level).
-KEY_FORMAT = "format"
-KEY_FORMAT_VERSION = "format_version"
-KEY_PROFILE = "profile"
-KEY_FILES = "files"
-KEY_ENCODER = "encoder"
-KEY_GENERATOR = "generator"
-KEY_ROUTER = "router"
-KEY_READER = "reader"
-KEY_VERSIONS = "versions"
 
 # File roles (what each holds: edge_rag.models.ROLES).
 ROLE_ENCODER = M.ENCODER_ROLE.name
@@ -70,19 +74,15 @@ class Bundle:
             raise BundleError(
                 f"no model bundle at {root} ({MANIFEST} missing); run `edge-rag models pull` to build one"
             )
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"{manifest_path} is not valid JSON ({exc}); rebuild the bundle") from exc
-        if not isinstance(manifest, dict):
-            kind = {list: "a list", str: "a string", type(None): "null"}.get(type(manifest), "a number")
-            raise BundleError(f"{manifest_path} holds {kind} where a JSON object is expected; rebuild the bundle")
-        if manifest.get(KEY_FORMAT) != FORMAT or manifest.get(KEY_FORMAT_VERSION) != FORMAT_VERSION:
+        manifest = read_json(manifest_path, "a bundle manifest")
+        if isinstance(manifest, dict) and (manifest.get(KEY_FORMAT) != FORMAT
+                                           or manifest.get(KEY_FORMAT_VERSION) != FORMAT_VERSION):
             raise BundleError(
-                f"{manifest_path} is {manifest.get(KEY_FORMAT)} v{manifest.get(KEY_FORMAT_VERSION)}, this edge-rag "
-                f"reads {FORMAT} v{FORMAT_VERSION}; rebuild it (`edge-rag models pull`) or install a new archive"
+                f"{manifest_path} is {str(manifest.get(KEY_FORMAT))[:40]} v{str(manifest.get(KEY_FORMAT_VERSION))[:8]}"
+                f", this edge-rag reads {FORMAT} v{FORMAT_VERSION}; rebuild it (`edge-rag models pull`) or install a "
+                "new archive"
             )
-        _check_files_list(manifest, manifest_path)
+        check_manifest(manifest, manifest_path)
         roles = {f["role"] for f in manifest[KEY_FILES]}
         missing = [r for r in REQUIRED_ROLES if r not in roles]
         if missing:
@@ -128,10 +128,8 @@ class Bundle:
         ``FULL_VERIFY_INTERVAL_S``). Returns file name → how it was checked."""
         stamp_path = self.root / VERIFIED
         try:
-            stamps = json.loads(stamp_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            stamps = {}
-        if not isinstance(stamps, dict) or stamps.get("version") != VERIFIED_VERSION:
+            stamps = valid_stamps(read_json(stamp_path, "a stamp file"), VERIFIED_VERSION)
+        except BundleError:  # absent, unreadable or not JSON: a cache only, rebuilt by hashing every file
             stamps = {}
         known = stamps.get("files", {})
         full = full or time.time() - stamps.get("full_at", 0) > FULL_VERIFY_INTERVAL_S
@@ -149,7 +147,7 @@ class Bundle:
                 )
             key = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, entry["sha256"]]
             old = known.get(entry["name"], {})
-            if not full and old.get("key") == key:
+            if not full and old.get("key") == key and len(old["blocks"]) == -(-stat.st_size // BLOCK_BYTES):
                 checked[entry["name"]] = _check_blocks(path, old["blocks"])
                 files[entry["name"]] = old
                 continue
@@ -186,18 +184,6 @@ def _check_blocks(path: Path, blocks: list[int]) -> str:
                 raise BundleError(f"bundle file {path}: block {i} changed since its last full check (bit rot or "
                                   "an edit that kept the file's times); rebuild the bundle")
     return f"{len(blocks)} blocks (crc32)"
-
-
-def _check_files_list(manifest: dict, path: Path) -> None:
-    """BundleError unless ``files`` is a list of entries with a str name and role, an int size and a sha256."""
-    files = manifest.get(KEY_FILES)
-    if not isinstance(files, list):
-        raise BundleError(f"{path}: '{KEY_FILES}' must be a list of file entries; rebuild the bundle")
-    for n, entry in enumerate(files):
-        fields = {"name": str, "role": str, "size": int, "sha256": str}
-        bad = [k for k, kind in fields.items() if not isinstance(entry, dict) or not isinstance(entry.get(k), kind)]
-        if bad:
-            raise BundleError(f"{path}: file entry {n} lacks a valid {', '.join(bad)}; rebuild the bundle")
 
 
 def file_entry(root: Path, name: str, role: str) -> dict:

@@ -58,6 +58,7 @@ class Encoder:
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=max_seq_len)
         self.session = load_session(Path(onnx_path), threads)
+        self.run_options = ort.RunOptions()  # stop() sets its terminate flag from another thread
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.dim = int(self.session.get_outputs()[0].shape[-1])
         self.max_seq_len = max_seq_len
@@ -85,9 +86,14 @@ class Encoder:
             out[i] = self.encode_one(text)
         return out
 
+    def stop(self) -> None:
+        """Abort the batch this encoder is running (from another thread): its ``encode`` raises, now and ever after.
+        For an indexing session when the server stops: a batch of 1,024 passages takes seconds on a small CPU."""
+        self.run_options.terminate = True
+
     def _run(self, encodings: list) -> np.ndarray:
         feeds = pad_batch(encodings)
-        hidden = self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
+        hidden = self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names}, self.run_options)[0]
         return mean_pool(hidden, feeds["attention_mask"])
 
 

@@ -62,6 +62,9 @@ UNREACHABLE = f"""SELECT p.id FROM {PASSAGES} p WHERE (%(ids)s::bigint[] IS NULL
     AND p.id NOT IN (SELECT q.id FROM {PASSAGES} q ORDER BY q.embedding <=> p.embedding LIMIT %(k)s)"""
 SCORED = f"SELECT id, doc_id, title, text, position, embedding <=> %b FROM {PASSAGES} WHERE id = ANY(%s)"
 PASSAGES_BY_ID = f"SELECT id, doc_id, title, text, position FROM {PASSAGES} WHERE id = ANY(%s)"
+# Documents in the order their first passage was stored (passage ids are never reused), as the embedded store's rowid.
+TITLES = f"""SELECT d.title FROM {DOCUMENTS} d WHERE d.title <> ''
+    ORDER BY (SELECT min(p.id) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) NULLS LAST, d.doc_id LIMIT %s"""
 DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
     (SELECT count(*) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) FROM {DOCUMENTS} d WHERE doc_id = %s"""
 

@@ -93,6 +93,10 @@ class PgStore:
         with self._errors("cannot read"), self._connection() as conn:
             return [r[0] for r in conn.execute(f"SELECT doc_id FROM {Q.DOCUMENTS} WHERE source = %s", (source,))]
 
+    def titles(self, limit: int) -> list[str]:  # PassageStore
+        with self._errors("cannot read"), self._connection() as conn:
+            return [r[0] for r in conn.execute(Q.TITLES, (limit,))]
+
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity (HNSW, ``hnsw.ef_search`` scaled to the store's size and k
         as for the embedded store: ``hnsw.ef_for``), best first, with ``score`` set. One round trip: the

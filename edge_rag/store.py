@@ -126,6 +126,11 @@ class Store:
         with self._lock:
             return [r[0] for r in self.db.execute("SELECT doc_id FROM documents WHERE source = ?", (source,))]
 
+    def titles(self, limit: int) -> list[str]:  # PassageStore
+        with self._lock:
+            rows = self.db.execute("SELECT title FROM documents WHERE title != '' ORDER BY rowid LIMIT ?", (limit,))
+            return [r[0] for r in rows]
+
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity, best first, with ``score`` set."""
         with self._lock:

@@ -60,6 +60,10 @@ class PassageStore(Protocol):
         """Ids of the documents indexed from ``source`` (a file path)."""
         ...
 
+    def titles(self, limit: int) -> list[str]:
+        """Up to ``limit`` non-empty document titles, in the order the documents were first stored."""
+        ...
+
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity, best first, with ``score`` set."""
         ...

@@ -11,6 +11,7 @@ numpy's CPUID probe, which reports what the CPU (or emulator) really offers, not
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import statistics
@@ -18,7 +19,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,9 @@ import onnxruntime as ort
 
 from . import bundle as B
 from .encode import Encoder
+from .errors import BundleError
 from .fileio import atomic_write_text
+from .manifest import read_json
 from .models import home
 
 VERIFY_VERSION = 1  # bump when thresholds or the measurement change: cached verdicts become stale
@@ -162,16 +165,26 @@ def cached_verdict(cache_dir: Path, encoder_sha256: str, run: Callable[[], Verdi
     ``refresh``) measured by ``run`` and stored."""
     path = cache_dir / f"{cache_key(encoder_sha256)}.json"
     if not refresh:
-        try:
-            return Verdict(**json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            pass
+        with contextlib.suppress(BundleError):
+            if (cached := _verdict(read_json(path, "a cached verdict"))) is not None:
+                return cached
     verdict = run()
     try:
         atomic_write_text(path, json.dumps(asdict(verdict), indent=2))
     except OSError as exc:  # a read-only home only costs a re-measurement next time
         print(f"edge-rag: could not cache the encoder verdict in {path}: {exc}", file=sys.stderr)
     return verdict
+
+
+def _verdict(data: object) -> Verdict | None:
+    """The Verdict ``data`` records, or None when it is not one (an edited or damaged cache file: measure again)."""
+    if not isinstance(data, dict) or set(data) != {f.name for f in fields(Verdict)}:
+        return None
+    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool}
+    if any(not isinstance(data[f.name], kinds[f.type]) or (f.type != "bool" and isinstance(data[f.name], bool))
+           for f in fields(Verdict)):
+        return None
+    return Verdict(**data) if data["precision"] in THRESHOLDS else None
 
 
 def _sha(bundle: B.Bundle, role: str) -> str:

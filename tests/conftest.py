@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -65,6 +67,19 @@ def pg_admin_url():
         pytest.skip(f"no PostgreSQL for the pgvector tests: {exc}; or set EDGE_RAG_PG_URL")
     yield server.url
     server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_admin_url):
+    """A fresh database on the server, dropped after the test."""
+    psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
+    name = f"edge_rag_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    parts = urlsplit(pg_admin_url)
+    yield urlunsplit(parts._replace(path=f"/{name}"))
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="session")

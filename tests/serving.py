@@ -8,12 +8,12 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import httpx
-import uvicorn
 
 from edge_rag.config import Config, Tier
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.serve.app import create_app
 from edge_rag.serve.config import ServeConfig
+from edge_rag.serve.http import server as http_server
 
 # Short generations keep the tests' llama.cpp time bounded; the decoding rules are the same.
 TEST_MAX_NEW_TOKENS = 12
@@ -60,9 +60,8 @@ def running_server(rag: EdgeRAG, config: ServeConfig | None = None):
     sock.listen(64)
     # A generous per-question timeout: this box's llama.cpp speed varies with load; the timeout itself is
     # tested with the CLI server (test_cli_serve_token_timeout_and_sigterm).
-    config = config or ServeConfig(port=0, question_timeout_s=900, token=TOKEN)
-    server = uvicorn.Server(uvicorn.Config(create_app(rag, config), log_level="warning",
-                                           timeout_graceful_shutdown=5))
+    config = config or ServeConfig(port=0, question_timeout_s=900, token=TOKEN, shutdown_grace_s=5)
+    server = http_server(create_app(rag, config), config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -1,10 +1,16 @@
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from edge_rag import bundle as B
 from edge_rag.errors import BundleError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -91,3 +97,96 @@ def test_an_older_format_version_is_rebuilt(bundle_copy, capsys):
     with pytest.raises(BundleError, match=rf"v{B.FORMAT_VERSION - 1}, this edge-rag reads edge-rag-bundle v"):
         B.Bundle.load(bundle_copy)
     assert not _current(bundle_copy) and "rebuilding" in capsys.readouterr().out
+
+
+def _edit_manifest(root, edit) -> None:
+    path = root / B.MANIFEST
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def _file(manifest: dict, role: str) -> dict:
+    return next(f for f in manifest["files"] if f["role"] == role)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.pop("encoder"), "the 'encoder' section is missing"),
+    (lambda m: m.pop("generator"), "the 'generator' section is missing"),
+    (lambda m: m.update(encoder="minilm"), "the 'encoder' section is not an object"),
+    (lambda m: m.update(generator=[]), "the 'generator' section is not an object"),
+    (lambda m: m["encoder"].pop("dim"), r"'encoder.dim' must be a positive integer, not null"),
+    (lambda m: m["encoder"].update(dim="384"), r"'encoder.dim' must be a positive integer"),
+    (lambda m: m["encoder"].update(max_seq_len=-1), r"'encoder.max_seq_len' must be a positive integer"),
+    (lambda m: m["encoder"].update(max_seq_len=True), r"'encoder.max_seq_len' must be a positive integer"),
+    (lambda m: m["encoder"].update(precision="int4"), "encoder precision must be one of fp32, int8"),
+    (lambda m: m["generator"].update(prompt_style=7), r"'generator.prompt_style' must be a string"),
+    (lambda m: m["generator"].update(prompt_style="any"), "prompt_style must be one of"),
+    (lambda m: m.update(router="yes"), "'router' must be an object"),
+    (lambda m: m.update(profile="../../elsewhere"), "profile '../../elsewhere' is not a name"),
+    (lambda m: m.update(profile=["gemma"]), "is not a name"),
+])
+def test_every_manifest_corruption_is_one_bundle_error(bundle_copy, edit, message):
+    """Issue #43: a manifest without its encoder or generator section crashed every load with a traceback."""
+    _edit_manifest(bundle_copy, edit)
+    with pytest.raises(BundleError, match=message):
+        B.Bundle.load(bundle_copy)
+
+
+@pytest.mark.parametrize("name", [
+    lambda outside: str(outside),  # absolute
+    lambda outside: f"../{outside.parent.name}/{outside.name}",  # climbs out
+    lambda outside: f"{outside.name}/../{outside.name}",
+    lambda outside: "sub/tokenizer.json",  # a folder inside is not a bundle file name either
+])
+def test_a_file_name_outside_the_bundle_is_refused_before_it_is_read(bundle_copy, tmp_path_factory, name):
+    """Issue #43: a manifest naming ``/abs/path`` or ``../x`` loaded that file (a matching size and sha256 were all it
+    took); a file name is one plain path component now, checked before any file is opened."""
+    outside = tmp_path_factory.mktemp("outside") / "tokenizer.json"
+    (bundle_copy / "tokenizer.json").rename(outside)
+    (bundle_copy / "sub").mkdir()
+    (bundle_copy / "sub" / "tokenizer.json").symlink_to(outside)
+    bad = name(outside)
+    _edit_manifest(bundle_copy, lambda m: _file(m, B.ROLE_TOKENIZER).update(name=bad))
+    atime = outside.stat().st_atime_ns
+    with pytest.raises(BundleError, match=r"not a file inside the bundle folder"):
+        B.Bundle.load(bundle_copy)
+    assert outside.stat().st_atime_ns == atime  # never opened (the stamp file lists none of it either)
+    assert not (bundle_copy / B.VERIFIED).exists()
+
+
+@pytest.mark.parametrize("stamps", [
+    [],
+    {"version": 3, "full_at": 0, "files": []},
+    {"version": 3, "full_at": "yesterday", "files": {}},
+    {"version": 3, "full_at": 1e300, "files": {"encoder.onnx": "ok"}},
+    {"version": 3, "files": {"encoder.onnx": {"key": 1, "blocks": [1]}}},
+    "REPLACE",  # every file's real stamp with its blocks emptied: a check of nothing would pass
+])
+def test_a_stamp_file_of_the_wrong_shape_is_rebuilt_by_hashing(bundle_copy, stamps):
+    """Issue #43: a ``.verified.json`` of the wrong shape crashed every load; it is a cache of the last full check,
+    so one that does not hold stamps is ignored: every file is hashed in full and the stamps are written again."""
+    B.Bundle.load(bundle_copy)
+    path = bundle_copy / B.VERIFIED
+    good = json.loads(path.read_text())
+    if stamps == "REPLACE":
+        stamps = {**good, "files": {n: {**s, "blocks": []} for n, s in good["files"].items()}}
+    path.write_text(json.dumps(stamps))
+    checked = B.Bundle.load(bundle_copy, verify=False).verify_files()
+    assert set(checked.values()) == {"sha256"}
+    assert json.loads(path.read_text())["files"].keys() == good["files"].keys()
+    assert set(B.Bundle.load(bundle_copy, verify=False).verify_files().values()) != {"sha256"}  # stamps again
+
+
+def test_cli_says_what_is_wrong_in_one_line_and_exits_2(bundle_copy):
+    """The command line on a damaged manifest: ``edge-rag: error: ...`` on one line, exit 2, no traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    pristine = (bundle_copy / B.MANIFEST).read_text()
+    for edit in (lambda m: m.pop("encoder"), lambda m: _file(m, B.ROLE_TOKENIZER).update(name="/etc/passwd"),
+                 lambda m: m.update(files="all")):
+        (bundle_copy / B.MANIFEST).write_text(pristine)
+        _edit_manifest(bundle_copy, edit)
+        r = subprocess.run([sys.executable, "-m", "edge_rag", "models", "verify", "--bundle", str(bundle_copy)],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.startswith("edge-rag: error: "), r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

@@ -35,18 +35,6 @@ SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
 DIM = 8
 
 
-@pytest.fixture
-def pg_url(pg_admin_url):
-    """A fresh database on the server, dropped after the test."""
-    name = f"edge_rag_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    parts = urlsplit(pg_admin_url)
-    yield urlunsplit(parts._replace(path=f"/{name}"))
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
-
-
 def unit_vectors(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
     v = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from neardup import near_duplicate_docs
-from test_pgstore import pg_url  # noqa: F401 - a fresh database on the throw-away PostgreSQL of the pgvector tests
 
 from benchmarks.reachability import batches
 from edge_rag import hnsw, reachability
@@ -61,7 +60,7 @@ def test_embedded_store_finds_the_document_after_a_near_duplicate_load(neardup_r
     assert report.unreachable == 0 and unreachable(store) == []  # each passage found by its own vector
 
 
-def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_rag, pg_url):  # noqa: F811
+def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_rag, pg_url):
     """The same passages and vectors in a fresh pgvector store, bulk-loaded as docs/guides/fleet.md advises (its HNSW
     index dropped, the batches added, the index built again with the store's M and ef_construction): inserting
     through the index row by row took 5.6 minutes here."""
@@ -112,3 +111,38 @@ def test_doctor_command(neardup_rag, bundle_dir):
                          timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert "recall@10" in run.stdout and "0 unreachable by their own vector" in run.stdout
+
+
+class _CountingIndex:
+    """The store's real hnswlib index, recording how many vectors each ``get_items`` call returns."""
+
+    def __init__(self, index) -> None:
+        self._index, self.reads = index, []
+
+    def get_items(self, ids, *args, **kwargs):
+        self.reads.append(len(ids))
+        return self._index.get_items(ids, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._index, name)
+
+
+def test_the_exact_side_reads_the_index_a_chunk_at_a_time(tmp_path):
+    """Issue #43: the deep health check read every stored vector in one ``get_items`` call, which hnswlib turns into
+    a Python float per component with the GIL held (26k passages: +490 MB RSS and questions stalled for seconds).
+    Now at most ``doctor.CHUNK`` vectors at a time, with the same exact answers: recall 1.0 against itself."""
+    from edge_rag import doctor
+
+    vectors = np.random.default_rng(0).normal(size=(3 * doctor.CHUNK + 5, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    store = Store(tmp_path / "db", 16, ef_search=2000)  # searched this wide, the graph is exact here
+    docs = [make_document(f"random passage {i}", f"doc {i}") for i in range(len(vectors))]
+    store.add([Part(d, 0, [d.text], True, d.doc_id) for d in docs], vectors)
+    store.index = counting = _CountingIndex(store.index)
+    try:
+        report = check_recall(store, sample=20)
+    finally:
+        store.index = counting._index
+        store.close()
+    assert report.recall == 1.0 and report.worst == 1.0 and report.queries == 20, report.summary()
+    assert sum(counting.reads) == 20 + len(vectors) and max(counting.reads) <= doctor.CHUNK, counting.reads

@@ -60,7 +60,7 @@ def test_health_and_page(served):
 def test_deep_health_measures_search_recall(served):
     url, _ = served
     assert "recall" not in httpx.get(f"{url}/api/health", timeout=T).json()
-    recall = httpx.get(f"{url}/api/health", params={"deep": "1"}, timeout=T).json()["recall"]
+    recall = httpx.get(f"{url}/api/health", params={"deep": "1"}, headers=WRITE, timeout=T).json()["recall"]
     assert recall["ok"] and recall["recall"] >= recall["floor"] == 0.95 and recall["k"] == 10
     assert recall["queries"] == 100 and recall["passages"] > 400
 

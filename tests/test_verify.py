@@ -39,6 +39,25 @@ def test_verdict_is_cached_per_encoder_cpu_and_onnxruntime(bundle: B.Bundle, tmp
     assert verdict_for(bundle, B.ROLE_ENCODER, cached=False).query_ms != first.query_ms
 
 
+@pytest.mark.parametrize("damage", [
+    lambda v: {**v, "precision": "int4"},  # no thresholds for it: its summary() raised KeyError
+    lambda v: {**v, "passed": "no"},  # a str is truthy: a failing verdict read as passing
+    lambda v: {**v, "cosine_mean": None},
+    lambda v: [v],
+    lambda v: {k: x for k, x in v.items() if k != "cpu"},
+])
+def test_a_damaged_cached_verdict_is_measured_again(bundle: B.Bundle, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch, damage) -> None:
+    """Issue #43: a cached verdict of the wrong shape was taken as it was (or raised later); it is measured again."""
+    monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path))
+    first = verdict_for(bundle, B.ROLE_ENCODER)
+    [stored] = (tmp_path / "verify").glob("*.json")
+    stored.write_text(json.dumps(damage(json.loads(stored.read_text()))))
+    again = verdict_for(bundle, B.ROLE_ENCODER)
+    assert again.passed is True and again.precision == first.precision and again.query_ms != first.query_ms
+    assert json.loads(stored.read_text())["query_ms"] == again.query_ms and again.summary()
+
+
 @pytest.fixture(scope="module")
 def weak_bundle(bundle: B.Bundle, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real bundle with its int8 encoder swapped for per-tensor int8 (a real, measurably worse

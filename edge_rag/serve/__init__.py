@@ -39,10 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, open_rag: Callable) -> int:
     """Open the store, bind, serve until SIGTERM / Ctrl-C, then close everything."""
     try:
-        import uvicorn
-
         from .app import create_app
         from .auth import token_from_file
+        from .http import server as http_server
     except ImportError as exc:
         raise EdgeRAGError(f"edge-rag serve needs Starlette and uvicorn ({exc.name} is missing): "
                            "pip install 'edge-rag[serve]'") from exc
@@ -65,10 +64,9 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     writes = "writes need the API token" if config.token else "read-only: no API token"
     print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages; {writes}) on "
           f"http://{url_host}:{port}/", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           timeout_graceful_shutdown=config.shutdown_grace_s))
-    # uvicorn finishes open requests on SIGTERM / Ctrl-C (the app then closes the store), and re-raises
-    # the signal afterwards; turn that into a normal exit.
+    server = http_server(app, config)
+    # uvicorn finishes open requests on SIGTERM / Ctrl-C (a running indexing job stops at its next commit; the app
+    # then closes the store), and re-raises the signal afterwards; turn that into a normal exit.
     signal.signal(signal.SIGTERM, _stop)
     try:
         server.run(sockets=[sock])

@@ -1,7 +1,8 @@
 """The HTTP API and the kiosk page of ``edge-rag serve`` (Starlette).
 
     GET  /                    the kiosk page (edge_rag/static/)
-    GET  /api/health          bundle, corpus size, memory plan, memory now, generation line, the decision (health.py)
+    GET  /api/health          bundle, corpus size, memory plan, memory now, generation line, the decision (health.py);
+                              ?deep=1 also measures search recall (doctor.py): token only, one at a time
     GET  /api/kiosk           suggested questions, page settings, and which certificate decides the answers
     POST /api/ask             {"question": "..."} → the Answer JSON (+ "sources": title and passage text)
     GET  /api/ask/stream?q=   Server-Sent Events: route, queue…, token…, answer (or failed)
@@ -11,9 +12,9 @@
     DELETE /api/documents/{id} remove one document: 202 + a job
     GET  /api/jobs/{id}       an indexing job's state and progress
 
-Writes need ``Authorization: Bearer <token>`` (``auth.py``; no token configured: read-only, 403) and,
-like every request that is not a GET, this server's own Host and Origin (``origin.py``). Every error
-is JSON ``{"error": message, "status": code}`` with that HTTP status.
+Writes and the deep health check need ``Authorization: Bearer <token>`` (``auth.py``; no token configured:
+read-only, 403); every request needs this server's own Host, and Origin when a browser sends one (``origin.py``).
+Every error is JSON ``{"error": message, "status": code}`` with that HTTP status.
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     jobs = Jobs(rag)
     parser = Parser()  # the uploads' PDF/HTML parse children
     remove_stale_folders()
+    deep_check = asyncio.Lock()  # one recall measurement at a time: it reads every stored vector
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -78,9 +80,14 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
 
     async def health(request: Request) -> Response:
-        data = await lanes.fast(health_report, rag, lanes)
-        if request.query_params.get("deep") == "1":  # off the fast lane: questions go on meanwhile
-            data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()
+        if request.query_params.get("deep") != "1":
+            return JSONResponse(await lanes.fast(health_report, rag, lanes))
+        require_writer(request, config.token)  # it costs seconds of CPU on a large store: not for anyone to loop on
+        if deep_check.locked():
+            raise HTTPException(429, "a deep health check is running; ask again when it has finished")
+        async with deep_check:
+            data = await lanes.fast(health_report, rag, lanes)
+            data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()  # off the fast lane
         return JSONResponse(data)
 
     async def kiosk(request: Request) -> Response:
@@ -89,10 +96,11 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
                              "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars})
 
     async def accepted(text: str) -> str:
-        """The question as the server takes it (``_question``'s checks), kept in the question log if there is one."""
+        """The question as the server takes it (``_question``'s checks); what was typed (as long as the page allows)
+        is kept in the question log if there is one: the calibration is to see the kiosk's questions as they come."""
         question = _question(text, config)
         if questions.path is not None:  # no thread hop when nothing is kept
-            await asyncio.to_thread(questions.add, question)
+            await asyncio.to_thread(questions.add, text)
         return question
 
     async def ask(request: Request) -> Response:
@@ -151,6 +159,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
         def work(job: Job, encoder) -> dict:
             for name, docs in zip(names, parsed):
+                job.check()
                 added = rag.add_documents(docs, progress_of(job), source_of(name), encoder)
                 job.files.append({"file": name, "documents": len(docs), "passages": added})
                 job.changes += 1
@@ -188,8 +197,12 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     handlers = HANDLERS
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
-                     middleware=[Middleware(SameOrigin, allowed_hosts=config.allowed_hosts)])
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                    middleware=[Middleware(SameOrigin, allowed_hosts=config.allowed_hosts)])
+    # Called as shutdown begins (http.Server): a running indexing job stops at its next commit, a generation at its
+    # next token.
+    app.state.stop = lambda: (jobs.stop(), lanes.stop())
+    return app
 
 
 def _accepted(job: Job) -> JSONResponse:

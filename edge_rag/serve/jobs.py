@@ -6,7 +6,9 @@ commit lands (a commit takes the store's search lock for 32 inserts at a time an
 commit, never while it saves the index file or writes its transaction: ``Store._commit``).
 One indexing thread: writes happen one at a time, in the order they were accepted. Indexing encodes
 with its own encoder session of ``INDEX_THREADS`` thread(s), so the question path's session keeps its
-threads.
+threads. When the server stops, a running job stops at its next commit (every commit is whole: the store
+stays consistent, and its documents are marked incomplete, so uploading the file again adds what is missing);
+queued jobs are dropped.
 """
 from __future__ import annotations
 
@@ -41,6 +43,13 @@ class Job:
     result: dict = field(default_factory=dict)
     error: dict | None = None
     changes: int = 0  # bumped on every update: streams send an event when it moves
+    stopping: bool = False  # the server is stopping: the job ends at its next commit
+
+    def check(self) -> None:
+        """Raise Stopped if the server is stopping (called at commit boundaries)."""
+        if self.stopping:
+            raise Stopped(f"the server stopped; {self.passages_done} passages of this job were committed: send it "
+                          "again to add the rest")
 
     def to_dict(self) -> dict:
         data = {"id": self.id, "kind": self.kind, "state": self.state, "files_total": self.total_files,
@@ -56,6 +65,10 @@ class Job:
 Work = Callable[[Job, Encoder], dict]
 
 
+class Stopped(EdgeRAGError):
+    """The server stopped while the job ran."""
+
+
 class Jobs:
     """The indexing thread of one EdgeRAG and the jobs it has run."""
 
@@ -65,10 +78,11 @@ class Jobs:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._encoder: Encoder | None = None
+        self._stopping = False
 
     def submit(self, kind: str, total_files: int, work: Work) -> Job:
         """Queue ``work(job, encoder)``; it returns the job's result fields."""
-        job = Job(secrets.token_hex(8), kind, total_files)
+        job = Job(secrets.token_hex(8), kind, total_files, stopping=self._stopping)
         with self._lock:
             self._jobs[job.id] = job
             while len(self._jobs) > KEEP_JOBS and next(iter(self._jobs.values())).finished:
@@ -91,26 +105,46 @@ class Jobs:
                     return
             await asyncio.sleep(POLL_S)
 
+    def stop(self) -> None:
+        """Have every job stop at its next commit, or sooner: the batch being encoded is aborted (it was not committed
+        yet); no new job starts (the server is stopping)."""
+        self._stopping = True
+        with self._lock:
+            for job in self._jobs.values():
+                job.stopping = True
+        if self._encoder is not None:
+            self._encoder.stop()
+
     def close(self) -> None:
-        """Finish the running job (its committed batches stay), drop the queued ones."""
+        """Stop the running job at its next commit (its committed batches stay), drop the queued ones."""
+        self.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _run(self, job: Job, work: Work) -> None:
         job.state, job.changes = "running", job.changes + 1
         try:
+            job.check()
             if self._encoder is None:
                 self._encoder = self.rag.indexing_encoder(INDEX_THREADS)
             job.result = work(job, self._encoder)
             job.state = "done"
-        except InputError as exc:
-            job.error, job.state = {"error": str(exc), "status": 422}, "failed"
-        except (BudgetError, DiskFullError) as exc:  # 507 Insufficient Storage: memory or disk
-            job.error, job.state = {"error": str(exc), "status": 507}, "failed"
-        except EdgeRAGError as exc:
-            job.error, job.state = {"error": str(exc), "status": 500}, "failed"
         except Exception as exc:  # noqa: BLE001 - reported in the job; the indexing thread goes on
-            job.error, job.state = {"error": f"{type(exc).__name__}: {exc}", "status": 500}, "failed"
+            job.error, job.state = _failure(job, exc), "failed"
         job.changes += 1
+
+
+def _failure(job: Job, exc: Exception) -> dict:
+    """The job's error and HTTP status for ``exc`` (whatever it is once the server is stopping: Stopped's)."""
+    try:
+        job.check()
+    except Stopped as stopped:
+        exc = stopped
+    if isinstance(exc, Stopped):
+        return {"error": str(exc), "status": 503}
+    if isinstance(exc, EdgeRAGError):
+        status = 422 if isinstance(exc, InputError) else 507 if isinstance(exc, BudgetError | DiskFullError) else 500  # 507: memory or disk
+        return {"error": str(exc), "status": status}
+    return {"error": f"{type(exc).__name__}: {exc}", "status": 500}
 
 
 def progress_of(job: Job) -> Callable[[int, int], None]:
@@ -120,5 +154,6 @@ def progress_of(job: Job) -> Callable[[int, int], None]:
     def report(done: int, planned: int) -> None:
         job.passages_done, job.passages_planned = base + done, max(job.passages_planned, base + planned)
         job.changes += 1
+        job.check()  # after a commit: stopping here keeps the store whole
 
     return report

@@ -10,7 +10,8 @@
 A queued or running generation is a ``Job`` that no client owns: a client that disconnects leaves the
 running generation to finish and its Answer lands in the answer cache (asking again returns it at
 once); a job that has not started when its client leaves is dropped. Each question has a deadline
-(``ServeConfig.question_timeout_s``) counted from its arrival, waiting included.
+(``ServeConfig.question_timeout_s``) counted from its arrival, waiting included. When the server stops, a running
+generation ends at its next token (its client hears 503), so shutdown never waits for a long answer.
 """
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ class Lanes:
         self._fast = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-fast")
         self._generate = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-generate")
         self._line: list[Job] = []  # submitted generation jobs in order; [0] is running or next
+        self._stopping = False
 
     async def fast(self, fn: Callable, *args):
         """Run ``fn(*args)`` on the fast lane."""
@@ -126,6 +128,9 @@ class Lanes:
             job.push(Queued(0))
             for event in job.stream:
                 job.push(event)
+                if self._stopping and not isinstance(event, Final):
+                    job.push(Failed(503, "the server is shutting down"))
+                    return
                 if time.monotonic() > job.deadline and not isinstance(event, Final):
                     job.push(Failed(504, f"no answer within {self.timeout_s:.0f} s"))
                     return
@@ -146,8 +151,13 @@ class Lanes:
             if position and not waiting.started:
                 waiting.push(Queued(position))
 
+    def stop(self) -> None:
+        """End a running generation at its next token (the server is stopping)."""
+        self._stopping = True
+
     def close(self) -> None:
-        """Let a running generation finish (its answer is cached), drop the queued ones, stop the threads."""
+        """End a running generation at its next token, drop the queued ones, stop the threads."""
+        self.stop()
         for job in self._line:
             job.abandoned = True
         self._generate.shutdown(wait=True, cancel_futures=True)

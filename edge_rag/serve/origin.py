@@ -1,14 +1,18 @@
-"""Requests that change state must come from the kiosk's own address: no CSRF, no DNS rebinding.
+"""Every request must come from the kiosk's own address: no CSRF, no DNS rebinding, no cross-site reads.
 
-Every request other than GET/HEAD/OPTIONS is checked before it reaches a route:
+Every request, GET included, is checked before it reaches a route (a GET asks a question, which lands in the
+question log, and ``/api/health`` names the bundle's path):
 
 - ``Host`` must name the address the connection came in on (its IP, or ``localhost`` on loopback, or
   this machine's host name), or one of ``--allow-host``, with the served port: a page on another site
   that rebinds its DNS name to this device sends its own name and is refused;
-- ``Origin``, when sent (browsers always send it on a cross-site POST, form posts included), must be
-  ``http(s)://`` + that same Host: a form on any other page is refused.
+- ``Origin``, when sent (browsers send it on every cross-origin fetch and on a cross-site POST, form posts
+  included), must be ``http(s)://`` + that same Host: a script or form on any other page is refused;
+- ``Sec-Fetch-Site``, when sent (every current browser), must say the request comes from this origin or from
+  no page at all, except for a navigation (a link to the kiosk page from elsewhere still opens it): an
+  ``<img>`` or ``<script>`` on another page pointing at ``/api/ask/stream`` sends no Origin and is refused here.
 
-Clients that are not browsers (curl, httpx) send no Origin and pass on Host alone.
+Clients that are not browsers (curl, httpx) send neither header and pass on Host alone.
 """
 from __future__ import annotations
 
@@ -19,19 +23,19 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+OWN_SITES = ("same-origin", "none")  # Sec-Fetch-Site values of the kiosk's own page, or a typed URL / bookmark
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 class SameOrigin:
-    """ASGI middleware refusing non-GET requests whose Host or Origin is not this server (403 JSON)."""
+    """ASGI middleware refusing requests whose Host, Origin or fetch site is not this server (403 JSON)."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.app = app
         self.names = {h.lower() for h in allowed_hosts} | {socket.gethostname().lower(), socket.getfqdn().lower()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
+        if scope["type"] == "http":
             reason = self.refusal(scope)
             if reason:
                 body = json.dumps({"error": reason, "status": 403}).encode()
@@ -48,10 +52,13 @@ class SameOrigin:
         host = headers.get("host", "")
         server = scope.get("server") or ("", 0)
         if not self._is_server(host, server[0], server[1]):
-            return f"Host {host!r} is not this server's address; requests that change state must be sent to it"
+            return f"Host {host[:80]!r} is not this server's address; requests must be sent to it"
         origin = headers.get("origin")
         if origin is not None and origin.lower() not in (f"http://{host}".lower(), f"https://{host}".lower()):
-            return f"requests from {origin!r} may not change this server's state (Origin is not {host!r})"
+            return f"requests from {origin[:80]!r} are refused (Origin is not {host!r})"
+        site = headers.get("sec-fetch-site")
+        if site is not None and site not in OWN_SITES and headers.get("sec-fetch-mode") != "navigate":
+            return f"requests from another site's page are refused (Sec-Fetch-Site {site[:20]!r})"
         return None
 
     def _is_server(self, host: str, ip: str, port: int) -> bool:

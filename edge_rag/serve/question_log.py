@@ -5,13 +5,15 @@ question the server accepts is appended to a JSON-lines file as ``{"question": .
 address, no answer). Someone who knows the documents then adds ``"answer"`` to each line — the text, a list of
 acceptable texts, or null where the documents hold none — and calibrates on the file. The device's own answers are
 left out on purpose: labels copied from them would certify the device by its own word. The file holds what
-visitors typed, verbatim: tell them, and delete it once calibrated.
+visitors typed, verbatim (only questions the server accepted, so at most the page's question length), readable by
+the server's user alone (mode 0600): tell visitors, and delete it once calibrated.
 """
 from __future__ import annotations
 
 import datetime
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -31,8 +33,7 @@ class QuestionLog:
         self._failed = False
         if path is not None:
             try:
-                with open(path, "a", encoding="utf-8"):
-                    pass
+                os.close(_open(path))
             except OSError as exc:
                 raise EdgeRAGError(f"cannot write the question log {path}: {exc}") from exc
 
@@ -45,7 +46,7 @@ class QuestionLog:
         line = json.dumps({"question": question, "asked": asked}, ensure_ascii=False) + "\n"
         with self._lock:
             try:
-                with open(self.path, "a", encoding="utf-8") as f:
+                with open(_open(self.path), "a", encoding="utf-8") as f:
                     if f.tell() + len(line.encode()) > MAX_BYTES:
                         raise OSError(f"it has reached {MAX_BYTES // 1_000_000} MB; questions are no longer kept")
                     f.write(line)
@@ -53,3 +54,15 @@ class QuestionLog:
                 if not self._failed:
                     log.warning("cannot append to the question log %s: %s", self.path, exc)
                 self._failed = True
+
+
+def _open(path: Path) -> int:
+    """A descriptor appending to ``path``, created readable by this user only; an older file is made so too."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
