@@ -16,6 +16,8 @@ httpx = pytest.importorskip("httpx")
 
 from serving import OFF_TOPIC, running_server  # noqa: E402
 
+from edge_rag.text import split_sentences, whole_sentences  # noqa: E402
+
 ARTIFACTS = Path(__file__).resolve().parent / ".artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Offline and quiet: no sandbox (root in CI), no GPU, no background fetches, never a downloaded browser.
@@ -134,8 +136,10 @@ def test_kiosk_page_streams_answers_and_refuses(browser, served):
     assert final == (api["answer"] or "I don't know.")
     assert page.inner_text("#badge") == "Written by the on-device model"
     partial = [s for s in page.evaluate("window.seen") if s and s != final]
-    if api["completion_tokens"] > 3:
-        assert partial and all(final.startswith(s) for s in partial), "the answer did not stream in"
+    # streamed a whole sentence at a time: never a fragment, always the start of the answer shown at the end
+    assert all(final.startswith(s) and whole_sentences(s, finished=True) == s for s in partial), partial
+    if len(split_sentences(final)) > 1:
+        assert partial, "the answer did not stream in"
     if api["answer"]:
         first_source = page.locator("#sources details").first
         first_source.locator("summary").click()  # tappable: opens the passage

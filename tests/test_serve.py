@@ -96,13 +96,13 @@ def test_generations_queue_while_extractive_answers_flow(served):
         with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": q}, timeout=T) as r:
             for event, data in iter_sse(r):
                 events.append((event, data, time.monotonic()))
-                if event == "token":
+                if event == "queue" and data["position"] == 0:  # generating now (tokens come a sentence at a time)
                     generating.set()
         results[q] = events
 
     threads = [threading.Thread(target=run, args=(q,)) for q in (q1, q2)]
     threads[0].start()
-    assert generating.wait(600), "the first generation never produced a token"
+    assert generating.wait(600), "the first generation never started"
     threads[1].start()
     rag = httpx.post(f"{url}/api/ask", json={"question": "Who founded the Harbourlight Science Museum?"}, timeout=T)
     finished_first = q1 in results
@@ -142,7 +142,8 @@ def test_client_disconnect_mid_stream_loses_nothing(served):
             break
         threading.Event().wait(0.5)
     a = httpx.post(f"{url}/api/ask", json={"question": q3}, timeout=T).json()
-    assert a["route"] == "GPT" and a["cache_hit"], "the abandoned generation was lost"
+    # its result is cached: the answer, or the refusal of one the short test budget cut before a sentence ended
+    assert a["cache_hit"] and a["completion_tokens"] > 0, "the abandoned generation was lost"
 
 
 @pytest.mark.parametrize("call, status", [
