@@ -50,11 +50,11 @@ SEARCH_TEXT = f"""SELECT id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', tsv, q)
     to_tsquery('english', %s) q, to_tsquery('english', %s) c WHERE tsv @@ c ORDER BY rank DESC, id LIMIT %s"""
 POSTINGS = f"""SELECT (SELECT count(*) FROM {PASSAGES} WHERE tsv @@ to_tsquery('english', t))
 FROM unnest(%s::text[]) WITH ORDINALITY AS terms(t, i) ORDER BY i"""
-# The HNSW top k and the passages the graph does not reach (``exact``, reachability.py) searched exactly (by primary
-# key: a set-returning function here made the planner scan the table): the best k of both.
-SEARCH = f"""SELECT * FROM (
-    (SELECT id, doc_id, title, text, position, embedding <=> %(q)b AS distance FROM {PASSAGES} ORDER BY distance
-     LIMIT %(k)s)
+SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %(q)b AS distance
+FROM {PASSAGES} ORDER BY distance LIMIT %(k)s"""
+# When some passages are not reached by the graph (``exact``, reachability.py): the HNSW top k and those searched exactly
+# (by primary key: a set-returning function here made the planner scan the table), the best k of both.
+SEARCH_WITH_EXACT = f"""SELECT * FROM (({SEARCH})
     UNION SELECT id, doc_id, title, text, position, embedding <=> %(q)b FROM {PASSAGES} WHERE id = ANY(%(exact)s)
 ) found ORDER BY distance LIMIT %(k)s"""
 # Of the passages ``ids`` (None: all), those whose own embedding's top k through the HNSW index misses them.

@@ -112,7 +112,8 @@ class PgStore:
             if self._session_ef.get(conn) != ef:
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
                 self._session_ef[conn] = ef
-            rows = conn.execute(Q.SEARCH, {"q": query, "k": k, "exact": self._unreachable}).fetchall()
+            sql = Q.SEARCH_WITH_EXACT if self._unreachable else Q.SEARCH
+            rows = conn.execute(sql, {"q": query, "k": k, "exact": self._unreachable}).fetchall()
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
     def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:

@@ -2,10 +2,11 @@
 
 HNSW finds a vector only along links from the graph's entry point. After a bulk load of near-duplicate text (issue
 #43: the sample corpus + 26,001 templated sentences) the links between the museum's passages and the duplicates'
-cluster are pruned to a few, and some museum passages were returned for no query at all, not even their own vector
-(19-39 of 468, varying between builds; ef 366). Graph parameters (M, ef_construction) are inputs of the shipped
-calibration, so they stay: the embedded store finds such passages at every commit (``sweep``) and searches them
-exactly beside the graph (``Store.search``), and ``edge-rag doctor`` counts them on either store (``unreachable``).
+cluster are pruned to a few, and some passages were returned for no query at all, not even their own vector (39 of
+the museum's 468 in the issue's build; 18 of them and one duplicate in one here, pgvector 4-24; ef 366). Graph
+parameters (M, ef_construction) are inputs of the shipped calibration, so they stay: the embedded store finds such
+passages at every commit (``sweep``), pgvector at the end of every indexing run (``record_pg``), and both search them
+exactly beside the graph; ``edge-rag doctor`` counts what is still missed (``doctor.unreachable``).
 """
 from __future__ import annotations
 
