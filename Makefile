@@ -94,6 +94,7 @@ reader: models
 
 lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info tests/.cache tests/.artifacts

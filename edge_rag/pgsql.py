@@ -53,6 +53,9 @@ FROM unnest(%s::text[]) WITH ORDINALITY AS terms(t, i) ORDER BY i"""
 SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %b AS distance
 FROM {PASSAGES} ORDER BY distance LIMIT %s"""
 SCORED = f"SELECT id, doc_id, title, text, position, embedding <=> %b FROM {PASSAGES} WHERE id = ANY(%s)"
+# The titled documents in the order they were added: by their first passage's id (ids only grow; the documents table
+# keeps no order).
+TITLES = f"SELECT title FROM {PASSAGES} WHERE position = 0 AND title != '' ORDER BY id LIMIT %s"
 PASSAGES_BY_ID = f"SELECT id, doc_id, title, text, position FROM {PASSAGES} WHERE id = ANY(%s)"
 DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
     (SELECT count(*) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) FROM {DOCUMENTS} d WHERE doc_id = %s"""

@@ -123,13 +123,15 @@ class Store:
                 " FROM documents d WHERE doc_id = ?", (doc_id,)).fetchone()
         return None if row is None else DocumentState(row[0], row[1], bool(row[2]), row[3])
 
-    def documents_from(self, source: str) -> list[str]:
-        """Ids of the documents indexed from ``source`` (a file path)."""
+    def documents_from(self, source: str) -> list[str]:  # PassageStore
         with self._lock:
             return [r[0] for r in self.db.execute("SELECT doc_id FROM documents WHERE source = ?", (source,))]
 
-    def search(self, vector: np.ndarray, k: int) -> list[Passage]:
-        """Top-k passages by cosine similarity, best first, with ``score`` set."""
+    def titles(self, n: int) -> list[str]:  # PassageStore
+        with self._lock:
+            return [r[0] for r in self.db.execute("SELECT title FROM documents WHERE title != '' ORDER BY rowid LIMIT ?", (n,))]
+
+    def search(self, vector: np.ndarray, k: int) -> list[Passage]:  # PassageStore
         with self._lock:
             self._follow()
             if self._counted[0] != self._version:  # COUNT(*) costs 0.3 ms at 100k passages: once per commit
@@ -198,8 +200,7 @@ class Store:
             self._commit(parts, np.asarray(vectors, dtype=np.float32), list(remove))
         return n
 
-    def remove(self, doc_ids: Sequence[str]) -> int:
-        """Remove documents and their passages; returns the number of passages removed."""
+    def remove(self, doc_ids: Sequence[str]) -> int:  # PassageStore
         with self.writing():
             with self._lock:
                 marks = ",".join("?" * len(doc_ids))

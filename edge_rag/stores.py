@@ -58,6 +58,10 @@ class PassageStore(Protocol):
         """Ids of the documents indexed from ``source`` (a file path)."""
         ...
 
+    def titles(self, n: int) -> list[str]:
+        """The titles of the first ``n`` titled documents, in the order they were added."""
+        ...
+
     def search(self, vector: np.ndarray, k: int) -> list[Passage]:
         """Top-k passages by cosine similarity, best first, with ``score`` set."""
         ...

@@ -65,8 +65,9 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     writes = "writes need the API token" if config.token else "read-only: no API token"
     print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages; {writes}) on "
           f"http://{url_host}:{port}/", flush=True)
+    # uvicorn annotates the grace as int but hands it to asyncio.wait_for, which takes any seconds
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           timeout_graceful_shutdown=config.shutdown_grace_s))
+                                           timeout_graceful_shutdown=config.shutdown_grace_s))  # type: ignore[arg-type]
     # uvicorn finishes open requests on SIGTERM / Ctrl-C (the app then closes the store), and re-raises
     # the signal afterwards; turn that into a normal exit.
     signal.signal(signal.SIGTERM, _stop)

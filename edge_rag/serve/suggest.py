@@ -27,9 +27,7 @@ def suggestions(rag: EdgeRAG, n: int) -> list[str]:
 
 def _candidates(rag: EdgeRAG) -> list[str]:
     samples = [q["question"] for q in json.loads(SAMPLE_QUESTIONS.read_text(encoding="utf-8"))]
-    # The store keeps document titles; no public accessor exists, so read them directly.
-    rows = rag.store.db.execute("SELECT title FROM documents WHERE title != '' ORDER BY rowid LIMIT 50")
-    return samples + [f"{title}?" for (title,) in rows]
+    return samples + [f"{title}?" for title in rag.store.titles(50)]
 
 
 def _answerable(rag: EdgeRAG, candidates: list[str], n: int) -> list[str]:
