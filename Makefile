@@ -94,6 +94,7 @@ reader: models
 
 lint: install
 	$(BIN)/ruff check edge_rag convert benchmarks evaluation tests docs
+	$(BIN)/mypy
 
 # The documentation site into site/ (mkdocs.yml). Strict: a broken link or anchor, or a Config field, CLI option or
 # HTTP route without a description, fails. The reference pages and result tables are generated (docs/hooks.py, docs/reference_gen.py).

@@ -37,8 +37,7 @@ from evaluation.datasets import QAItem, load_squad
 
 from . import data
 from .fusion import train_sample
-from .run import corpus_sizes
-from .scale import corpus, documents
+from .scale import corpus, corpus_sizes, documents
 
 BUDGETS = (500, 1_000, 2_000, 4_000, 8_000)
 EXACT = 10**12

@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--systems", default=",".join(available()), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     p.add_argument("--skip-peer", action="store_true")
     p.add_argument("--skip-scale", action="store_true")
-    p.add_argument("--scale-sizes", type=corpus_sizes, default=None,
+    p.add_argument("--scale-sizes", type=scale.corpus_sizes, default=None,
                    help="comma-separated corpus sizes, k/M suffixes allowed (default 1k,10k,100k[,1M])")
     args = p.parse_args(argv)
     args.datasets = [d for d in args.datasets.split(",") if d]
@@ -66,21 +66,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"unknown {name}(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     args.sizes = args.scale_sizes or list(scale.FULL_SIZES if args.full else scale.QUICK_SIZES)
     return args
-
-
-SIZE_SUFFIXES = {"k": 1_000, "m": 1_000_000}
-
-
-def corpus_sizes(text: str) -> list[int]:
-    """``"1k,10k,100k,1M"`` (or plain integers) → [1000, 10000, 100000, 1000000]."""
-    sizes = []
-    for raw in filter(None, (s.strip() for s in text.split(","))):
-        scale_by = SIZE_SUFFIXES.get(raw[-1].lower(), 1)
-        digits = raw[:-1] if scale_by > 1 else raw
-        if not digits.isdigit() or int(digits) == 0:
-            raise argparse.ArgumentTypeError(f"corpus size {raw!r} is not a positive integer with optional k/M")
-        sizes.append(int(digits) * scale_by)
-    return sizes
 
 
 def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> list[dict]:

@@ -10,6 +10,7 @@ text corpus looks like.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -35,6 +36,20 @@ K = 10
 CHUNK = 100_000  # synthetic rows generated at a time (bounds the float temporaries)
 MB = 2**20
 PASSAGES_PER_DOCUMENT = 5  # corpus rows per document in the store benchmarks: each passage gets neighbours
+
+SIZE_SUFFIXES = {"k": 1_000, "m": 1_000_000}
+
+
+def corpus_sizes(text: str) -> list[int]:
+    """``"1k,10k,100k,1M"`` (or plain integers) → [1000, 10000, 100000, 1000000]."""
+    sizes = []
+    for raw in filter(None, (s.strip() for s in text.split(","))):
+        scale_by = SIZE_SUFFIXES.get(raw[-1].lower(), 1)
+        digits = raw[:-1] if scale_by > 1 else raw
+        if not digits.isdigit() or int(digits) == 0:
+            raise argparse.ArgumentTypeError(f"corpus size {raw!r} is not a positive integer with optional k/M")
+        sizes.append(int(digits) * scale_by)
+    return sizes
 
 
 def documents(rows: list[tuple[str, str]], prefix: str = "v", per_document: int = PASSAGES_PER_DOCUMENT) -> list:

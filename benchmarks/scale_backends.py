@@ -34,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.rss import peak_rss_mb
-from benchmarks.scale import MAX_QUERIES, MB, K, corpus, documents
+from benchmarks.scale import MAX_QUERIES, MB, K, corpus, corpus_sizes, documents
 
 if TYPE_CHECKING:  # importing edge_rag at module level would be measured in the device processes
     from edge_rag import Config
@@ -366,7 +366,6 @@ def main(argv: list[str]) -> None:
     from edge_rag.models import default_bundle, home
 
     from . import data
-    from .run import corpus_sizes
     from .systems import bench_config
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.scale_backends", description=main.__doc__.splitlines()[0])

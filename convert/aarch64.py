@@ -28,6 +28,8 @@ from pathlib import Path
 
 from edge_rag.fileio import atomic_write_text
 
+from .wheel import checkout_wheel
+
 CACHE = Path(os.environ.get("EDGE_RAG_AARCH64", Path.home() / ".cache" / "edge-rag" / "aarch64"))
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 DEBS = ("python3.11-minimal", "libpython3.11-stdlib", "libpython3.11-dev", "libgomp1")
@@ -176,11 +178,8 @@ class Env:
 def install(site: Path, llama: bool, extra: tuple[str, ...] = ()) -> Env:
     """Install the device side (edge-rag from this checkout, no torch) for aarch64 into ``site``, with the
     cross-built wheels; ``llama=False`` leaves out llama-cpp-python (the RAG route never loads it)."""
-    root, checkout = sysroot(), Path(__file__).resolve().parent.parent
-    ours = site.with_name(site.name + "-wheel")
-    shutil.rmtree(checkout / "build", ignore_errors=True)  # setuptools would pack stale files left in build/lib
-    _pip("wheel", "-q", "--no-deps", "-w", str(ours), str(checkout))
-    [edge_rag] = ours.glob("edge_rag-*.whl")
+    root, ours = sysroot(), site.with_name(site.name + "-wheel")
+    edge_rag = checkout_wheel(ours)
     target = ["install", "-q", "--target", str(site), "--python-version", "3.11", "--implementation", "cp",
               "--only-binary=:all:", *[f"--platform={p}" for p in PLATFORMS]]
     _pip(*target, "--no-deps", str(edge_rag))

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import fields
 from enum import Enum
+from typing import Any
 
 from .bundle import Bundle
 from .config import Config, TierSpec
@@ -75,19 +76,28 @@ def recorded_config(text: str) -> Config:
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Config"):
             raise ValueError("not Config(...)")
         known = {f.name for f in fields(Config)}
-        return Config(**{kw.arg: _value(kw.value) for kw in call.keywords if kw.arg in known})
+        return Config(**{kw.arg: _value(kw.value) for kw in call.keywords if kw.arg is not None and kw.arg in known})
     except (SyntaxError, ValueError, TypeError, RecursionError) as exc:
         raise ConfigError(f"{text[:60]!r}… is not a recorded Config ({exc})") from None
 
 
-def _value(node: ast.expr) -> object:
-    """A field's value: a literal, or the tiers (``Tiers({'EASY': TierSpec(k=1, ...), ...})``) as a dict."""
+def _value(node: ast.expr | None) -> Any:
+    """A field's value: a literal, or the tiers (``Tiers({'EASY': TierSpec(k=1, ...), ...})``) as a dict. A ``**``
+    entry (no key: None) is no such value."""
+    if node is None:
+        raise ValueError("a ** entry")
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         if node.func.id == "TierSpec" and not node.args:
-            return TierSpec(**{kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
+            return TierSpec(**{_keyword(kw): ast.literal_eval(kw.value) for kw in node.keywords})
         if node.func.id == "Tiers" and len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
-            return {ast.literal_eval(k): _value(v) for k, v in zip(node.args[0].keys, node.args[0].values)}
+            return {_value(k): _value(v) for k, v in zip(node.args[0].keys, node.args[0].values)}
     return ast.literal_eval(node)
+
+
+def _keyword(kw: ast.keyword) -> str:
+    if kw.arg is None:
+        raise ValueError("a ** argument")
+    return kw.arg
 
 
 def _shown(value: object) -> object:

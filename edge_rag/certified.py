@@ -58,19 +58,23 @@ class CertifiedPath:
         if calibration is not None and not self.calibration_path.is_file():
             raise BundleError(f"calibration file {calibration} does not exist (make one with `edge-rag calibrate`)")
         # A missing shipped calibration refuses every question (with that reason), never answers uncertified.
-        self.calibration = Calibration.load(self.calibration_path) if self.calibration_path.is_file() else None
+        cal = Calibration.load(self.calibration_path) if self.calibration_path.is_file() else None
+        self.calibration: Calibration | None = cal
         # cached answers were decided under one calibration: its hash is part of the cache's key
-        self.calibration_sha256 = sha256_file(self.calibration_path) if self.calibration is not None else None
-        # why every question is refused (None: the calibration certifies this config, whatever the store holds)
-        why = (f"not calibrated: run `python -m convert calibrate{' --backend pgvector' if remote else ''}`"
-               if self.calibration is None else self._mismatch(bundle, config))
-        self._measured = State(None, False, why)
-        if why is None:
-            rc = self.calibration.reader(config.reader)
+        self.calibration_sha256 = sha256_file(self.calibration_path) if cal is not None else None
+        # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
+        if cal is None:
+            self._measured = State(None, False, "not calibrated: run `python -m convert calibrate"
+                                                 f"{' --backend pgvector' if remote else ''}`")
+        elif (why := self._mismatch(cal, bundle, config)) is not None:
+            self._measured = State(None, False, why)
+        else:
+            rc = cal.reader(config.reader)
             # whether generated answers are certified at this alpha too: a bisection, once, here
             self._measured = State(rc.table.choose(config.max_error_rate, config.delta), rc.gpt_allowed(
                 config.max_error_rate, config.delta, bundle.generator.get("name")), None)
-        self._state, self._store_version = self._measured, None  # as of the store's version last checked
+        self._state = self._measured
+        self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
 
@@ -91,8 +95,9 @@ class CertifiedPath:
         measured (calibrated_config.store_change). Checked again whenever the store's version moves: another process
         (an upload on the kiosk, `edge-rag index`) may add passages of another kind to a store this one has open."""
         version = store.version
-        if version != self._store_version and self._measured.certificate is not None:
-            why = store_change(self.calibration.source, store.passage_kinds)
+        cal = self.calibration  # None only once nothing is certified (record_only)
+        if version != self._store_version and self._measured.certificate is not None and cal is not None:
+            why = store_change(cal.source, store.passage_kinds)
             self._state, self._store_version = (self._measured if why is None else State(None, False, why)), version
 
     def record_only(self) -> None:
@@ -101,11 +106,10 @@ class CertifiedPath:
         self.calibration = None
         self._measured = self._state = State(None, False, "recording candidates only (no certificate)")
 
-    def _mismatch(self, bundle: B.Bundle, config: Config) -> str | None:
+    def _mismatch(self, cal: Calibration, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
         reader, was measured under other decision inputs or another encoder (calibrated_config), or with another
         reader model."""
-        cal = self.calibration
         if config.reader not in cal.readers:
             return (f"not calibrated for reader {config.reader!r} ({self.calibration_path.name} holds "
                     f"{', '.join(cal.readers)}): calibrate again with this Config (`edge-rag calibrate`)")

@@ -162,6 +162,7 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
     shape, or two records with one id and different texts, is an InputError naming the file.
     """
     shape = 'a list of objects or {"documents": [...]}'
+    rows: list | None  # {"documents": ...} may hold anything, or nothing
     try:
         if path.suffix.lower() == ".jsonl":
             rows = []

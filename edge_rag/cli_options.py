@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .errors import ConfigError
@@ -44,7 +44,8 @@ def config_value(name: str) -> Callable[[str], float]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
         try:
-            Config(**{name: value})
+            change: dict[str, Any] = {name: value}  # any field's name
+            Config(**change)
         except ConfigError as exc:  # it names the field and what it allows
             raise argparse.ArgumentTypeError(str(exc)) from None
         return value

@@ -43,7 +43,7 @@ class Scored(NamedTuple):
     """A sentence of the compressor's input and its relevance to the question."""
 
     rank: int  # index of its passage in the (reranked) input
-    index: int  # position inside its passage
+    sentence: int  # position inside its passage
     text: str
     relevance: float
 
@@ -88,7 +88,7 @@ def compress(
 
     groups: dict[tuple[str, str], list[Scored]] = {}
     used = 0
-    ranked = sorted(sentences, key=lambda s: (-s.relevance, s.rank, s.index))
+    ranked = sorted(sentences, key=lambda s: (-s.relevance, s.rank, s.sentence))
     for s in [s for s in ranked if s.relevance >= floor] or ranked[:1]:
         p = passages[s.rank]
         group = groups.get((p.doc_id, p.title))
@@ -105,7 +105,7 @@ def compress(
     lines: list[str] = []
     ids: list[int] = []
     for group in sorted(groups.values(), key=lambda g: min(s.rank for s in g)):
-        group.sort(key=lambda s: (passages[s.rank].position, s.rank, s.index))
+        group.sort(key=lambda s: (passages[s.rank].position, s.rank, s.sentence))
         lines.append(_header(passages[group[0].rank]) + " ".join(s.text for s in group))
         ids.extend(dict.fromkeys(passages[s.rank].id for s in group))
     text = "\n".join(lines)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
+from typing import Any
 
 from .errors import ConfigError
 from .lexical import POSTINGS_BUDGET
@@ -197,7 +198,7 @@ class Config:
             except ValueError:
                 raise ConfigError(f"{name}={value!r}: allowed values are {_names(TIERS)}") from None
 
-    def with_(self, **changes: object) -> Config:
+    def with_(self, **changes: Any) -> Config:
         """A copy with some fields changed (the config itself is frozen), checked like a new one."""
         return replace(self, **changes)
 
@@ -262,12 +263,10 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
 def _check_range(name: str, value: object, low: float | None, high: float | None, low_in: bool, high_in: bool,
                  integer: bool) -> None:
     kind = "an integer" if integer else "a number"
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and not isinstance(value, bool)
-    if ok and low is not None:
-        ok = value >= low if low_in else value > low
-    if ok and high is not None:
-        ok = value <= high if high_in else value < high
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and (isinstance(value, int) if integer else math.isfinite(value))
+          and (low is None or (value >= low if low_in else value > low))
+          and (high is None or (value <= high if high_in else value < high)))
     if not ok:
         lo = "" if low is None else f"{'>=' if low_in else '>'} {low}"
         hi = "" if high is None else f"{'<=' if high_in else '<'} {high}"

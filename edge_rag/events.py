@@ -7,7 +7,9 @@ objects are sent as Server-Sent Events by ``edge-rag serve`` (``name`` is the SS
 """
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from .config import Tier
 from .types import Answer, Route
@@ -49,3 +51,4 @@ class Final:
 
 
 Event = RouteDecided | Token | Final
+EventStream: TypeAlias = Generator[Event, None, None]  # one question's events; close() ends it early

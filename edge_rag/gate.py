@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 
@@ -26,7 +27,7 @@ _BOUNDS: dict[str, Callable[[np.ndarray, Config], bounds.Bound]] = {
     "betting": lambda r, config: bounds.betting(r, config.gate_delta),
 }
 GATES = ("none", "distance", *_BOUNDS)
-Scores = Sequence[float] | np.ndarray  # cosine similarities of the retrieved passages
+Scores: TypeAlias = Sequence[float] | np.ndarray  # cosine similarities of the retrieved passages
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ def candidate_terms(terms: list[str], postings: list[int], budget: int = POSTING
     """``terms`` split by their postings (how many passages hold each) into the rarest, whose passages are the
     candidates (postings summing to at most ``budget``, and at least one term), and the rest, which only score them."""
     order = sorted(range(len(terms)), key=lambda i: (postings[i], terms[i]))
-    rare, total = [], 0
+    rare: list[str] = []
+    total = 0
     for i in order:
         if rare and total + postings[i] > budget:
             break

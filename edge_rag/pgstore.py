@@ -1,18 +1,16 @@
 """Passage store on PostgreSQL + pgvector: one corpus per database, shared by a fleet of devices.
 
-Same contract as the embedded store (``stores.PassageStore``): passages with their vectors in one
-table behind an HNSW index (cosine ops), documents with their content hash and whether all their
-passages are in, a meta table with the dimension, the encoder's hash, the count and a version; a store
-refuses vectors from another encoder; ``add`` (parts of documents, and the documents they replace) is
-one transaction (a crash or an error mid-batch leaves the last committed state: PostgreSQL rolls the
-transaction back when the client dies) under a transaction-scoped advisory lock, so writers on any
-number of devices take turns; passage ids are never reused. ``writing()`` holds the same lock for a
-whole indexing run; at its end the passages the HNSW graph does not reach are recorded and searched exactly
-beside it (reachability.py). Connections come from a small psycopg pool; every message names the database by its
-URL with the password masked.
+Same contract as the embedded store (``stores.PassageStore``): passages with their vectors in one table behind an HNSW
+index (cosine ops), documents with their content hash and whether all their passages are in, a meta table with the
+dimension, the encoder's hash, the count and a version; a store refuses vectors from another encoder; ``add`` (parts of
+documents, and the documents they replace) is one transaction (a crash or an error mid-batch leaves the last committed
+state: PostgreSQL rolls the transaction back when the client dies) under a transaction-scoped advisory lock, so writers
+on any number of devices take turns; passage ids are never reused. ``writing()`` holds the same lock for a whole
+indexing run; at its end the passages the HNSW graph does not reach are recorded and searched exactly beside it
+(reachability.py). Connections come from a small psycopg pool; every message names the database by its URL, password masked.
 
-Needs the ``pg`` extra (psycopg 3, psycopg-pool, pgvector) and ``CREATE EXTENSION vector`` in the
-database (done here when the role may; otherwise an administrator runs it once).
+Needs the ``pg`` extra (psycopg 3, psycopg-pool, pgvector) and ``CREATE EXTENSION vector`` in the database (done here
+when the role may; otherwise an administrator runs it once).
 """
 from __future__ import annotations
 
@@ -88,8 +86,7 @@ class PgStore:
             row = conn.execute(Q.DOCUMENT, (doc_id,)).fetchone()
         return None if row is None else DocumentState(row[0], row[1], bool(row[2]), int(row[3]))
 
-    def documents_from(self, source: str) -> list[str]:
-        """Ids of the documents indexed from ``source`` (a file path)."""
+    def documents_from(self, source: str) -> list[str]:  # PassageStore
         with self._errors("cannot read"), self._connection() as conn:
             return [r[0] for r in conn.execute(f"SELECT doc_id FROM {Q.DOCUMENTS} WHERE source = %s", (source,))]
 
@@ -183,8 +180,7 @@ class PgStore:
                            encoder=self.encoder_id, next_id=first + n, **kinds)
         return n
 
-    def remove(self, doc_ids: Sequence[str]) -> int:
-        """Remove documents and their passages in one transaction; returns the number of passages removed."""
+    def remove(self, doc_ids: Sequence[str]) -> int:  # PassageStore
         with self._errors("cannot remove from"), self._connection() as conn, conn.transaction():
             meta = self._lock(conn)
             n = Q.delete_documents(conn, list(doc_ids))

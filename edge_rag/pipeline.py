@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,10 +25,10 @@ from .dburl import is_remote
 from .decision import Decision, Stages
 from .encode import Encoder
 from .errors import BudgetError, InputError, check_str
-from .events import Event, Final, RouteDecided, Token
+from .events import EventStream, Final, RouteDecided, Token
 from .extract import extract
 from .gate import sequential_gate
-from .generate import Generator
+from .generate import Generation, Generator
 from .indexing import Progress, Todo, as_document, index, plan_changes
 from .memory import plan, stored_passages
 from .models import default_bundle
@@ -190,9 +190,10 @@ class EdgeRAG:
         read → certify: RAG | GPT (generate) | REFUSE (the seeds' path: evidence gate → extract → CGR instead of
         read → certify)."""
         *_, final = self.ask_stream(question)
+        assert isinstance(final, Final)  # the stream always ends with the Answer
         return final.answer
 
-    def ask_stream(self, question: str) -> Iterator[Event]:
+    def ask_stream(self, question: str) -> EventStream:
         """``ask`` as it happens: the route as soon as it is decided, answer text pieces while llama.cpp
         generates (GPT route only), then the final Answer (``edge_rag.events``)."""
         question = check_question(question)
@@ -205,14 +206,16 @@ class EdgeRAG:
             return
         decision = self._decide(question, stages)
         yield RouteDecided(decision.route, decision.tier)
-        gen = None
+        gen: Generation | None = None
         if decision.route is Route.GPT:
             c = self.config
             with stages("generate"):
-                for gen in self.generator.stream(question, decision.context, c.tier(decision.tier).max_new_tokens,
-                                                 c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window):
-                    if isinstance(gen, str):
-                        yield Token(gen)
+                for piece in self.generator.stream(question, decision.context, c.tier(decision.tier).max_new_tokens,
+                                                   c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window):
+                    if isinstance(piece, str):
+                        yield Token(piece)
+                    else:  # the last: the whole Generation
+                        gen = piece
         answer = decision.answer(question, stages, gen)
         self.cache.put(question, answer, self._cache_version())
         yield Final(answer)

@@ -121,18 +121,15 @@ class Store:
                 " FROM documents d WHERE doc_id = ?", (doc_id,)).fetchone()
         return None if row is None else DocumentState(row[0], row[1], bool(row[2]), row[3])
 
-    def documents_from(self, source: str) -> list[str]:
-        """Ids of the documents indexed from ``source`` (a file path)."""
+    def documents_from(self, source: str) -> list[str]:  # PassageStore
         with self._lock:
             return [r[0] for r in self.db.execute("SELECT doc_id FROM documents WHERE source = ?", (source,))]
 
     def titles(self, limit: int) -> list[str]:  # PassageStore
         with self._lock:
-            rows = self.db.execute("SELECT title FROM documents WHERE title != '' ORDER BY rowid LIMIT ?", (limit,))
-            return [r[0] for r in rows]
+            return [r[0] for r in self.db.execute("SELECT title FROM documents WHERE title != '' ORDER BY rowid LIMIT ?", (limit,))]
 
-    def search(self, vector: np.ndarray, k: int) -> list[Passage]:
-        """Top-k passages by cosine similarity, best first, with ``score`` set."""
+    def search(self, vector: np.ndarray, k: int) -> list[Passage]:  # PassageStore
         with self._lock:
             self._follow()
             if self._counted[0] != self._version:  # COUNT(*) costs 0.3 ms at 100k passages: once per commit
@@ -156,8 +153,7 @@ class Store:
             cosines = hnsw.cosines(self.index, vector, ids)
         return [replace(p, score=cosines[p.id]) for p in self.passages([i for i in ids if i in cosines])]
 
-    def passages(self, ids: Sequence[int]) -> list[Passage]:
-        """Passages by id, in the order given; a passage that fails its checksum raises StoreError."""
+    def passages(self, ids: Sequence[int]) -> list[Passage]:  # PassageStore; a failed checksum raises StoreError
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
@@ -200,8 +196,7 @@ class Store:
             self._commit(parts, np.asarray(vectors, dtype=np.float32), list(remove))
         return n
 
-    def remove(self, doc_ids: Sequence[str]) -> int:
-        """Remove documents and their passages; returns the number of passages removed."""
+    def remove(self, doc_ids: Sequence[str]) -> int:  # PassageStore
         with self.writing(), full_disk_is_an_error(self.folder):
             with self._lock:
                 marks = ",".join("?" * len(doc_ids))

@@ -125,7 +125,7 @@ def commit_contexts(groups: Iterable[tuple[str, list[tuple[int, int, str]]]], st
     last passages of one get the rest of their context with the next. ``groups``: per document, its new (id,
     position, text), in order (one part of a document per commit); ``stored(doc_id, lo, hi)``: its stored (id,
     position, text) at positions lo..hi, in order."""
-    c, out, updates = CONTEXT_NEIGHBOURS, {}, []
+    c, out, updates = CONTEXT_NEIGHBOURS, dict[int, str](), list[tuple[str, int]]()
     for doc_id, new in groups:
         start = new[0][1]
         before = list(stored(doc_id, start - 2 * c, start - 1)) if start > 0 else []

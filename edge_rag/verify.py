@@ -92,13 +92,14 @@ def load_reference(path: str | Path) -> tuple[list[str], np.ndarray]:
 
 def cpu_features() -> str:
     """Architecture + SIMD features the CPU reports to CPUID (numpy's runtime dispatch probe)."""
+    import importlib
     import platform
 
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
+    try:  # a compiled module without type information: its attributes are Any
+        umath = importlib.import_module("numpy._core._multiarray_umath")
     except ImportError:  # numpy < 2
-        from numpy.core._multiarray_umath import __cpu_features__ as features
-    return platform.machine() + ":" + ",".join(sorted(k for k, on in features.items() if on))
+        umath = importlib.import_module("numpy.core._multiarray_umath")
+    return platform.machine() + ":" + ",".join(sorted(k for k, on in umath.__cpu_features__.items() if on))
 
 
 def cpu_label() -> str:
@@ -211,10 +212,10 @@ def verify_bundle(bundle: B.Bundle, threads: int = 0, cached: bool = False) -> l
     first = verdict_for(bundle, B.ROLE_ENCODER, threads, cached)
     if first is None:
         return []
-    verdicts = [first]
+    fp32 = None
     if not first.passed and bundle.path(B.ROLE_ENCODER_FP32) is not None:
-        verdicts.append(verdict_for(bundle, B.ROLE_ENCODER_FP32, threads, cached))
-    return verdicts
+        fp32 = verdict_for(bundle, B.ROLE_ENCODER_FP32, threads, cached)
+    return [v for v in (first, fp32) if v is not None]
 
 
 def select_encoder(bundle: B.Bundle, threads: int = 0) -> Path:

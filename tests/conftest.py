@@ -1,8 +1,13 @@
 """Shared fixtures: the real model bundle, the real QA data, and loaded models reused across tests."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import shutil
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +23,32 @@ DATA = Path(os.environ.get("EDGE_RAG_DATA", ROOT.parent / "shared" / "data"))
 SQUAD = DATA / "squad2_dev_subset.json"
 HOTPOT = DATA / "hotpotqa_dev_subset.jsonl"
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
+STORES = ROOT / "tests" / ".cache" / "stores"  # stores several test files index the same way, built once
+
+
+def cached_store(bundle_dir: Path, data: Path, config: Config, build: Callable[[Path], None], into: Path) -> Path:
+    """A copy at ``into`` of the store ``build(folder)`` makes, kept in tests/.cache keyed by everything it is made
+    from (every file of edge_rag, the bundle's manifest, the data, the Config), so an edit to any of them builds it
+    again; the tests write only to their copy."""
+    key = hashlib.sha256(repr(config).encode() + (bundle_dir / B.MANIFEST).read_bytes() + data.read_bytes())
+    for path in sorted((ROOT / "edge_rag").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            key.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
+    done = STORES / key.hexdigest()[:16]
+    if not done.is_dir():
+        tmp = STORES / f".{done.name}.tmp-{os.getpid()}"
+        try:
+            build(tmp / "db")
+            with contextlib.suppress(OSError):  # another file's build landed first: same key, same store
+                os.replace(tmp, done)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for stale in STORES.iterdir():  # stores of older code or settings, untouched for a week
+            if stale.stat().st_mtime < time.time() - 7 * 86400:
+                shutil.rmtree(stale, ignore_errors=True)
+    os.utime(done)
+    shutil.copytree(done / "db", into)
+    return into
 
 
 @pytest.fixture(scope="session")
@@ -82,16 +113,25 @@ def pg_url(pg_admin_url):
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-@pytest.fixture(scope="session")
-def squad_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """EdgeRAG over every SQuAD subset paragraph (open corpus, paragraph passages), built once."""
+def _squad_rag(bundle_dir: Path, squad_path: Path, config: Config, into: Path):
+    """EdgeRAG (``config``) over every SQuAD subset paragraph, on a copy of the store tests/.cache keeps."""
     from edge_rag.pipeline import EdgeRAG
     from evaluation.datasets import load_squad
 
     docs, items = load_squad(squad_path)
-    rag = EdgeRAG(tmp_path_factory.mktemp("squad-db"), bundle=bundle_dir,
-                  config=Config(passage_mode="paragraph", temperature=0.0))
-    rag.add_documents(docs)
+
+    def build(folder: Path) -> None:
+        with EdgeRAG(folder, bundle=bundle_dir, config=config) as rag:
+            rag.add_documents(docs)
+
+    return EdgeRAG(cached_store(bundle_dir, squad_path, config, build, into), bundle=bundle_dir, config=config), items
+
+
+@pytest.fixture(scope="session")
+def squad_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """EdgeRAG over every SQuAD subset paragraph (open corpus, paragraph passages), built once."""
+    rag, items = _squad_rag(bundle_dir, squad_path, Config(passage_mode="paragraph", temperature=0.0),
+                            tmp_path_factory.mktemp("squad") / "db")
     yield rag, items
     rag.close()
 
@@ -110,12 +150,8 @@ def sample_rag(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def squad_default_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """EdgeRAG with the default config (sentence passages) over the SQuAD subset's paragraphs."""
-    from edge_rag.pipeline import EdgeRAG
-    from evaluation.datasets import load_squad
-
-    docs, items = load_squad(squad_path)
-    rag = EdgeRAG(tmp_path_factory.mktemp("squad-sentences"), bundle=bundle_dir, config=Config(temperature=0.0))
-    rag.add_documents(docs)
+    rag, items = _squad_rag(bundle_dir, squad_path, Config(temperature=0.0),
+                            tmp_path_factory.mktemp("squad-sentences") / "db")
     yield rag, items
     rag.close()
 

@@ -1,41 +1,117 @@
-"""`make test`: the suite with one pytest process per test file, then one summary line.
+"""`make test`: the suite with one pytest process per test file, two files at a time, then one summary line.
 
 The memory planner counts this process's resident memory as its runtime base (it plans the whole process),
 so a single pytest process that has loaded torch, llama.cpp and a dozen stores would fail the budget of
 every EdgeRAG built late in the run. One process per file keeps each file's figures those of a process
-that holds what that file loads, as on a device. Arguments are passed to every pytest run
-(`make test ARGS="-k store -x"`); a file with no selected test (exit 5) is not a failure.
+that holds what that file loads, as on a device; resident memory is per process, so files running side by
+side do not change each other's figures. The longest files start first (their wall times in the last run
+here, tests/.cache/durations.json, else the estimates in tests/durations.json), so no long file is left
+running alone at the end. Each file's output is printed whole when it ends.
+
+Arguments are passed to every pytest run (`make test ARGS="-k store -x"`), except ``--jobs N`` (files at a
+time, default 2); a file with no selected test (exit 5) is not a failure; with ``-x`` no file starts after
+one failed.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected)")
+JOBS = 2
+SEED_DURATIONS = TESTS / "durations.json"  # committed: seconds per file, for the order of a first run
+DURATIONS = TESTS / ".cache" / "durations.json"  # this machine's last wall time per file
+
+
+def durations() -> dict[str, float]:
+    """Seconds per test file: this machine's last runs over the committed estimates."""
+    known: dict[str, float] = {}
+    for path in (SEED_DURATIONS, DURATIONS):
+        if path.is_file():
+            known |= json.loads(path.read_text(encoding="utf-8"))
+    return known
+
+
+def record(timed: dict[str, float]) -> None:
+    """Merge ``timed`` into this machine's durations (a whole new file: a run stopped midway leaves the old)."""
+    DURATIONS.parent.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(DURATIONS.read_text(encoding="utf-8")) if DURATIONS.is_file() else {}
+    tmp = DURATIONS.with_name(f"{DURATIONS.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(previous | timed, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, DURATIONS)
+
+
+def longest_first(files: list[str], known: dict[str, float]) -> list[str]:
+    """Files by their last wall time, longest first; files never timed after them (the long ones are listed in
+    tests/durations.json), in name order."""
+    return sorted(files, key=lambda f: (-known.get(f, 0.0), f))
+
+
+def split_jobs(argv: list[str]) -> tuple[int, list[str]]:
+    """``--jobs N`` (or ``--jobs=N``) out of ``argv``; the rest is for pytest."""
+    jobs, rest, args = JOBS, [], iter(argv)
+    for a in args:
+        if a == "--jobs" or a.startswith("--jobs="):
+            value = a.partition("=")[2] or next(args, "")
+            if not value.isdigit() or int(value) < 1:
+                raise SystemExit(f"isolated.py: --jobs needs a positive integer, got {value!r}")
+            jobs = int(value)
+        else:
+            rest.append(a)
+    return jobs, rest
 
 
 def main(argv: list[str]) -> int:
+    jobs, argv = split_jobs(argv)
     paths = [a for a in argv if Path(a.split("::")[0]).exists()]
     options = [a for a in argv if a not in paths]
-    files = paths or sorted(str(p.relative_to(TESTS.parent)) for p in TESTS.glob("test_*.py"))
+    suite = {str(p.relative_to(TESTS.parent)) for p in TESTS.glob("test_*.py")}
+    files = paths or sorted(suite)
+    known = durations()
+    stop_on_failure = "-x" in options or "--exitfirst" in options
+    stop = threading.Event()
+
+    def run(f: str) -> tuple[subprocess.CompletedProcess | None, float]:
+        if stop.is_set():
+            return None, 0.0
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, f],
+                              capture_output=True, text=True)
+        if done.returncode not in (0, 5) and stop_on_failure:
+            stop.set()
+        return done, time.monotonic() - start
+
     totals: dict[str, int] = {}
-    failed_files = []
-    for f in files:
-        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, f],
-                             stdout=subprocess.PIPE, text=True)
-        sys.stdout.write(run.stdout)
-        sys.stdout.flush()
-        summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
-        for n, kind in COUNTS.findall(summary):
-            kind = "errors" if kind.startswith("error") else kind
-            totals[kind] = totals.get(kind, 0) + int(n)
-        if run.returncode not in (0, 5):
-            failed_files.append(f)
-            if "-x" in options or "--exitfirst" in options:
-                break
+    failed_files, timed = [], {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run, f): f for f in longest_first(files, known)}
+        for future in as_completed(futures):
+            done, seconds = future.result()
+            if done is None:
+                continue
+            f = futures[future]
+            sys.stdout.write(done.stdout)
+            sys.stdout.flush()
+            sys.stderr.write(done.stderr)
+            sys.stderr.flush()
+            summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+            for n, kind in COUNTS.findall(summary):
+                kind = "errors" if kind.startswith("error") else kind
+                totals[kind] = totals.get(kind, 0) + int(n)
+            if done.returncode not in (0, 5):
+                failed_files.append(f)
+            elif not options and f in suite:  # a whole suite file's wall time orders the next run
+                timed[f] = round(seconds, 1)
+    if timed:
+        record(timed)
     if failed_files:
         print("files with failures: " + ", ".join(failed_files))
     extra = "".join(f", {totals[k]} {k}" for k in ("errors", "skipped") if totals.get(k))

@@ -1,7 +1,6 @@
 """A real ``edge-rag serve`` app on real uvicorn, on an ephemeral 127.0.0.1 port, in a background thread."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -11,6 +10,7 @@ import httpx
 
 from edge_rag.config import Config, Tier
 from edge_rag.pipeline import EdgeRAG
+from edge_rag.serve import _bind
 from edge_rag.serve.app import create_app
 from edge_rag.serve.config import ServeConfig
 from edge_rag.serve.http import server as http_server
@@ -55,9 +55,7 @@ def gpt_questions(rag: EdgeRAG, n: int) -> list[str]:
 @contextmanager
 def running_server(rag: EdgeRAG, config: ServeConfig | None = None):
     """Serve ``rag`` until the block ends; yields the base URL. The app closes ``rag`` on shutdown."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
+    sock = _bind("127.0.0.1", 0)  # the socket `edge-rag serve` listens on
     # A generous per-question timeout: this box's llama.cpp speed varies with load; the timeout itself is
     # tested with the CLI server (test_cli_serve_token_timeout_and_sigterm).
     config = config or ServeConfig(port=0, question_timeout_s=900, token=TOKEN, shutdown_grace_s=5)

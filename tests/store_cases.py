@@ -1,4 +1,5 @@
-"""One check of how a store records the kinds of its passages (stores.passage_kind) that both stores' tests run."""
+"""Checks both stores' tests run: how a store records the kinds of its passages (stores.passage_kind), and the
+titles it lists."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -33,3 +34,22 @@ def check_the_kinds_of_passages_are_recorded(open_as: Callable[[str], object], d
     assert unstated.passage_kinds == later.passage_kinds == frozenset()
     for store in stores:
         store.close()
+
+
+def check_titles_in_the_order_added(store, dim: int) -> None:
+    """``titles(n)``: the first n titled documents' titles in the order they were added (what the kiosk suggests
+    questions from), the untitled left out; a document edited since moves to the end (it was added again)."""
+    def add(title: str, texts: list[str]) -> None:
+        doc = make_document(" ".join(texts), title, doc_id=title or "untitled")
+        vectors = np.random.default_rng(len(texts)).normal(size=(len(texts), dim)).astype(np.float32)
+        store.add([Part(doc, 0, texts, last=True, sha=doc.text)], vectors / np.linalg.norm(vectors, axis=1)[:, None],
+                  remove=[doc.doc_id] if store.document(doc.doc_id) else [])
+
+    assert store.titles(5) == []
+    add("Zebra house", ["The zebras live in the east paddock.", "They are fed at noon."])
+    add("", ["A note without a title."])
+    add("Aquarium", ["The aquarium opens at ten."])
+    add("Bird hall", ["Owls sleep by day.", "Parrots talk.", "Kestrels hover."])
+    assert store.titles(5) == ["Zebra house", "Aquarium", "Bird hall"] and store.titles(2) == ["Zebra house", "Aquarium"]
+    add("Zebra house", ["The zebras moved to the west paddock."])
+    assert store.titles(5) == ["Aquarium", "Bird hall", "Zebra house"]

@@ -157,7 +157,7 @@ def test_floor_invariants_property():
         if any(s.relevance >= floor for s in scored):
             assert ctx.truncated or all(s.relevance >= floor for s in kept)
         elif scored and not ctx.truncated:
-            assert kept == [min(scored, key=lambda s: (-s.relevance, s.rank, s.index))]
+            assert kept == [min(scored, key=lambda s: (-s.relevance, s.rank, s.sentence))]
         assert compress(question, passages, budget, floor) == ctx  # deterministic
 
 

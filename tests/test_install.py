@@ -55,7 +55,10 @@ def _run(cmd: list, env: dict, timeout: int = 900) -> subprocess.CompletedProces
 
 
 def test_torch_free_venv_installs_the_archive_and_answers(archive: Path, tmp_path: Path) -> None:
-    """pip installs the runtime alone (its dependencies from pip's cache after `make install`)."""
+    """pip installs the runtime alone (its dependencies from pip's cache after `make install`): the wheel of this
+    checkout, built from a copy (another test file may be building one at the same time)."""
+    from convert.wheel import checkout_wheel
+
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["EDGE_RAG_HOME"] = str(tmp_path / "home")
@@ -65,7 +68,10 @@ def test_torch_free_venv_installs_the_archive_and_answers(archive: Path, tmp_pat
     # `make test` passes the folder of the llama-cpp-python wheel it built (AVX2 baseline on x86-64, see the
     # Makefile) so this venv gets that build rather than a source build with the host's native flags.
     wheels = ["--find-links", os.environ["EDGE_RAG_WHEELS"]] if os.environ.get("EDGE_RAG_WHEELS") else []
-    pip = _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *wheels, ROOT], env)
+    before = sorted(p.name for p in ROOT.iterdir())
+    ours = checkout_wheel(tmp_path / "wheel")
+    assert sorted(p.name for p in ROOT.iterdir()) == before  # no build/ or *.egg-info written into the checkout
+    pip = _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *wheels, ours], env)
     assert pip.returncode == 0, pip.stderr[-3000:]
 
     no_torch = _run([py, "-c", "import torch"], env)
@@ -85,3 +91,5 @@ def test_torch_free_venv_installs_the_archive_and_answers(archive: Path, tmp_pat
     answer = json.loads(asked.stdout)
     assert "Hollins" in (answer["answer"] or ""), answer
     assert _run([py, "-c", "import edge_rag, sys; assert 'torch' not in sys.modules"], env).returncode == 0
+    typed = "import edge_rag, pathlib; assert (pathlib.Path(edge_rag.__file__).parent / 'py.typed').is_file()"
+    assert _run([py, "-c", typed], env).returncode == 0  # type checkers see the installed package's hints

@@ -1,7 +1,9 @@
-"""The house's layout: edge_rag is the device runtime only, its imports form no circle, its files stay small."""
+"""The house's layout: edge_rag is the device runtime only, no imports in the repository form a circle, edge_rag's
+files stay small."""
 from __future__ import annotations
 
 import ast
+import graphlib
 import json
 import subprocess
 import sys
@@ -10,6 +12,7 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "edge_rag"
+PACKAGES = ("edge_rag", "convert", "benchmarks", "evaluation")  # every importable package of the repository
 HOST_ONLY = ("convert", "benchmarks", "evaluation", "torch", "transformers")  # never on the device
 MAX_LINES = 300  # one stage = one small module
 
@@ -24,10 +27,10 @@ print(json.dumps({"import": after_import, "all": sorted(sys.modules)}))
 """
 
 
-def _modules() -> dict[str, Path]:
-    """edge_rag's modules by dotted name."""
+def _modules(packages: tuple[str, ...] = ("edge_rag",)) -> dict[str, Path]:
+    """The modules of ``packages`` by dotted name."""
     out = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in (p for package in packages for p in (ROOT / package).rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
@@ -89,25 +92,38 @@ def test_no_edge_rag_source_imports_host_code() -> None:
     assert not {k: v for k, v in bad.items() if v}
 
 
-def test_edge_rag_imports_form_no_circle() -> None:
-    modules = _modules()
-    graph = {name: {m for m in _imports(name, path) if m in modules and m != name} for name, path in modules.items()}
-    # a package's __init__ re-exports its children: an edge child -> its own parent package is not a cycle
-    graph = {n: {m for m in deps if not n.startswith(m + ".")} for n, deps in graph.items()}
-    state: dict[str, int] = {}
+def import_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports. Every import statement counts: at module level, inside
+    a function (a lazy import is still a dependency, and the usual way a circle gets hidden) and under
+    TYPE_CHECKING. An edge from a module to its own enclosing package is left out: importing a child runs its
+    parent's ``__init__`` first anyway, and an ``__init__`` that re-exports its children is not a circle."""
+    modules = _modules(packages)
+    return {name: {m for m in _imports(name, path) if m in modules and m != name and not name.startswith(m + ".")}
+            for name, path in modules.items()}
 
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for dep in sorted(graph[node]):
-            assert state.get(dep) != 1, " -> ".join(path + [node, dep])
-            if dep not in state:
-                visit(dep, path + [node])
-        state[node] = 2
 
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [])
+def circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` as [a, b, ..., a], or [] if it has none (graphlib finds it)."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(reversed(exc.args[1]))  # graphlib lists it against the import direction
+    return []
+
+
+def test_circle_finds_an_import_circle() -> None:
+    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) in (["a", "b", "c", "a"], ["b", "c", "a", "b"],
+                                                                         ["c", "a", "b", "c"])
+    assert circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_no_imports_in_the_repository_form_a_circle() -> None:
+    """Across edge_rag, convert, benchmarks and evaluation, function-level imports included."""
+    graph = import_graph(PACKAGES)
+    found = circle(graph)
+    assert not found, "import circle: " + " -> ".join(found)
     assert "edge_rag.memory.plan" in graph["edge_rag.pipeline"] or "edge_rag.memory" in graph["edge_rag.pipeline"]
+    assert "benchmarks.scale" in graph["benchmarks.run"]  # the graph holds the host packages' edges too
 
 
 def test_no_edge_rag_file_is_long() -> None:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 from lexical_cases import check_rarest_terms_pick_the_candidates
-from store_cases import check_the_kinds_of_passages_are_recorded
+from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
 from edge_rag.chunk import make_document
 from edge_rag.config import Config
@@ -100,6 +100,7 @@ def test_a_postgresql_store_is_certified_by_its_own_shipped_calibration(pg_url, 
     from edge_rag.certify import PGVECTOR_CALIBRATION_ASSET
     from edge_rag.pipeline import EdgeRAG
     from edge_rag.serve.health import decision
+    from edge_rag.serve.suggest import suggestions
 
     with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as remote:
         remote.add_files([SAMPLE_DOCS])
@@ -109,6 +110,7 @@ def test_a_postgresql_store_is_certified_by_its_own_shipped_calibration(pg_url, 
         assert d["certified"] and "(the shipped pgvector calibration)" in d["summary"]
         assert remote.decide("Where is the Carrow Meteorite displayed?").answer.startswith("Gallery 5")
         assert remote.decide("How old is Taylor Swift?").answer is None
+        assert len(suggestions(remote, 3)) == 3  # the kiosk page's questions (it read SQLite's table: AttributeError)
 
 
 def test_another_encoder_or_dimension_is_refused(pg_url):
@@ -399,6 +401,12 @@ def test_a_document_added_in_parts_gets_the_contexts_it_would_get_in_one(pg_url)
 def test_rarest_terms_pick_the_candidates(pg_url):
     store = PgStore(pg_url, DIM, "enc-1")
     check_rarest_terms_pick_the_candidates(store, DIM)
+    store.close()
+
+
+def test_titles_in_the_order_added(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    check_titles_in_the_order_added(store, DIM)
     store.close()
 
 

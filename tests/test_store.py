@@ -2,7 +2,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from store_cases import check_the_kinds_of_passages_are_recorded
+from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
 from edge_rag.chunk import make_document
 from edge_rag.errors import StoreError
@@ -106,6 +106,12 @@ def test_failed_add_loses_nothing(saved_store, encoder):
 
 def test_the_kinds_of_passages_are_recorded(tmp_path):
     check_the_kinds_of_passages_are_recorded(lambda kind: Store(tmp_path, 8, "enc-1", passage_kind=kind), 8)
+
+
+def test_titles_in_the_order_added(tmp_path):
+    store = Store(tmp_path, 8, "enc-1")
+    check_titles_in_the_order_added(store, 8)
+    store.close()
 
 
 def test_a_store_from_before_the_record_stays_unrecorded(tmp_path, encoder):

@@ -39,6 +39,7 @@ def extract(question: str, passages: Sequence[Passage]) -> Extraction:
     best = max(sentences, key=lambda s: s.score)
     if not q_stems & (best.stems | best.title_stems):
         return Extraction(None, 0.0, "", q.qtype, None)
+    answer: str | None
     if q.qtype is QuestionType.YES_NO:
         answer, typed = yes_no(q, best, sentences), True
     elif q.options:

@@ -181,7 +181,9 @@ def choose(q: Question, options: tuple[str, str], sentences: list[Sentence]) -> 
     low = q.text.lower()
     names = [stems(o) for o in options]
     rest = set(q.stems | q.head) - names[0] - names[1]
-    years, numbers, evidence = [], [], []
+    years: list[int | None] = []
+    numbers: list[float | None] = []
+    evidence: list[int] = []
     for name in names:
         about = _about(name, sentences)
         years.append(next((int(y) for s in about for y in _YEAR.findall(s.text)), None))
@@ -189,11 +191,12 @@ def choose(q: Question, options: tuple[str, str], sentences: list[Sentence]) -> 
         numbers.append(next((float(n) for n in counts), None))
         evidence.append(max((len(rest & s.stems) for s in about), default=-1))
     earlier, later = _EARLIER.search(low), _LATER.search(low)
-    if None not in years and years[0] != years[1] and (earlier or later):
-        return options[(years[0] < years[1]) != bool(earlier)]
+    (y0, y1), (n0, n1) = years, numbers
+    if y0 is not None and y1 is not None and y0 != y1 and (earlier or later):
+        return options[(y0 < y1) != bool(earlier)]
     more, fewer = _MORE.search(low), _FEWER.search(low)
-    if None not in numbers and numbers[0] != numbers[1] and (more or fewer):
-        return options[(numbers[0] > numbers[1]) != bool(more)]
+    if n0 is not None and n1 is not None and n0 != n1 and (more or fewer):
+        return options[(n0 > n1) != bool(more)]
     return options[evidence[1] > evidence[0]]
 
 

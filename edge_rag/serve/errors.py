@@ -1,6 +1,8 @@
 """Every error the server answers, as JSON ``{"error": message, "status": code}`` with that HTTP status."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -32,5 +34,6 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error(500, f"internal error: {type(exc).__name__}")
 
 
-HANDLERS = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
+# Each handler takes the exception type it is registered for (Starlette calls it only with that type).
+HANDLERS: dict[type[Exception], Callable[..., Awaitable[Response]]] = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
             EdgeRAGError: _server_error, Exception: _unexpected}

@@ -34,6 +34,7 @@ def decision(rag: EdgeRAG) -> dict:
     kiosk page's footer."""
     rag.certified.check_store(rag.store)  # as of the store's last commit, as the next question would be decided
     path, cert, c = rag.certified, rag.certified.certificate, rag.config
+    reason: str | None  # None: certified
     if not c.cgr:
         reason = "no answer/refuse decision: every question is generated for (Config(cgr=False))"
     elif not c.certified:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..events import Event, Final, RouteDecided
+from ..events import Event, EventStream, Final, RouteDecided
 from ..pipeline import EdgeRAG
 from ..types import Route
 
@@ -60,9 +60,9 @@ class Busy(Exception):
 class Job:
     """One GPT-route question waiting for or running on the generation lane."""
 
-    stream: Iterator[Event]
+    stream: EventStream
     deadline: float
-    push: Callable[[ServerEvent | None], None]
+    push: Callable[[ServerEvent | None], object]  # what it returns is not used
     abandoned: bool = False
     started: bool = field(default=False)
 

@@ -1,0 +1,69 @@
+"""`make test`'s runner (tests/isolated.py): two files at a time, each file's output whole, one summary line."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from isolated import longest_first, split_jobs
+
+RUNNER = Path(__file__).resolve().parent / "isolated.py"
+# Each file waits for the other to have started: run one after the other, the first would wait in vain and fail.
+MEETS = """
+import time
+from pathlib import Path
+
+def test_{me}_meets_{other}():
+    print("{me}-output")
+    Path("{me}.started").touch()
+    deadline = time.monotonic() + 120
+    while not Path("{other}.started").exists():
+        assert time.monotonic() < deadline, "{other} never ran beside {me}"
+        time.sleep(0.05)
+"""
+FAILS = """
+def test_fails():
+    print("c-output")
+    assert 1 == 2
+"""
+
+
+def _run(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(RUNNER), *args], cwd=folder, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_two_files_run_side_by_side_and_each_output_is_whole(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text(MEETS.format(me="a", other="b"))
+    (tmp_path / "test_b.py").write_text(MEETS.format(me="b", other="a"))
+    (tmp_path / "test_c.py").write_text(FAILS)
+    done = _run(tmp_path, "test_a.py", "test_b.py", "test_c.py", "-s")
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "2 passed, 1 failed" and lines[-2] == "files with failures: test_c.py", done.stdout
+    assert done.returncode == 1
+    starts = [i for i, line in enumerate(lines) if "test session starts" in line]
+    assert len(starts) == 3
+    for begin, end in zip(starts, starts[1:] + [len(lines) - 2]):  # one file's session: its output and result
+        block = "\n".join(lines[begin:end])
+        [me] = [m for m in "abc" if f"test_{m}.py" in block]
+        assert f"{me}-output" in block and not {f"test_{o}.py" for o in "abc" if o != me} & set(block.split())
+
+
+def test_exitfirst_starts_no_file_after_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "test_c.py").write_text(FAILS)
+    (tmp_path / "test_d.py").write_text("def test_ok():\n    pass\n")
+    done = _run(tmp_path, "--jobs", "1", "-x", "test_c.py", "test_d.py")
+    assert done.stdout.splitlines()[-1] == "0 passed, 1 failed" and "test_d.py" not in done.stdout, done.stdout
+
+
+def test_longest_files_first_and_never_timed_ones_after_them() -> None:
+    known = {"tests/test_a.py": 3.0, "tests/test_b.py": 90.0, "tests/test_c.py": 12.5}
+    files = ["tests/test_new.py", "tests/test_a.py", "tests/test_b.py", "tests/test_c.py", "tests/test_all.py"]
+    assert longest_first(files, known) == ["tests/test_b.py", "tests/test_c.py", "tests/test_a.py", "tests/test_all.py",
+                                           "tests/test_new.py"]
+
+
+def test_jobs_option_is_the_runners_own() -> None:
+    assert split_jobs(["-x", "--jobs", "3", "-k", "store"]) == (3, ["-x", "-k", "store"])
+    assert split_jobs(["--jobs=1"]) == (1, [])
+    assert split_jobs(["-q"]) == (2, ["-q"])
