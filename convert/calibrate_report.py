@@ -13,7 +13,8 @@ def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: fl
     cal = Calibration.load(path)
     lines = ["# Calibration of the certified decision layer", "",
              f"`{out['source']['command']}`; splits `{out['source']['splits']}`; "
-             f"{out['source']['n_calibration']} calibration questions, {out['source']['n_reader_val']} reader-val, "
+             f"{out['source']['n_calibration']} calibration questions, {out['source']['n_reader_val']} reader-val + "
+             f"{out['source'].get('n_select', 0)} model-selection (validation), "
              f"{out['source']['n_ood_calibration']} OOD-calibration.", ""]
     for name, rc in cal.readers.items():
         fr = out["readers"][name]["floor_refuses"]
