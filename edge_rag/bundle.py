@@ -82,7 +82,7 @@ class Bundle:
                 f", this edge-rag reads {FORMAT} v{FORMAT_VERSION}; rebuild it (`edge-rag models pull`) or install a "
                 "new archive"
             )
-        check_manifest(manifest, manifest_path)
+        manifest = check_manifest(manifest, manifest_path)
         roles = {f["role"] for f in manifest[KEY_FILES]}
         missing = [r for r in REQUIRED_ROLES if r not in roles]
         if missing:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import hnsw, reachability
+from . import hnsw
 from .stores import PassageStore
 
 RECALL_FLOOR = 0.95
@@ -92,25 +92,8 @@ def check_recall(store: PassageStore, sample: int = SAMPLE, k: int = K, seed: in
 def unreachable(store: PassageStore, k: int = K) -> list[int]:
     """Ids of the passages ``store.search`` does not return for their own vector: the graph's misses
     (``reachability.sweep``, on pgvector ``sweep_pg``), searched again the way questions are (with the exact half)."""
-    from .pgsql import PASSAGES
-    from .store import Store
-
-    if isinstance(store, Store):
-        with store._lock:
-            ids = [r[0] for r in store.db.execute("SELECT id FROM passages ORDER BY id")]
-        misses = reachability.sweep(store.index, ids, store.ef_search, lambda: store._lock, k)
-
-        def vector(label: int) -> np.ndarray:
-            with store._lock:
-                return store.index.get_items([label], return_type="numpy")[0]
-    else:
-        misses = reachability.sweep_pg(store, k)
-
-        def vector(label: int) -> np.ndarray:
-            with store._errors("cannot check"), store.pool.connection() as conn:
-                row = conn.execute(f"SELECT embedding FROM {PASSAGES} WHERE id = %s", (label,)).fetchone()
-            return row[0].to_numpy()
-    return [i for i in misses if i not in {p.id for p in store.search(np.asarray(vector(i), np.float32), k)}]
+    misses = store.graph_misses(k)
+    return [i for i, v in misses.items() if i not in {p.id for p in store.search(np.asarray(v, np.float32), k)}]
 
 
 def _probe(store: PassageStore, sample: int, seed: int) -> tuple[np.ndarray, Exact]:

@@ -97,6 +97,7 @@ class Generator:
                  top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
         *_, gen = self.stream(question, context, max_new_tokens, temperature, top_k, seed, repeat_ngram,
                               repeat_window)
+        assert isinstance(gen, Generation)  # stream's last item, after the text pieces
         return gen
 
     def stream(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,

@@ -102,7 +102,7 @@ def _check_section(section: object, key: str, fields: dict[str, tuple[type, bool
         value = section.get(name)
         if value is None and not required:
             continue
-        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value <= 0):
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and isinstance(value, int) and value <= 0):
             want = "a positive integer" if kind is int else "a string"
             raise BundleError(f"{path}: '{key}.{name}' must be {want}, not {json.dumps(value)[:40]}{FIXES}")
 

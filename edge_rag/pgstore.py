@@ -39,6 +39,7 @@ class PgStore:
     ``encoder_id``. ``lock_timeout`` is how long a writer waits for another device's write to finish."""
 
     commit_growth = 0.0  # PostgreSQL grows its HNSW index in place: commits stay one batch each
+    graph_misses = reachability.misses_pg  # PassageStore
 
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,

@@ -70,12 +70,32 @@ def sweep_pg(store, k: int = K) -> list[int]:
     then the misses at the breadth ``search`` uses."""
     from .pgsql import UNREACHABLE
 
-    ids = None
-    for ef in (FIRST_EF, hnsw.ef_for(store.count, k, store.ef_search)):
+    def misses(ids: list[int] | None, ef: int) -> list[int]:
+        """Those of ``ids`` (None: every passage) not in their own top k at breadth ``ef``."""
         with store._errors("cannot check"), store.pool.connection() as conn, conn.transaction():
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef, k)),))
-            ids = [int(r[0]) for r in conn.execute(UNREACHABLE, {"ids": ids, "k": k})]
-    return ids
+            return [int(r[0]) for r in conn.execute(UNREACHABLE, {"ids": ids, "k": k})]
+
+    return misses(misses(None, FIRST_EF), hnsw.ef_for(store.count, k, store.ef_search))
+
+
+def misses(store, k: int = K) -> dict[int, np.ndarray]:
+    """``Store.graph_misses``: ``sweep`` over every passage of the embedded ``store``, with their vectors."""
+    with store._lock:
+        ids = [r[0] for r in store.db.execute("SELECT id FROM passages ORDER BY id")]
+    found = sweep(store.index, ids, store.ef_search, lambda: store._lock, k)
+    with store._lock:
+        return {i: store.index.get_items([i], return_type="numpy")[0] for i in found}
+
+
+def misses_pg(store, k: int = K) -> dict[int, np.ndarray]:
+    """``PgStore.graph_misses``: ``sweep_pg``, with the passages' vectors."""
+    from .pgsql import PASSAGES
+
+    found = sweep_pg(store, k)
+    with store._errors("cannot check"), store.pool.connection() as conn:
+        rows = conn.execute(f"SELECT id, embedding FROM {PASSAGES} WHERE id = ANY(%s)", (found,)).fetchall()
+    return {int(i): e.to_numpy() for i, e in rows}
 
 
 class Exact:

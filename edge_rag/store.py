@@ -65,6 +65,7 @@ class Store:
     """
 
     commit_growth = hnsw.COMMIT_GROWTH  # indexing commits in steps of this share of the store (index file rewrites)
+    graph_misses = reachability.misses  # PassageStore
 
     def __init__(self, folder: str | Path, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0, passage_kind: str = "") -> None:
@@ -198,10 +199,9 @@ class Store:
 
     def remove(self, doc_ids: Sequence[str]) -> int:  # PassageStore
         with self.writing(), full_disk_is_an_error(self.folder):
+            marks = ",".join("?" * len(doc_ids))
             with self._lock:
-                marks = ",".join("?" * len(doc_ids))
-                n = self.db.execute(f"SELECT COUNT(*) FROM passages WHERE doc_id IN ({marks})",
-                                    list(doc_ids)).fetchone()[0]
+                n = self.db.execute(f"SELECT COUNT(*) FROM passages WHERE doc_id IN ({marks})", list(doc_ids)).fetchone()[0]
             self._commit([], np.zeros((0, self.dim), np.float32), list(doc_ids))
         return n
 

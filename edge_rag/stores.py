@@ -82,6 +82,11 @@ class PassageStore(Protocol):
         """Passages by id, in the order given."""
         ...
 
+    def graph_misses(self, k: int) -> dict[int, np.ndarray]:
+        """The passages the vector index's graph does not return in their own vector's top ``k``, with that vector
+        (reachability.py; ``search`` also searches the recorded ones exactly: doctor.unreachable checks it)."""
+        ...
+
     def add(self, parts: Sequence[Part], vectors: np.ndarray, remove: Sequence[str] = ()) -> int:
         """Commit ``parts`` (one vector per passage text) and remove documents ``remove``, all or nothing."""
         ...

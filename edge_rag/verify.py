@@ -181,8 +181,9 @@ def _verdict(data: object) -> Verdict | None:
     """The Verdict ``data`` records, or None when it is not one (an edited or damaged cache file: measure again)."""
     if not isinstance(data, dict) or set(data) != {f.name for f in fields(Verdict)}:
         return None
-    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool}
-    if any(not isinstance(data[f.name], kinds[f.type]) or (f.type != "bool" and isinstance(data[f.name], bool))
+    # the field types as written (``from __future__ import annotations``: strings)
+    kinds: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float), "bool": bool}
+    if any(not isinstance(data[f.name], kinds[str(f.type)]) or (f.type != "bool" and isinstance(data[f.name], bool))
            for f in fields(Verdict)):
         return None
     return Verdict(**data) if data["precision"] in THRESHOLDS else None

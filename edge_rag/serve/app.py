@@ -199,9 +199,14 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     handlers = HANDLERS
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                     middleware=[Middleware(SameOrigin, allowed_hosts=config.allowed_hosts)])
-    # Called as shutdown begins (http.Server): a running indexing job stops at its next commit, a generation at its
-    # next token.
-    app.state.stop = lambda: (jobs.stop(), lanes.stop())
+
+    def stop() -> None:
+        """Called as shutdown begins (http.Server): a running indexing job stops at its next commit, a generation
+        at its next token."""
+        jobs.stop()
+        lanes.stop()
+
+    app.state.stop = stop
     return app
 
 

@@ -70,5 +70,7 @@ class Server(uvicorn.Server):
 def server(app: Starlette, config: ServeConfig) -> Server:
     """The uvicorn server for ``app`` (made by ``create_app``) under ``config``."""
     protocol = type("HeaderDeadlineProtocol", (HeaderDeadline,), {"header_timeout_s": config.header_timeout_s})
+    # uvicorn annotates the grace as int but hands it to asyncio.wait_for, which takes any seconds
     return Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=protocol,
-                                 timeout_graceful_shutdown=config.shutdown_grace_s), app.state.stop)
+                                 timeout_graceful_shutdown=config.shutdown_grace_s),  # type: ignore[arg-type]
+                  app.state.stop)
