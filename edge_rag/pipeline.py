@@ -186,16 +186,15 @@ class EdgeRAG:
             return self._generator
 
     def ask(self, question: str) -> Answer:
-        """Answer one question: cache → encode → retrieve → route (+ correct) → rerank → dedupe + compress →
-        read → certify: RAG | GPT (generate) | REFUSE (the seeds' path: evidence gate → extract → CGR instead of
-        read → certify)."""
+        """Answer one question: cache → encode → retrieve → route (+ correct) → rerank → dedupe + compress → read →
+        certify: RAG | GPT (generate) | REFUSE (the seeds' path: evidence gate → extract → CGR instead of read → certify)."""
         *_, final = self.ask_stream(question)
         assert isinstance(final, Final)  # the stream always ends with the Answer
         return final.answer
 
     def ask_stream(self, question: str) -> EventStream:
-        """``ask`` as it happens: the route as soon as it is decided, answer text pieces while llama.cpp
-        generates (GPT route only), then the final Answer (``edge_rag.events``)."""
+        """``ask`` as it happens: the route once decided, whole sentences as llama.cpp generates them (GPT route
+        only), then the final Answer (``edge_rag.events``)."""
         question = check_question(question)
         stages = Stages(self.config.rss_per_stage)
         with stages("cache"):
