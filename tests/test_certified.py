@@ -90,18 +90,18 @@ def test_off_topic_questions_are_refused_on_the_sample_corpus(sample_rag):
     assert all(a.refusal_reason for a in answers if a.route is Route.REFUSE)
 
 
-def test_a_negation_cue_lowers_the_shipped_score(sample_rag):
-    """The shipped combiner reads the question's negation cue (the reader answers "who never X?" as "who X?"):
-    the same evidence with the cue scores lower, for both readers."""
+def test_a_negated_question_is_refused_and_the_rule_extractors_score_reads_the_cue(sample_rag):
+    """The rule extractor answers "who never X?" as "who X?": its shipped combiner scores the same evidence lower with
+    the cue. The neural reader, trained on SQuAD-2's real unanswerables (many written with a negation), reads the cue
+    itself: its combiner's weight on it is whatever validation fitted (calibration.json), not asserted here."""
     cal = Calibration.load(CALIBRATION_ASSET)
     a = sample_rag.decide("Who founded the Harbourlight Science Museum?")
     assert a.features["negated"] == 0.0 and a.route is Route.RAG
     negated = sample_rag.decide("Who never founded the Harbourlight Science Museum?")
     assert negated.features["negated"] == 1.0
     assert negated.route is Route.REFUSE and "negation" in negated.refusal_reason
-    for reader in ("neural", "rules"):
-        combiner = cal.reader(reader).combiner
-        assert combiner({**a.features, "negated": 1.0}) < combiner(a.features)
+    combiner = cal.reader("rules").combiner
+    assert combiner({**a.features, "negated": 1.0}) < combiner(a.features)
 
 
 def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
