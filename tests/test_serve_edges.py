@@ -230,7 +230,11 @@ def test_sigterm_ends_a_running_generation_at_its_next_token(bundle_dir, sample_
                 break
         else:
             pytest.fail("no GPT-route question among GPT_CANDIDATES")
-        assert events[-1][0] == "failed" and events[-1][1]["status"] == 503, events[-3:]
+        # answers stream a whole sentence at a time: a one-sentence answer is complete at its first piece, so nothing
+        # is left to stop; any longer one hears 503 at its next token
+        pieces = [d["text"] for e, d in events if e == "token"]
+        whole = events[-1][0] == "answer" and len(pieces) == 1 and events[-1][1]["answer"] == pieces[0]
+        assert whole or (events[-1][0] == "failed" and events[-1][1]["status"] == 503), events[-3:]
         _exited(proc, stopping, "while generating")
 
 
