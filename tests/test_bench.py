@@ -151,7 +151,7 @@ def test_tiny_run_measures_what_each_system_does(tiny_run):
             assert r["n_passages"] == 0 and r["context_chars"] == 0
         if r["answerable"]:
             assert r["f1"] == best_f1(r["answer"], r["gold"])
-        assert r["route"] == "GPT" or r["completion_tokens"] == 0
+        assert r["route"] == "GPT" or r["completion_tokens"] == 0 or "cut off" in (r["refusal_reason"] or "")
 
 
 def test_benchmark_part_is_the_test_split(squad_path: Path):
