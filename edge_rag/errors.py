@@ -22,7 +22,7 @@ class StoreError(EdgeRAGError):
 
 
 class DiskFullError(StoreError):
-    """The disk holding the store is full: the batch in hand was not committed, what was committed before stays."""
+    """The disk holding the store is full: the batch in hand was rolled back, what was committed before stays."""
 
 
 class InputError(EdgeRAGError, ValueError):

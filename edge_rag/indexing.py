@@ -120,7 +120,7 @@ def commit_step(count: int, growth: float) -> int:
 
 
 class Pending:
-    """Encoded parts not committed yet (consecutive parts of one document joined) and the removals to commit with
+    """Encoded parts waiting for their commit (consecutive parts of one document joined) and the removals to commit with
     the first of them."""
 
     def __init__(self, remove: list[str], dim: int) -> None:

@@ -223,7 +223,7 @@ class Store:
         """The commit order of the module docstring. The search lock is held for each chunk of inserts and
         for the switch to the new commit, never while the file or the transaction is written."""
         self._step("begin")
-        old_file, new_file, committed = self.index_file, None, False
+        old_file, new_file, landed = self.index_file, None, False
         try:
             with self._lock:
                 first = int(self._meta().get("next_id", store_db.max_id(self.db) + 1))
@@ -253,7 +253,7 @@ class Store:
                     index_size=size, index_sha256=digest, **reachability.record(orphans),
                     **(sqlite_kinds_after(self._write_db, self.passage_kind) if rows else {})))
                 self._step("rows_written")
-            committed = True
+            landed = True
             with self._lock:  # the switch: from here on searches see the commit
                 self.index_file, self._version, self._pending_from = new_file, version, None
                 self._exact = reachability.Exact(self.index, orphans)
@@ -261,7 +261,7 @@ class Store:
                     self.index.mark_deleted(label)
             self._step("committed")
         except BaseException:
-            if new_file is not None and not committed:
+            if new_file is not None and not landed:
                 with contextlib.suppress(FileNotFoundError):
                     (self.folder / new_file).unlink()
             with self._lock:  # drop in-memory changes

@@ -27,6 +27,8 @@ import httpx
 import numpy as np
 import psutil
 
+from edge_rag.models import home
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "deep-health-benchmark"
 QUESTION = "How much does an adult ticket cost?"
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--passages", type=int, default=26000)
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--seconds", type=float, default=60)
-    p.add_argument("--db", type=Path, default=Path("/tmp/edge-rag-deep-health-db"))
+    p.add_argument("--db", type=Path, default=home() / "deep-health-db", help="built here on first use")
     args = p.parse_args(argv)
     if not args.db.exists():
         build(args.db, args.passages)

@@ -106,8 +106,8 @@ class Jobs:
             await asyncio.sleep(POLL_S)
 
     def stop(self) -> None:
-        """Have every job stop at its next commit, or sooner: the batch being encoded is aborted (it was not committed
-        yet); no new job starts (the server is stopping)."""
+        """Have every job stop at its next commit, or sooner: the batch being encoded is aborted (it never reached
+        a commit); no new job starts (the server is stopping)."""
         self._stopping = True
         with self._lock:
             for job in self._jobs.values():
