@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from edge_rag import bundle as B
 from edge_rag import models as M
 from edge_rag.cli import main
-from edge_rag.verify import THRESHOLDS, cache_key, select_encoder, verdict_for, verify_bundle
+from edge_rag.verify import THRESHOLDS, Verdict, cache_key, select_encoder, verdict_for, verify_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,6 +40,17 @@ def test_verdict_is_cached_per_encoder_cpu_and_onnxruntime(bundle: B.Bundle, tmp
     assert verdict_for(bundle, B.ROLE_ENCODER, cached=False).query_ms != first.query_ms
 
 
+@pytest.fixture(scope="module")
+def cached(bundle: B.Bundle, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Verdict]:
+    """(name, verdict) of the cache file a first verification of the bundle's encoder writes, measured once."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGE_RAG_HOME", str(home))
+        first = verdict_for(bundle, B.ROLE_ENCODER)
+    [stored] = (home / "verify").glob("*.json")
+    return stored.name, first
+
+
 @pytest.mark.parametrize("damage", [
     lambda v: {**v, "precision": "int4"},  # no thresholds for it: its summary() raised KeyError
     lambda v: {**v, "passed": "no"},  # a str is truthy: a failing verdict read as passing
@@ -46,13 +58,15 @@ def test_verdict_is_cached_per_encoder_cpu_and_onnxruntime(bundle: B.Bundle, tmp
     lambda v: [v],
     lambda v: {k: x for k, x in v.items() if k != "cpu"},
 ])
-def test_a_damaged_cached_verdict_is_measured_again(bundle: B.Bundle, tmp_path: Path,
+def test_a_damaged_cached_verdict_is_measured_again(bundle: B.Bundle, cached: tuple[str, Verdict], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch, damage) -> None:
-    """Issue #43: a cached verdict of the wrong shape was taken as it was (or raised later); it is measured again."""
+    """Issue #43: a cached verdict of the wrong shape was taken as it was (or raised later); it is measured again.
+    Each case damages a copy of the one file a first verification wrote."""
     monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path))
-    first = verdict_for(bundle, B.ROLE_ENCODER)
-    [stored] = (tmp_path / "verify").glob("*.json")
-    stored.write_text(json.dumps(damage(json.loads(stored.read_text()))))
+    name, first = cached
+    stored = tmp_path / "verify" / name
+    stored.parent.mkdir()
+    stored.write_text(json.dumps(damage(asdict(first))))
     again = verdict_for(bundle, B.ROLE_ENCODER)
     assert again.passed is True and again.precision == first.precision and again.query_ms != first.query_ms
     assert json.loads(stored.read_text())["query_ms"] == again.query_ms and again.summary()
