@@ -26,11 +26,12 @@ SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
 STORES = ROOT / "tests" / ".cache" / "stores"  # stores several test files index the same way, built once
 
 
-def cached_store(bundle_dir: Path, data: Path, config: Config, build: Callable[[Path], None], into: Path) -> Path:
+def cached_store(bundle_dir: Path, data: bytes, config: Config, build: Callable[[Path], None], into: Path) -> Path:
     """A copy at ``into`` of the store ``build(folder)`` makes, kept in tests/.cache keyed by everything it is made
-    from (every file of edge_rag, the bundle's manifest, the data, the Config), so an edit to any of them builds it
-    again; the tests write only to their copy."""
-    key = hashlib.sha256(repr(config).encode() + (bundle_dir / B.MANIFEST).read_bytes() + data.read_bytes())
+    from (every file of edge_rag, the packaged sample corpus among them, the bundle's manifest, ``data``: the
+    documents' file when they come from outside edge_rag, or the indexed folder's path, which the store records;
+    the Config), so an edit to any of them builds it again; the tests write only to their copy."""
+    key = hashlib.sha256(repr(config).encode() + (bundle_dir / B.MANIFEST).read_bytes() + data)
     for path in sorted((ROOT / "edge_rag").rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             key.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
@@ -124,7 +125,7 @@ def _squad_rag(bundle_dir: Path, squad_path: Path, config: Config, into: Path):
         with EdgeRAG(folder, bundle=bundle_dir, config=config) as rag:
             rag.add_documents(docs)
 
-    return EdgeRAG(cached_store(bundle_dir, squad_path, config, build, into), bundle=bundle_dir, config=config), items
+    return EdgeRAG(cached_store(bundle_dir, squad_path.read_bytes(), config, build, into), bundle=bundle_dir, config=config), items
 
 
 @pytest.fixture(scope="session")
@@ -136,13 +137,25 @@ def squad_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempP
     rag.close()
 
 
-@pytest.fixture(scope="session")
-def sample_rag(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    """EdgeRAG over the packaged sample corpus (sentence passages), built once."""
+def sample_store(bundle_dir: Path, into: Path) -> Path:
+    """A copy at ``into`` of the packaged sample corpus indexed with the default Config (sentence passages), the
+    store itself built once and kept in tests/.cache: a dozen test files open it."""
     from edge_rag.pipeline import EdgeRAG
 
-    rag = EdgeRAG(tmp_path_factory.mktemp("sample-db"), bundle=bundle_dir, config=Config(temperature=0.0))
-    rag.add_files([SAMPLE_DOCS])
+    def build(folder: Path) -> None:
+        with EdgeRAG(folder, bundle=bundle_dir) as rag:
+            rag.add_files([SAMPLE_DOCS])
+
+    return cached_store(bundle_dir, str(SAMPLE_DOCS).encode(), Config(), build, into)
+
+
+@pytest.fixture(scope="session")
+def sample_rag(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """EdgeRAG over the packaged sample corpus (sentence passages), on this process's copy of the store."""
+    from edge_rag.pipeline import EdgeRAG
+
+    rag = EdgeRAG(sample_store(bundle_dir, tmp_path_factory.mktemp("sample-db") / "db"), bundle=bundle_dir,
+                  config=Config(temperature=0.0))
     yield rag
     rag.close()
 
@@ -159,12 +172,7 @@ def squad_default_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pyte
 @pytest.fixture(scope="session")
 def sample_db(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A closed store of the packaged sample corpus; servers get copies (``shutil.copytree``)."""
-    from edge_rag.pipeline import EdgeRAG
-
-    db = tmp_path_factory.mktemp("sample-served") / "db"
-    with EdgeRAG(db, bundle=bundle_dir) as rag:
-        rag.add_files([SAMPLE_DOCS])
-    return db
+    return sample_store(bundle_dir, tmp_path_factory.mktemp("sample-served") / "db")
 
 
 @pytest.fixture(scope="session")

@@ -7,18 +7,19 @@ both stores, and ``edge-rag doctor`` measures recall@10 against exact search.
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SAMPLE_DOCS, cached_store, sample_store
 from neardup import near_duplicate_docs
 
 from benchmarks.reachability import batches
 from edge_rag import hnsw, reachability
 from edge_rag.chunk import make_document
+from edge_rag.config import Config
 from edge_rag.doctor import RECALL_FLOOR, check_recall, unreachable
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.store import Part, Store
@@ -27,12 +28,17 @@ TICKETS = "How much does an adult ticket cost?"
 
 
 @pytest.fixture(scope="module")
-def neardup_rag(bundle_dir, sample_db, tmp_path_factory):
-    """The sample corpus plus 110 files × 100 near-duplicate sentences (~11,000 passages), built once."""
-    db = tmp_path_factory.mktemp("neardup") / "db"
-    shutil.copytree(sample_db, db)
-    rag = EdgeRAG(db, bundle=bundle_dir)
-    rag.add_documents([make_document(text, title) for title, text in near_duplicate_docs()])
+def neardup_rag(bundle_dir, tmp_path_factory):
+    """The sample corpus plus 110 files × 100 near-duplicate sentences (~11,000 passages), loaded into the sample
+    store; the store is built once and kept in tests/.cache, as the SQuAD stores are."""
+    def build(folder):
+        sample_store(bundle_dir, folder)
+        with EdgeRAG(folder, bundle=bundle_dir) as rag:
+            rag.add_documents([make_document(text, title) for title, text in near_duplicate_docs()])
+
+    made_from = Path(__file__).with_name("neardup.py").read_bytes() + str(SAMPLE_DOCS).encode()
+    rag = EdgeRAG(cached_store(bundle_dir, made_from, Config(), build, tmp_path_factory.mktemp("neardup") / "db"),
+                  bundle=bundle_dir)
     yield rag
     rag.close()
 
