@@ -115,7 +115,9 @@ OPEN_AT_ONCE = """
 import sys, time
 from pathlib import Path
 from edge_rag.store_db import connect
-folder, start = Path(sys.argv[1]), float(sys.argv[2])
+folder = Path(sys.argv[1])
+print("ready", flush=True)
+start = float(sys.stdin.readline())  # sent once every process is ready
 time.sleep(max(0.0, start - time.time()))  # every process opens at the same instant
 connect(folder).close()
 """
@@ -123,12 +125,17 @@ connect(folder).close()
 
 def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
     """SQLite refuses at once (no busy wait) when two connections set up a new store together; every opener
-    must still get the store (before the retry: ~1 run in 7 of two indexers failed with 'database is locked')."""
+    must still get the store (before the retry: ~1 run in 7 of two indexers failed with 'database is locked').
+    The start instant is set once all four have imported, however long that took on a busy machine."""
     for trial in range(5):
         folder = tmp_path / f"db{trial}"
         folder.mkdir()
-        start = time.time() + 1.5
-        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(folder), str(start)], cwd=ROOT,
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(folder)], cwd=ROOT, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        ready = [p.stdout.readline() for p in procs]
+        start = time.time() + 0.2
+        for p in procs:
+            p.stdin.write(f"{start}\n")
+            p.stdin.flush()
         outs = [p.communicate(timeout=120) for p in procs]
-        assert [p.returncode for p in procs] == [0] * 4, outs
+        assert ready == ["ready\n"] * 4 and [p.returncode for p in procs] == [0] * 4, (ready, outs)
