@@ -10,13 +10,13 @@ from conftest import ROOT, SAMPLE_DOCS
 from edge_rag.config import Config
 from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.store import COMMIT_STEPS, DB_FILE, Store
+from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Store
 
 BATCH = 100  # passages per commit in the crashing process, so the sample corpus takes several commits
 
 CRASH = """
 import os, sys
-from edge_rag import indexing
+from edge_rag.documents import indexing
 from edge_rag.pipeline import EdgeRAG
 db, bundle, docs, step, commit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 indexing.INDEX_BATCH_PASSAGES = int(sys.argv[6])
@@ -114,7 +114,7 @@ def test_lost_database_beside_an_index_is_an_error(tmp_path, sample_rag):
 OPEN_AT_ONCE = """
 import sys, time
 from pathlib import Path
-from edge_rag.store_db import connect
+from edge_rag.storage.store_db import connect
 folder = Path(sys.argv[1])
 print("ready", flush=True)
 start = float(sys.stdin.readline())  # sent once every process is ready
