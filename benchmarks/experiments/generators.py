@@ -130,6 +130,8 @@ def judge(q: dict, row: dict) -> dict:
 
 
 def summarise(rows: list[dict], qs: list[dict], run: dict, gguf: Path) -> dict:
+    """One profile's figures on one set; ``rows`` answer the first questions of ``qs`` (the time budget may stop
+    it before the last)."""
     answered = [r for r in rows if r["answered"]]
     decode = sum(r["decode_s"] for r in rows)
     out = {"n": len(rows), "of": len(qs), "answered": len(answered), "right": sum(r["right"] for r in rows),
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             run = json.loads(rpath.read_text())
             rows = [judge(q, r) for q, r in zip(qs, run["rows"])]
             result["rows"].setdefault(profile, {})[name] = rows
-            result["summary"].setdefault(profile, {})[name] = summarise(rows, qs[: len(rows)], run, gguf)
+            result["summary"].setdefault(profile, {})[name] = summarise(rows, qs, run, gguf)
             print(profile, name, json.dumps(result["summary"][profile][name]), flush=True)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     (args.out / "generators.json").write_text(json.dumps(result, indent=1))
