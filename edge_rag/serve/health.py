@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..certify import PGVECTOR_CALIBRATION_ASSET
+from ..decision.certify import PGVECTOR_CALIBRATION_ASSET
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG
 from .lanes import Lanes
