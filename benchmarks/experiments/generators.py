@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from edge_rag import Config, EdgeRAG
-from edge_rag import models as M
-from edge_rag.bundle import Bundle
-from edge_rag.calibrate import wrong
-from edge_rag.certify import Calibration
-from edge_rag.policy import generative
+from edge_rag.decision.calibrate import wrong
+from edge_rag.decision.certify import Calibration
+from edge_rag.decision.policy import generative
+from edge_rag.models import registry as M
+from edge_rag.models.bundle import Bundle
 
 from .. import data, splits
 from ..metrics import best_f1, faithfulness, percentiles
@@ -93,7 +93,7 @@ class Probe:
 
 def work(profile: str, gguf: Path, qs: list[dict], threads: int, budget_s: float) -> dict:
     """One profile's answers (in its own process): rows, load time, peak RSS."""
-    from edge_rag.generate import Generator
+    from edge_rag.reading.generate import Generator
 
     c, source = Config(), M.PROFILES[profile]
     start = time.perf_counter()
