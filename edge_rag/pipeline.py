@@ -181,8 +181,10 @@ class EdgeRAG:
         with self._generator_lock:  # many threads may ask at once: load it exactly once
             if self._generator is None:
                 c = self.config
+                facts = self.bundle.generator
                 self._generator = Generator(self.bundle.require(B.ROLE_GENERATOR), n_ctx=c.n_ctx, threads=c.threads,
-                                            seed=c.seed, prompt_style=self.bundle.generator.get("prompt_style", "one-shot"))
+                                            seed=c.seed, prompt_style=facts.get("prompt_style", "one-shot"),
+                                            stop=tuple(facts.get("stop", ())))
             return self._generator
 
     def ask(self, question: str) -> Answer:

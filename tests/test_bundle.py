@@ -122,6 +122,8 @@ def _file(manifest: dict, role: str) -> dict:
     (lambda m: m["encoder"].update(precision="int4"), "encoder precision must be one of fp32, int8"),
     (lambda m: m["generator"].update(prompt_style=7), r"'generator.prompt_style' must be a string"),
     (lambda m: m["generator"].update(prompt_style="any"), "prompt_style must be one of"),
+    (lambda m: m["generator"].update(stop="<|im_end|>"), "generator stop must be a list of non-empty strings"),
+    (lambda m: m["generator"].update(stop=["<|im_end|>", ""]), "generator stop must be a list of non-empty strings"),
     (lambda m: m.update(router="yes"), "'router' must be an object"),
     (lambda m: m.update(profile="../../elsewhere"), "profile '../../elsewhere' is not a name"),
     (lambda m: m.update(profile=["gemma"]), "is not a name"),

@@ -72,6 +72,9 @@ def check_manifest(manifest: object, path: Path) -> dict:
         raise BundleError(f"{path}: encoder precision must be one of {', '.join(ENCODER_PRECISIONS)}{FIXES}")
     if manifest[KEY_GENERATOR].get("prompt_style", M.PROMPT_STYLES[0]) not in M.PROMPT_STYLES:
         raise BundleError(f"{path}: generator prompt_style must be one of {', '.join(M.PROMPT_STYLES)}{FIXES}")
+    stop = manifest[KEY_GENERATOR].get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(piece, str) and piece for piece in stop):
+        raise BundleError(f"{path}: generator stop must be a list of non-empty strings (end-of-turn pieces){FIXES}")
     return manifest
 
 

