@@ -37,10 +37,13 @@ REPORT_ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)  # what `edge-rag calibrat
 
 @dataclass(frozen=True)
 class LabelledQuestion:
-    """A question and its acceptable answers; none: the documents do not answer it (it should be refused)."""
+    """A question and its acceptable answers; none: the documents do not answer it (it should be refused).
+    ``label``: what the /admin page called it ("answer", "not-in-documents", "off-topic"; labels.py), if given:
+    calibration reads only the answers, the page keeps the kind of refusal apart."""
 
     question: str
     answers: tuple[str, ...]
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,9 @@ def load_questions(path: str | Path) -> list[LabelledQuestion]:
             question = check_question(item["question"])  # what `ask` would refuse, refused here, before any is run
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
-        out.append(LabelledQuestion(question, tuple(check_str(a, f"{where}: an answer") for a in answers)))
+        label = item.get("label")
+        out.append(LabelledQuestion(question, tuple(check_str(a, f"{where}: an answer") for a in answers),
+                                    label if isinstance(label, str) else None))
     if not out:
         raise InputError(f"{path} holds no questions (a few hundred certify a useful error rate)")
     return out
