@@ -3,6 +3,7 @@ keeps the error among answered questions <= Config.max_error_rate with probabili
 (certify.py says exactly what that covers: exchangeable calibration questions, not each question)."""
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from dataclasses import dataclass, field
@@ -53,8 +54,9 @@ class CertifiedPath:
         """``calibration``: a file of ``edge-rag calibrate`` (it must exist), or None for the shipped one of the
         store's kind (``remote``: PostgreSQL)."""
         self.bundle, self.config = bundle, config
-        self.own = calibration is not None
-        self.calibration_path = Path(calibration) if calibration is not None else shipped_calibration(remote)
+        self.own, self.remote = calibration is not None, remote
+        self.shipped = shipped_calibration(remote)  # what an own calibration takes its score and floor from
+        self.calibration_path = Path(calibration) if calibration is not None else self.shipped
         if calibration is not None and not self.calibration_path.is_file():
             raise BundleError(f"calibration file {calibration} does not exist (make one with `edge-rag calibrate`)")
         # A missing shipped calibration refuses every question (with that reason), never answers uncertified.
@@ -62,6 +64,8 @@ class CertifiedPath:
         self.calibration: Calibration | None = cal
         # cached answers were decided under one calibration: its hash is part of the cache's key
         self.calibration_sha256 = sha256_file(self.calibration_path) if cal is not None else None
+        key = repr((config, self.calibration_sha256))  # cached answers: this config and calibration
+        self.cache_key = hashlib.sha1(key.encode()).hexdigest()[:12]
         # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
         if cal is None:
             self._measured = State(None, False, "not calibrated: run `python -m convert calibrate"
@@ -77,6 +81,13 @@ class CertifiedPath:
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
+
+    def taking_reader(self, old: CertifiedPath) -> CertifiedPath:
+        """This path, reading with ``old``'s neural reader (loaded once: a second copy would not fit the memory
+        plan) when it is the same model."""
+        if old.bundle is self.bundle:
+            self._neural = old._neural  # None: not loaded yet, each loads its own on first use
+        return self
 
     @property
     def certificate(self) -> Certificate | None:
