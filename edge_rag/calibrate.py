@@ -120,11 +120,14 @@ def measure(rag: EdgeRAG, questions: Sequence[LabelledQuestion], progress: Calla
     if not path.is_file():
         raise BundleError(f"no calibration at {path} to take the score and floor from")
     rc = Calibration.load(path).reader(rag.config.reader)
-    out = []
+    out: list[Measured] = []
+    seen: dict[tuple[str, tuple[str, ...]], Measured] = {}  # a question asked again is decided as before
     for q in progress(questions):
-        a = rag.decide(q.question)
-        out.append(Measured(answer_score(rc.combiner, rc.ood_distance, a.candidate, a.features, a.d_min),
-                            wrong(a.candidate, q.answers)))
+        if (q.question, q.answers) not in seen:
+            a = rag.decide(q.question)
+            seen[q.question, q.answers] = Measured(answer_score(rc.combiner, rc.ood_distance, a.candidate,
+                                                                a.features, a.d_min), wrong(a.candidate, q.answers))
+        out.append(seen[q.question, q.answers])
     return out
 
 

@@ -5,7 +5,6 @@ old certificate: too few labels, labels older than the documents, a calibration 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,43 +12,16 @@ import pytest
 httpx = pytest.importorskip("httpx")
 serving = pytest.importorskip("serving", reason="the serve extra (starlette, uvicorn, httpx) is not installed")
 
+from admin_cases import LEAST, OFF_TOPIC, logged_server, sample_labels  # noqa: E402
+
 from edge_rag import calibrate  # noqa: E402
 from edge_rag.certify import Calibration  # noqa: E402
-from edge_rag.cli import SAMPLE_DIR, main  # noqa: E402
+from edge_rag.cli import main  # noqa: E402
 from edge_rag.config import Config  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
-from edge_rag.serve.question_log import QuestionLog  # noqa: E402
 
 AUTH = serving.WRITE
-OFF_TOPIC = ["How do I bake sourdough bread?", "Who won the 1998 World Cup?", "What is the capital of Peru?",
-             "How tall is Mount Everest?", "Can you recommend a good laptop?", "What is the speed of light?"]
-NOT_SAID = ["Does the museum have a dress code?", "Can I bring my dog to the museum?",
-            "Who cleans the museum at night?", "How many visitors came last year?"]
-LEAST = 30  # labelled askings the test servers' calibration needs
-
-
-def sample_labels() -> list[dict]:
-    """The sample corpus's own questions with their answers, then questions the documents do not answer."""
-    sample = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))
-    return ([{"question": q["question"], "answer": q["answer"], "label": "answer" if q["answer"] else "off-topic"}
-             for q in sample]
-            + [{"question": q, "answer": None, "label": "off-topic"} for q in OFF_TOPIC]
-            + [{"question": q, "answer": None, "label": "not-in-documents"} for q in NOT_SAID])
-
-
-def logged_server(sample_db: Path, folder: Path, **config):
-    """A server over a copy of the sample store whose question log already holds every labelled question (the
-    first one asked twice, typed differently)."""
-    db = folder / "db"
-    shutil.copytree(sample_db, db)
-    log = QuestionLog(folder / "questions.jsonl")
-    for entry in sample_labels():
-        log.add(entry["question"])
-    log.add("  " + sample_labels()[0]["question"].upper())
-    rag = EdgeRAG(db, config=Config(temperature=0.0))
-    return rag, serving.running_server(rag, ServeConfig(port=0, token=serving.TOKEN, question_timeout_s=900,
-                                                        question_log=str(log.path), min_labels=LEAST, **config))
 
 
 def upload(url: str, name: str, text: str) -> None:

@@ -152,7 +152,8 @@ function plot(job) {
   const parts = [node("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }),
     node("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }),
     node("text", { x: W / 2, y: H - 6, "text-anchor": "middle" }, "share of questions answered"),
-    node("text", { x: 4, y: T + 8 }, "error"), node("text", { x: L - 4, y: H - B, "text-anchor": "end" }, "0"),
+    node("text", { x: L + 6, y: T + 10 }, "error among answered"),
+    node("text", { x: L - 4, y: H - B, "text-anchor": "end" }, "0"),
     node("text", { x: L - 4, y: T + 10, "text-anchor": "end" }, "100%"),
     node("text", { x: W - R, y: H - B + 14, "text-anchor": "end" }, "100%"),
     node("polyline", { class: "curve", points: points.join(" ") })];
