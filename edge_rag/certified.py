@@ -64,8 +64,7 @@ class CertifiedPath:
         self.calibration: Calibration | None = cal
         # cached answers were decided under one calibration: its hash is part of the cache's key
         self.calibration_sha256 = sha256_file(self.calibration_path) if cal is not None else None
-        key = repr((config, self.calibration_sha256))  # cached answers: this config and calibration
-        self.cache_key = hashlib.sha1(key.encode()).hexdigest()[:12]
+        self._cache_key = hashlib.sha1(repr((config, self.calibration_sha256)).encode()).hexdigest()[:12]
         # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
         if cal is None:
             self._measured = State(None, False, "not calibrated: run `python -m convert calibrate"
@@ -82,12 +81,18 @@ class CertifiedPath:
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
 
-    def taking_reader(self, old: CertifiedPath) -> CertifiedPath:
-        """This path, reading with ``old``'s neural reader (loaded once: a second copy would not fit the memory
-        plan) when it is the same model."""
-        if old.bundle is self.bundle:
-            self._neural = old._neural  # None: not loaded yet, each loads its own on first use
-        return self
+    def cache_version(self, store: PassageStore) -> str:
+        """Cached answers are valid for this corpus, this configuration and this calibration only."""
+        return f"{store.version}:{self._cache_key}"
+
+    def swapped(self, calibration: Path, max_error_rate: float, store: PassageStore) -> CertifiedPath:
+        """A path deciding under ``calibration`` at ``max_error_rate``, to swap in for this one (EdgeRAG holds one
+        reference: a question keeps the path it began with to its end, and the cache key holds the calibration).
+        It reads with this path's neural reader once loaded: a second copy would not fit the memory plan."""
+        new = CertifiedPath(self.bundle, self.config.with_(max_error_rate=max_error_rate), calibration, self.remote)
+        new._neural = self._neural  # None: not loaded yet, the new path loads its own on first use
+        new.check_store(store)
+        return new
 
     @property
     def certificate(self) -> Certificate | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import os
 import sqlite3
 import threading
 from collections import Counter
@@ -88,11 +89,13 @@ class Labels:
         self.path = Path(path)
         self._lock = threading.Lock()  # one connection, many request threads
         try:
+            # what visitors typed, as the question log: readable by the server's user alone (its journal follows)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
             self.db = sqlite3.connect(self.path, timeout=BUSY_S, check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the save is answered
             self.db.execute(SCHEMA)
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
             raise EdgeRAGError(f"cannot open the label file {self.path}: {exc}") from exc
 
     def set(self, question: str, kind: object, answers: object, store_version: int) -> Label:

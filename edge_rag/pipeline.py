@@ -196,7 +196,7 @@ class EdgeRAG:
         stages = Stages(self.config.rss_per_stage)
         with stages("cache"):
             certified = self.certified  # decided under this calibration to the end, even if another is swapped in
-            cached = self.cache.get(question, self._cache_version(certified))
+            cached = self.cache.get(question, certified.cache_version(self.store))
         if cached is not None:
             yield RouteDecided(cached.route, cached.tier, cache_hit=True)
             yield Final(replace(cached, question=question, **stages.finish()))
@@ -214,7 +214,7 @@ class EdgeRAG:
                     else:  # the last: the whole Generation
                         gen = piece
         answer = decision.answer(question, stages, gen)
-        self.cache.put(question, answer, self._cache_version(certified))
+        self.cache.put(question, answer, certified.cache_version(self.store))
         yield Final(answer)
 
     def decide(self, question: str) -> Answer:
@@ -225,17 +225,12 @@ class EdgeRAG:
         return self._decide(question, stages, self.certified).answer(question, stages)
 
     def use_calibration(self, calibration: Path, max_error_rate: float) -> None:
-        """Decide the next questions under ``calibration`` (a file of ``edge-rag calibrate``) at ``max_error_rate``:
-        one reference swap; questions already being decided finish under the calibration they started with, and
-        cached answers of the old one are not served (the cache key holds the calibration)."""
-        config = self.config.with_(max_error_rate=max_error_rate)
-        certified = CertifiedPath(self.bundle, config, calibration, self.certified.remote).taking_reader(self.certified)
-        certified.check_store(self.store)
-        self.certified, self.config = certified, config
+        """Decide the next questions under ``calibration`` at ``max_error_rate`` (CertifiedPath.swapped)."""
+        self.certified = self.certified.swapped(calibration, max_error_rate, self.store)
+        self.config = self.certified.config
 
     def _decide(self, question: str, stage: Stages, certified: CertifiedPath) -> Decision:
-        """The stages up to the route, timed into ``stage``, decided by ``certified``; what they decided, not yet
-        an Answer."""
+        """The stages up to the route, timed into ``stage``, by ``certified``; what they decided, not yet an Answer."""
         c = self.config
         with stage("encode"):
             vector = self.encoder.encode_one(question)
@@ -282,10 +277,6 @@ class EdgeRAG:
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""
         return self.ask(question)
-
-    def _cache_version(self, certified: CertifiedPath) -> str:
-        """Cached answers are valid for this corpus, this configuration and ``certified``'s calibration only."""
-        return f"{self.store.version}:{certified.cache_key}"
 
     def close(self) -> None:
         self.cache.close()

@@ -42,6 +42,7 @@ def test_the_three_kinds_export_as_the_file_calibrate_reads(tmp_path):
         ("How do I bake sourdough bread?", None, "off-topic"),
         ("when does the   museum OPEN?", ["10:00", "10 am"], "answer"),
         ("Who designed the lighthouse lens?", None, "not-in-documents")]
+    assert (tmp_path / "labels.sqlite").stat().st_mode & 0o077 == 0  # what visitors typed: the server's user's only
     read = calibrate.load_questions(write_jsonl(tmp_path / "labelled.jsonl", entries))
     assert [(q.answers, q.label) for q in read] == [(("10:00", "10 am"), "answer"), ((), "off-topic"),
                                                      (("10:00", "10 am"), "answer"), ((), "not-in-documents")]

@@ -110,6 +110,9 @@ def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(serve
                  str(out), "--db", str(rag.store.folder), "--bundle", str(bundle_dir)]) == 0
     assert calibrate.rows(Calibration.load(out), "neural", rag.config.delta) == job["table"]
 
+    assert (Path(rag.store.folder) / "labelled-questions.jsonl").stat().st_mode & 0o077 == 0
+    cached = {"question": sample_labels()[1]["question"]}
+    assert httpx.post(f"{url}/api/ask", json=cached, timeout=300).json()["n_cal"] != job["questions"]
     bad = httpx.post(f"{url}/api/admin/apply", json={"calibration": job["id"], "max_error_rate": 7}, headers=AUTH,
                      timeout=30)
     assert bad.status_code == 400 and in_force(url)["certificate"]["source"] == "shipped"
@@ -123,6 +126,8 @@ def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(serve
     assert now["max_error_rate"] == row["alpha"] and "labelled by its operator" in now["summary"]
     answer = httpx.post(f"{url}/api/ask", json={"question": OFF_TOPIC[1]}, timeout=300).json()
     assert answer["route"] == "REFUSE" and answer["n_cal"] == job["questions"] and answer["alpha"] == row["alpha"]
+    again = httpx.post(f"{url}/api/ask", json=cached, timeout=300).json()  # answered before: not from the cache
+    assert again["n_cal"] == job["questions"] and again["alpha"] == row["alpha"]
 
     # a restart keeps it
     from edge_rag.serve.app import create_app

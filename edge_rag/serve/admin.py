@@ -1,7 +1,7 @@
 """The operator page ``/admin`` and its JSON API: label the kiosk's logged questions, calibrate on them, apply.
 
     GET  /admin                       the page (edge_rag/static/admin.*): a shell that holds no data; it asks for
-                                      the API token and sends it with every call below
+                                      the API token and sends it with every /api/admin call
     GET  /api/admin/questions         logged questions, newest first, same ones grouped, each with its label
     POST /api/admin/labels            {"question", "label": answer|not-in-documents|off-topic|null, "answers"}
     GET  /api/admin/search?q=         the store's passages for some words (the lexical search): to find an answer

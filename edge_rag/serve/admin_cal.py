@@ -21,7 +21,7 @@ from ..calibrate import load_questions, rows, run
 from ..certify import Calibration
 from ..config import Config
 from ..errors import ConfigError, EdgeRAGError, InputError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_path, atomic_write_text
 from ..labels import FILE as LABELS_FILE
 from ..labels import Label, export
 from ..pipeline import EdgeRAG
@@ -81,7 +81,9 @@ def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, jo
     calibration file's content, the job's result: the table per alpha, the risk–coverage curve, what it was
     measured on)."""
     version = rag.store.version
-    atomic_write_text(files.questions, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries))
+    with atomic_path(files.questions) as tmp:  # what visitors typed: readable by the server's user alone
+        tmp.chmod(0o600)
+        tmp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries), encoding="utf-8")
     questions = load_questions(files.questions)
     job.passages_planned = len(questions)
 

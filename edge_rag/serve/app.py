@@ -11,7 +11,9 @@
                               is known by the path the client sent, in any case (uploads.py)
     DELETE /api/documents/{id} remove one document: 202 + a job
     GET  /api/jobs/{id}       an indexing (or calibration) job's state and progress
-    GET  /admin, /api/admin/… the operator's page: label logged questions, calibrate, apply (admin.py)
+
+The operator's page ``/admin`` and its ``/api/admin/…`` routes (label logged questions, calibrate, apply) are in
+admin.py.
 
 Writes, /api/admin and the deep health check need ``Authorization: Bearer <token>`` (``auth.py``; no token configured:
 read-only, 403); every request needs this server's own Host, and Origin when a browser sends one (``origin.py``).
