@@ -19,10 +19,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from edge_rag import EdgeRAG, retrieve
-from edge_rag.chunk import iter_files, read_documents
-from edge_rag.models import default_bundle
-from edge_rag.route import search_width
+from edge_rag import EdgeRAG
+from edge_rag.documents.chunk import iter_files, read_documents
+from edge_rag.models.registry import default_bundle
+from edge_rag.retrieval import retrieve
+from edge_rag.retrieval.route import search_width
 
 from . import data
 from .pgserver import admin_url

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_rag.certify import FEATURES
+from edge_rag.decision.certify import FEATURES
 
 from .reader_sweep import auroc, cross_fitted_scores, top_precision
 

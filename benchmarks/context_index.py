@@ -18,11 +18,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edge_rag import EdgeRAG
-from edge_rag.bundle import Bundle
-from edge_rag.lexical import fts5_query, query_terms
-from edge_rag.models import default_bundle
-from edge_rag.retrieve import with_cosines
-from edge_rag.store_db import DB_FILE, TITLE_WEIGHT
+from edge_rag.models.bundle import Bundle
+from edge_rag.models.registry import default_bundle
+from edge_rag.retrieval.lexical import fts5_query, query_terms
+from edge_rag.retrieval.retrieve import with_cosines
+from edge_rag.storage.store_db import DB_FILE, TITLE_WEIGHT
 
 from .fusion import arguments, choose, evaluate, pooled_r1, question_sets
 from .systems import bench_config

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_rag import Config, Document, EdgeRAG
-from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag.models.bundle import ROLE_ENCODER, Bundle
 from evaluation.datasets import QAItem, load_hotpot, load_squad
 
 from . import splits

@@ -2,7 +2,7 @@
 out-of-domain refusal on the OOD-test articles, and the risk-coverage curve.
 
 An answer is an error when its question is unanswerable (or out of domain), or when its F1 against every
-gold answer is < 0.5: the same definition the calibration certifies (edge_rag/certify.py).
+gold answer is < 0.5: the same definition the calibration certifies (edge_rag/decision/certify.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from edge_rag import EdgeRAG, Route
-from edge_rag.certify import F1_CORRECT, clopper_pearson_upper
+from edge_rag.decision.certify import F1_CORRECT, clopper_pearson_upper
 
 from . import data, splits
 

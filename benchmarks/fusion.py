@@ -23,11 +23,11 @@ import numpy as np
 from tqdm import tqdm
 
 from edge_rag import EdgeRAG
-from edge_rag.bundle import Bundle
 from edge_rag.config import Config
-from edge_rag.lexical import query_terms
-from edge_rag.models import default_bundle, home
-from edge_rag.retrieve import fuse, with_cosines
+from edge_rag.models.bundle import Bundle
+from edge_rag.models.registry import default_bundle, home
+from edge_rag.retrieval.lexical import query_terms
+from edge_rag.retrieval.retrieve import fuse, with_cosines
 
 from . import data, splits
 from . import metrics as M

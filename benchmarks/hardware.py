@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psutil
 
-from edge_rag.bundle import Bundle
-from edge_rag.verify import cpu_features
+from edge_rag.models.bundle import Bundle
+from edge_rag.models.verify import cpu_features
 
 PACKAGES = ("edge-rag", "numpy", "onnxruntime", "hnswlib", "llama_cpp_python", "tokenizers", "psutil",
             "torch", "sentence-transformers", "faiss-cpu")

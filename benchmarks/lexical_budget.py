@@ -26,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_rag import Config, EdgeRAG, retrieve
-from edge_rag.bundle import Bundle
-from edge_rag.chunk import chunk
-from edge_rag.lexical import POSTINGS_BUDGET, query_terms
-from edge_rag.models import default_bundle, home
-from edge_rag.route import search_width
-from edge_rag.store import Store
+from edge_rag import Config, EdgeRAG
+from edge_rag.documents.chunk import chunk
+from edge_rag.models.bundle import Bundle
+from edge_rag.models.registry import default_bundle, home
+from edge_rag.retrieval import retrieve
+from edge_rag.retrieval.lexical import POSTINGS_BUDGET, query_terms
+from edge_rag.retrieval.route import search_width
+from edge_rag.storage.store import Store
 from evaluation.datasets import QAItem, load_squad
 
 from . import data

@@ -11,14 +11,14 @@ import json
 import tempfile
 from pathlib import Path
 
-from edge_rag import bundle as B
-from edge_rag.chunk import chunk, iter_files, read_documents
-from edge_rag.cli import SAMPLE_DIR
-from edge_rag.compress import build_context
+from edge_rag.cli.commands import SAMPLE_DIR
 from edge_rag.config import Config, Tier
+from edge_rag.documents.chunk import chunk, iter_files, read_documents
 from edge_rag.memory import peak_rss_mb, plan, rss_mb
-from edge_rag.models import default_bundle
+from edge_rag.models import bundle as B
+from edge_rag.models.registry import default_bundle
 from edge_rag.pipeline import EdgeRAG
+from edge_rag.retrieval.compress import build_context
 from evaluation.datasets import load_squad
 
 

@@ -34,10 +34,10 @@ import numpy as np
 from tqdm import tqdm
 
 from edge_rag import Config, EdgeRAG
-from edge_rag.bundle import Bundle
-from edge_rag.calibrate import REPORT_ALPHAS, LabelledQuestion, Measured, measure, risk_table
-from edge_rag.certify import Calibration
-from edge_rag.models import default_bundle, home
+from edge_rag.decision.calibrate import REPORT_ALPHAS, LabelledQuestion, Measured, measure, risk_table
+from edge_rag.decision.certify import Calibration
+from edge_rag.models.bundle import Bundle
+from edge_rag.models.registry import default_bundle, home
 from evaluation.datasets import QAItem
 
 from . import data, splits

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from edge_rag import EdgeRAG
-from edge_rag.bundle import ROLE_GENERATOR, Bundle
-from edge_rag.models import ENCODER, home
+from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
+from edge_rag.models.registry import ENCODER, home
 from evaluation.datasets import QAItem
 
 from .systems import bench_config

@@ -3,7 +3,7 @@
 Issue #43: the sample corpus + 26,001 templated near-duplicate passages (``tests/neardup.py``) left museum passages
 that no query returned, not even their own vector. Indexes that load into a fresh embedded store (the pipeline, as
 an upload does) and reports, for each store, how many passages the HNSW graph alone misses for their own vector (what
-search returned before the exact half, ``edge_rag.reachability``) and how many the store's search misses now
+search returned before the exact half, ``edge_rag.storage.reachability``) and how many the store's search misses now
 (``doctor.unreachable``), with the doctor's line; ``--pg`` also copies the passages into a throw-away pgvector store
 (bulk-loaded, its index built after, as the README advises), before and after ``reachability.record_pg``.
 """
@@ -16,8 +16,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from edge_rag.chunk import make_document
-from edge_rag.store_db import Part
+from edge_rag.documents.chunk import make_document
+from edge_rag.storage.store_db import Part
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,10 +26,10 @@ def measure(files: int = 260, pg: bool = False) -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     from neardup import near_duplicate_docs
 
-    from edge_rag import reachability
-    from edge_rag.cli import SAMPLE_DIR
-    from edge_rag.doctor import check_recall, unreachable
+    from edge_rag.cli.commands import SAMPLE_DIR
     from edge_rag.pipeline import EdgeRAG
+    from edge_rag.storage import reachability
+    from edge_rag.storage.doctor import check_recall, unreachable
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp, EdgeRAG(Path(tmp) / "db") as rag:
@@ -48,9 +48,9 @@ def _pgvector(rag) -> dict:
     import psycopg
 
     from benchmarks.pgserver import PgServer
-    from edge_rag import pgsql, reachability
-    from edge_rag.doctor import check_recall, unreachable
-    from edge_rag.pgstore import PgStore
+    from edge_rag.storage import pgsql, reachability
+    from edge_rag.storage.doctor import check_recall, unreachable
+    from edge_rag.storage.pgstore import PgStore
 
     with PgServer({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}) as server:
         store = PgStore(server.url, rag.encoder.dim, rag.store.encoder_id)

@@ -21,9 +21,9 @@ from tqdm import tqdm
 
 from convert.calibrate import fit_combiner
 from edge_rag import Config, EdgeRAG
-from edge_rag.bundle import Bundle
-from edge_rag.certify import F1_CORRECT, FEATURES
-from edge_rag.models import default_bundle, home
+from edge_rag.decision.certify import F1_CORRECT, FEATURES
+from edge_rag.models.bundle import Bundle
+from edge_rag.models.registry import default_bundle, home
 from evaluation.metrics import best_f1
 
 from . import data, splits

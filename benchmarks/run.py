@@ -17,10 +17,11 @@ from typing import TextIO
 import numpy as np
 from tqdm import tqdm
 
-from edge_rag import EdgeRAG, EdgeRAGError, Route, retrieve
-from edge_rag.bundle import ROLE_ENCODER, Bundle
+from edge_rag import EdgeRAG, EdgeRAGError, Route
 from edge_rag.config import PASSAGE_MODES
-from edge_rag.models import default_bundle, home
+from edge_rag.models.bundle import ROLE_ENCODER, Bundle
+from edge_rag.models.registry import default_bundle, home
+from edge_rag.retrieval import retrieve
 
 from . import data, decision, hardware, peer, plots, report, routing, scale, scale_backends
 from . import metrics as M

@@ -56,7 +56,7 @@ def documents(rows: list[tuple[str, str]], prefix: str = "v", per_document: int 
     """The corpus rows (title, text), in order, as parts of whole documents of ``per_document`` consecutive
     passages: the full-text index then holds each passage's context (its neighbours' text) as a real corpus's
     sentences have, so its size and search cost are measured, not skipped."""
-    from edge_rag.store_db import Part
+    from edge_rag.storage.store_db import Part
     from edge_rag.types import Document
 
     parts = []

@@ -38,8 +38,8 @@ from benchmarks.scale import MAX_QUERIES, MB, K, corpus, corpus_sizes, documents
 
 if TYPE_CHECKING:  # importing edge_rag at module level would be measured in the device processes
     from edge_rag import Config
-    from edge_rag.store import Store
-    from edge_rag.stores import PassageStore
+    from edge_rag.storage.store import Store
+    from edge_rag.storage.stores import PassageStore
 
 MIN_SIZE = 10_000  # make bench compares the stores at its scale sizes from here up (quick: 10k, 100k; FULL: + 1M)
 ENCODER_ID = "scale-benchmark"
@@ -80,7 +80,7 @@ def _inputs(work: str) -> tuple[np.ndarray, list[str]]:
 
 def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, seed: int, full_text: int) -> dict:
     """Build one store of ``n`` passages, with or without its full-text index, and query it (its own process)."""
-    from edge_rag.stores import open_store
+    from edge_rag.storage.stores import open_store
 
     real = np.load(Path(work) / "real.npy")
     texts = json.loads((Path(work) / "texts.json").read_text("utf-8"))
@@ -104,7 +104,7 @@ def build(work: str, backend: str, db: str, n: int, m: int, efc: int, efs: int, 
            "disk_mb": _disk_mb(store, backend),
            **_searches(store, reopen, queries, questions, x, config, bool(full_text))}
     if backend == "pgvector":
-        from edge_rag.pgsql import SEARCH, SEARCH_TEXT
+        from edge_rag.storage.pgsql import SEARCH, SEARCH_TEXT
 
         row["server_p50_ms"] = _server_p50(store, SEARCH, [{"q": q, "k": K, "exact": []} for q in queries])
         if full_text:
@@ -123,13 +123,13 @@ def drop_full_text(store: PassageStore, backend: str) -> None:
     PostgreSQL: the tsvector column and its GIN index), to measure what the index costs. The store classes add
     it back when the store is next opened, so a store built without it is only ever used through this object."""
     if backend == "embedded":
-        from edge_rag.store_db import FTS_TABLE
+        from edge_rag.storage.store_db import FTS_TABLE
 
         triggers = store.db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'passages'")
         store.db.executescript("".join(f"DROP TRIGGER {name};" for (name,) in triggers.fetchall())
                                + f"DROP TABLE {FTS_TABLE};")
     else:
-        from edge_rag.pgsql import PASSAGES
+        from edge_rag.storage.pgsql import PASSAGES
 
         with store.pool.connection() as conn:
             conn.execute(f"ALTER TABLE {PASSAGES} DROP COLUMN tsv")  # its GIN index goes with it
@@ -140,8 +140,8 @@ def _searches(store: PassageStore, reopen: Callable[[], PassageStore], queries: 
     """p50 / p95 of every search the store supports (lexical and hybrid need the full-text index), one question at
     a time, and recall@10 of dense search against exact search. Lexical and hybrid each start on a freshly opened
     store: the embedded one remembers the postings of the words it searched, all known to a second pass."""
-    from edge_rag.lexical import query_terms
-    from edge_rag.retrieve import search
+    from edge_rag.retrieval.lexical import query_terms
+    from edge_rag.retrieval.retrieve import search
 
     modes = {"dense": lambda st, q, s: st.search(q, K)}
     if full_text:
@@ -171,7 +171,7 @@ def _disk_mb(store: PassageStore, backend: str) -> float:
         page_count = store.db.execute("PRAGMA page_count").fetchone()[0]
         page_size = store.db.execute("PRAGMA page_size").fetchone()[0]
         return (page_count * page_size + (store.folder / store.index_file).stat().st_size) / MB
-    from edge_rag.pgsql import DOCUMENTS, PASSAGES
+    from edge_rag.storage.pgsql import DOCUMENTS, PASSAGES
 
     with store.pool.connection() as conn:
         size = conn.execute("SELECT pg_total_relation_size(%s) + pg_total_relation_size(%s)",
@@ -192,8 +192,8 @@ def _server_p50(store: PassageStore, sql: str, params: list) -> float:
 
 def _lexical_params(store: PassageStore, questions: list[str]) -> list[tuple]:
     """SEARCH_TEXT's parameters for each question with content words, as ``PgStore.search_text`` makes them."""
-    from edge_rag.lexical import query_terms
-    from edge_rag.pgsql import postings, text_search_params
+    from edge_rag.retrieval.lexical import query_terms
+    from edge_rag.storage.pgsql import postings, text_search_params
 
     with store.pool.connection() as conn:
         return [text_search_params(terms, postings(conn, terms), K)
@@ -203,7 +203,7 @@ def _lexical_params(store: PassageStore, questions: list[str]) -> list[tuple]:
 def _bulk_load(store: PassageStore, parts: list, x: np.ndarray, m: int, efc: int, full_text: bool) -> None:
     """COPY every row with its context, then build the HNSW (and GIN) index once (pgvector's advice for an initial
     load)."""
-    from edge_rag.pgsql import DOCUMENTS, META, PASSAGES, part_contexts
+    from edge_rag.storage.pgsql import DOCUMENTS, META, PASSAGES, part_contexts
 
     mem_mb = max(1024, len(x) * MAINTENANCE_BYTES_PER_VECTOR // 2**20)
     with store.pool.connection() as conn, conn.transaction():
@@ -235,8 +235,8 @@ def device(work: str, db: str, m: int, efc: int, efs: int) -> dict:
     """What a device holds: edge_rag imported, the store open, every question retrieved as the pipeline does
     (the default Config: hybrid) (its own process)."""
     import edge_rag  # noqa: F401 — the runtime's libraries, as on a device
-    from edge_rag.retrieve import search
-    from edge_rag.stores import open_store
+    from edge_rag.retrieval.retrieve import search
+    from edge_rag.storage.stores import open_store
 
     queries, questions = _inputs(work)
     config = _config(m, efc, efs)
@@ -362,8 +362,8 @@ def main(argv: list[str]) -> None:
     import argparse
 
     from edge_rag import EdgeRAG
-    from edge_rag.bundle import ROLE_ENCODER, Bundle
-    from edge_rag.models import default_bundle, home
+    from edge_rag.models.bundle import ROLE_ENCODER, Bundle
+    from edge_rag.models.registry import default_bundle, home
 
     from . import data
     from .systems import bench_config

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from edge_rag import Config
-from edge_rag.reader import READER_ASSET
+from edge_rag.reading.reader import READER_ASSET
 
 _OFF = dict(router=False, correction=False, rerank=False, compression=False, cgr=False)
 
@@ -16,7 +16,7 @@ SYSTEMS: dict[str, dict[str, bool | str]] = {
     # the seeds' decision: rule extractor, Eq. 1 tau, evidence-gate heuristic, distance ceiling
     "full_cgr": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True, "cgr": True,
                  "certified": False, "reader": "rules"},
-    # certified selective answering (edge_rag/certify.py) with the rule extractor, then with the trained reader
+    # certified selective answering (edge_rag/decision/certify.py) with the rule extractor, then with the trained reader
     "certified_rules": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True, "cgr": True,
                         "certified": True, "reader": "rules"},
     "certified": {**_OFF, "router": True, "rerank": True, "compression": True, "correction": True, "cgr": True,

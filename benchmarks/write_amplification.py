@@ -59,7 +59,7 @@ def write_text(path: str | Path, mb: float, seed: int = 0) -> None:
 
 def measure(mb: float, budget: int = 2048, bundle: str | None = None) -> dict:
     """Index a generated ``mb`` MB text file into a fresh store; passages, bytes written, store bytes, ratio."""
-    from edge_rag.models import default_bundle
+    from edge_rag.models.registry import default_bundle
 
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:

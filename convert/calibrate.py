@@ -46,16 +46,23 @@ from benchmarks.scale_backends import fresh_database
 from convert import reader_data
 from convert.calibrate_report import report
 from edge_rag import Config, EdgeRAG
-from edge_rag.bundle import Bundle
-from edge_rag.calibrate import wrong as answer_wrong
-from edge_rag.calibrated_config import encoder_identity
-from edge_rag.certified import reader_sha256
-from edge_rag.certify import CALIBRATION_ASSET, FEATURES, Combiner, RiskTable, answer_score, shipped_calibration
 from edge_rag.config import Tier
-from edge_rag.models import default_bundle, home
-from edge_rag.policy import generative
-from edge_rag.read import reader_path
-from edge_rag.reader import READER_ASSET
+from edge_rag.decision.calibrate import wrong as answer_wrong
+from edge_rag.decision.calibrated_config import encoder_identity
+from edge_rag.decision.certified import reader_sha256
+from edge_rag.decision.certify import (
+    CALIBRATION_ASSET,
+    FEATURES,
+    Combiner,
+    RiskTable,
+    answer_score,
+    shipped_calibration,
+)
+from edge_rag.decision.policy import generative
+from edge_rag.models.bundle import Bundle
+from edge_rag.models.registry import default_bundle, home
+from edge_rag.reading.read import reader_path
+from edge_rag.reading.reader import READER_ASSET
 from evaluation.datasets import QAItem
 
 OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_rag.certify import Calibration, clopper_pearson_upper
+from edge_rag.decision.certify import Calibration, clopper_pearson_upper
 
 
 def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: float,

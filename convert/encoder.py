@@ -2,7 +2,7 @@
 
 Works for any BERT-style sentence-transformers folder (config.json + safetensors + tokenizer.json)
 with mean pooling. The ONNX graph outputs ``last_hidden_state``; pooling and normalisation happen in
-the runtime (``edge_rag.encode``) exactly as sentence-transformers does, and the parity check runs
+the runtime (``edge_rag.retrieval.encode``) exactly as sentence-transformers does, and the parity check runs
 the runtime's own Encoder on the export so tokenisation and batching are covered too.
 """
 from __future__ import annotations
@@ -18,16 +18,16 @@ import numpy as np
 import torch
 from transformers import AutoModel
 
-from edge_rag.encode import Encoder, mean_pool
-from edge_rag.models import REFERENCE_ROLE
-from edge_rag.verify import THRESHOLDS, query_latency_ms, save_reference
+from edge_rag.models.registry import REFERENCE_ROLE
+from edge_rag.models.verify import THRESHOLDS, query_latency_ms, save_reference
+from edge_rag.retrieval.encode import Encoder, mean_pool
 
 from .quantize import quantize_int8
 from .report import write_report
 
 OPSET = 17
 # Parity thresholds on cosine(torch, export) per sentence are the on-device verify thresholds
-# (edge_rag.verify.THRESHOLDS): fp32 exact up to float noise, int8 mean >= 0.99 and no sentence < 0.98.
+# (edge_rag.models.verify.THRESHOLDS): fp32 exact up to float noise, int8 mean >= 0.99 and no sentence < 0.98.
 REFERENCE_SENTENCES = 64  # sentences (+ torch vectors) the bundle carries for `edge-rag models verify`
 MAX_RECALL_DROP = 0.01  # SQuAD paragraph Recall@5 of an export may trail torch's by at most 1 point
 DEFAULT_SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
@@ -105,7 +105,7 @@ def squad_recall_at_5(embed: Callable[[list[str]], np.ndarray], squad: Path, art
 
 def parity_texts(sample_dir: Path, squad: Path | None, n: int) -> list[str]:
     """Sentences for the parity check: SQuAD contexts when given, else the packaged sample corpus."""
-    from edge_rag.text import split_sentences
+    from edge_rag.documents.text import split_sentences
     from evaluation.datasets import load_squad
 
     if squad is not None and squad.is_file():

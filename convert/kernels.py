@@ -1,7 +1,7 @@
 """Measure int8 schemes on several CPU kernel paths: native and emulated CPUs under qemu-user.
 
 ``python -m convert kernels MODEL_DIR --out DIR`` exports the fp32 encoder, writes one int8 file per
-scheme (``convert.quantize.SCHEMES``) and torch's reference vectors, then runs ``edge_rag.verify`` on
+scheme (``convert.quantize.SCHEMES``) and torch's reference vectors, then runs ``edge_rag.models.verify`` on
 every file natively and under ``qemu-x86_64 -cpu <model>`` (and, with ``--aarch64``, under
 ``qemu-aarch64 -cpu cortex-a72/-a76`` in the environment of ``convert.aarch64``): same sentences, same
 thresholds as ``edge-rag models verify`` on a device. Only the probe runs under emulation, and it imports
@@ -16,15 +16,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from edge_rag.verify import verify_encoder
+from edge_rag.models.verify import verify_encoder
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def prepare(model_dir: Path, out: Path, sentences: int, squad: Path | None) -> list[Path]:
     """fp32 export + one int8 file per scheme + reference.npz in ``out`` (host, torch)."""
-    from edge_rag.encode import Encoder
-    from edge_rag.verify import save_reference
+    from edge_rag.models.verify import save_reference
+    from edge_rag.retrieval.encode import Encoder
 
     from .encoder import export_fp32, load_torch, parity_texts, torch_embed
     from .quantize import SCHEMES, quantize_int8

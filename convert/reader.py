@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_rag.reader import Reader
+from edge_rag.reading.reader import Reader
 from edge_rag.types import Passage
 from evaluation.metrics import f1_score
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.splits import SPLITS_FILE, hotpot_bucket
-from edge_rag.reader import CONTEXT_SEQUENCE, Windows, passage_context
+from edge_rag.reading.reader import CONTEXT_SEQUENCE, Windows, passage_context
 
 # ../shared/data next to the checkout, unless $EDGE_RAG_DATA says otherwise (a git worktree sits elsewhere).
 DATA = Path(os.environ.get("EDGE_RAG_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))

@@ -1,7 +1,7 @@
 """The reader as torch sees it: MiniLM + a span head, its tokenizer windows, and reader-val scoring.
 
 Shared by training (``convert.train_reader``) and the export report (``convert.reader_report``); reads are
-decoded exactly as ``edge_rag.reader.Reader`` decodes them on the device, so the two measure the same thing.
+decoded exactly as ``edge_rag.reading.reader.Reader`` decodes them on the device, so the two measure the same thing.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from transformers import AutoModel
 
 from convert import reader as X
 from convert import reader_data as D
-from edge_rag.models import ENCODER, home
-from edge_rag.reader import MAX_ANSWER_TOKENS, MAX_SEQ_LEN, STRIDE, Windows, best_span, passage_context
+from edge_rag.models.registry import ENCODER, home
+from edge_rag.reading.reader import MAX_ANSWER_TOKENS, MAX_SEQ_LEN, STRIDE, Windows, best_span, passage_context
 from evaluation.metrics import best_em, best_f1
 
 from .bundle import fetch
@@ -78,7 +78,7 @@ def pad(rows: list[tuple[list[int], list[int]]], multiple: int = 1) -> dict[str,
 
 @torch.no_grad()
 def read_one(model: SpanReader, tok: Windows, question: str, title: str, context: str) -> dict:
-    """Best span over the windows of one paragraph, decoded exactly as ``edge_rag.reader.Reader`` does."""
+    """Best span over the windows of one paragraph, decoded exactly as ``edge_rag.reading.reader.Reader`` does."""
     text, prefix = passage_context(title, context)
     ws = tok(question, text)
     start, end = model(**pad([(w.ids, w.type_ids) for w in ws]))

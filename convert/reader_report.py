@@ -1,7 +1,7 @@
 """After training: pick the checkpoint, export reader.onnx (int8 shipped), check parity, write the report.
 
 Selection is on reader-val HasAns F1 (the checkpoints' in-process scores); every figure in the report
-is then re-measured on the shipped int8 ONNX through ``edge_rag.reader.Reader``, the device path.
+is then re-measured on the shipped int8 ONNX through ``edge_rag.reading.reader.Reader``, the device path.
 The Haswell (AVX2-only) parity run uses ``qemu-x86_64 -cpu Haswell`` when it is installed.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ from convert import reader_data as D
 from convert import reader_model as M
 from convert.quantize import quantize_int8
 from convert.report import write_report
-from edge_rag.encode import load_session, pad_batch
-from edge_rag.reader import MAX_SEQ_LEN, READER_ASSET, STRIDE, Reader, passage_context
+from edge_rag.reading.reader import MAX_SEQ_LEN, READER_ASSET, STRIDE, Reader, passage_context
+from edge_rag.retrieval.encode import load_session, pad_batch
 from edge_rag.types import Passage
 
 ASSETS = READER_ASSET.parent
@@ -100,7 +100,7 @@ def qemu_parity(ref_file: Path, onnx: Path, tok_path: Path) -> dict:
 
 
 def onnx_read(onnx: Path, tok_path: Path) -> M.Read:
-    """Reads through the device path (``edge_rag.reader.Reader``), one gold paragraph at a time."""
+    """Reads through the device path (``edge_rag.reading.reader.Reader``), one gold paragraph at a time."""
     reader = Reader(onnx, tok_path)
 
     def read(question: str, title: str, context: str) -> tuple[str | None, float]:
@@ -190,7 +190,7 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
           for c in history["checkpoints"]], "",
         f"Shipped: {chosen['checkpoint']} (`convert.reader_model.choose`: best selection-set margin AUROC among the "
         "checkpoints within 0.01 of the best selection HasAns F1).", "",
-        "## reader-val, shipped int8 ONNX (`edge_rag.reader.Reader`)", "",
+        "## reader-val, shipped int8 ONNX (`edge_rag.reading.reader.Reader`)", "",
         f"Questions: {val['n']}. HasAns = the best non-null span on the gold paragraph (the answer/abstain "
         "decision is left to the calibrated policy); NoAns accuracy = share with margin ≤ 0.", "",
         f"- HasAns F1 **{val['hasans_f1']:.3f}**, EM {val['hasans_em']:.3f}; answerable with margin > 0: "

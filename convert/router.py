@@ -1,12 +1,12 @@
 """Router MLP → ONNX: the tier classifier on the question's retrieval profile, checked with onnxruntime.
 
 ``python -m convert router --checkpoint router.pt --out router.onnx`` (or ``--random-init --seed 0``).
-The graph takes ``features`` (batch, 6) float32 — the profile columns of ``edge_rag.route.features``:
+The graph takes ``features`` (batch, 6) float32 — the profile columns of ``edge_rag.retrieval.route.features``:
 s1, s1 - s5, the score entropy and the term overlap at the top 1 / 3 / 10 hits — and returns ``logits``
 (batch, 3) in the order of ``edge_rag.config.TIERS`` (cost order), which is also stored in the model's
 ``labels`` metadata. The input standardisation fitted on the training set is part of the graph
 (``shift``/``scale`` buffers). A checkpoint of another width (an older router that also read the
-embedding) loads and exports as it is; ``edge_rag.route.columns`` feeds it its columns.
+embedding) loads and exports as it is; ``edge_rag.retrieval.route.columns`` feeds it its columns.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch.nn as nn
 from convert.report import write_report
 from edge_rag.config import TIERS
 from edge_rag.errors import EdgeRAGError
-from edge_rag.route import PROFILE
+from edge_rag.retrieval.route import PROFILE
 
 IN_DIM = len(PROFILE)  # the profile only: the embedding made the router worse (convert/train_router.py --cv)
 HIDDEN = (256, 64)

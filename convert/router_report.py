@@ -101,7 +101,7 @@ def write_report(out: Path, report: dict) -> None:
         " figures only). Calibration articles are left to the certified threshold.\n",
         "## Labels\n",
         _table(report["labels"], NAMES + ["none"]),
-        f"\n## Router accuracy on genuine labels (the shipped ONNX through `edge_rag.route.Router`; inputs:"
+        f"\n## Router accuracy on genuine labels (the shipped ONNX through `edge_rag.retrieval.route.Router`; inputs:"
         f" {report['inputs']})\n",
         _table({k: m[k] for k in m}, metric_cols),
         f"\nSelection on val: {', '.join(f'{k} {v:.3f}' for k, v in report['selection'].items())} → kept"

@@ -38,7 +38,7 @@ import torch.nn as nn
 from convert import reader_data as D
 from convert import reader_model as M
 from convert.reader_report import finish
-from edge_rag.models import home
+from edge_rag.models.registry import home
 
 NEGATIVES_PER_ANSWERABLE = 0.3  # sampled no-answer pairs per answerable question (half same article, half other)
 SWAPS_PER_ANSWERABLE = 0.25  # share of answerable SQuAD questions also asked with a swapped name/number (no answer)

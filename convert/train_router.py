@@ -17,7 +17,7 @@
    ms each — and the label is the cheapest tier whose context serves it. A question no tier serves is left
    out of training and of the accuracy (more budget cannot help it). Labels are cached in
    ``router_labels.csv`` beside the report, keyed by the encoder, the Config and the data files.
-4. Features (``edge_rag.route.features``): ``encode_one`` and ``store.search(search_width)``, the calls the
+4. Features (``edge_rag.retrieval.route.features``): ``encode_one`` and ``store.search(search_width)``, the calls the
    pipeline makes, so training and run time see the same numbers. The router reads the retrieval profile
    (``--inputs profile``); ``--cv K`` measures why: article-grouped K-fold cross-validation over train + val
    (SQuAD folds never split an article, HotpotQA folds keep buckets whole) for each input layout. The val
@@ -46,12 +46,12 @@ from tqdm import tqdm
 from benchmarks import data, splits
 from benchmarks.systems import bench_config, preset
 from convert.router import RouterMLP, export_router
-from edge_rag import bundle as B
-from edge_rag import retrieve
 from edge_rag.config import TIERS, Config
-from edge_rag.models import ROUTER_ASSET, default_bundle, home
+from edge_rag.models import bundle as B
+from edge_rag.models.registry import ROUTER_ASSET, default_bundle, home
 from edge_rag.pipeline import EdgeRAG, check_question
-from edge_rag.route import PROFILE, Router, columns, features, search_width
+from edge_rag.retrieval import retrieve
+from edge_rag.retrieval.route import PROFILE, Router, columns, features, search_width
 from evaluation.datasets import QAItem, load_hotpot, load_squad
 from evaluation.metrics import best_em, best_f1
 from evaluation.tiers import label, open_tiers, tier_contexts

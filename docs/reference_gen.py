@@ -168,7 +168,7 @@ def _option_rows(p: argparse.ArgumentParser) -> list[list[str]]:
 
 
 def cli_reference() -> str:
-    from edge_rag.cli import parser
+    from edge_rag.cli.commands import parser
 
     out = []
 

@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 from .errors import ConfigError
-from .lexical import POSTINGS_BUDGET
+from .retrieval.lexical import POSTINGS_BUDGET
 
 
 class Tier(str, Enum):
@@ -75,7 +75,7 @@ DEFAULT_TIERS = Tiers({
     Tier.MEDIUM: TierSpec(k=3, context_chars=500, max_new_tokens=96, rerank=True),
     Tier.HARD: TierSpec(k=10, context_chars=900, max_new_tokens=128, rerank=True),
 })
-GATES = ("none", "distance", "hoeffding", "azuma", "bernstein", "betting")  # evidence gates (edge_rag.gate)
+GATES = ("none", "distance", "hoeffding", "azuma", "bernstein", "betting")  # evidence gates (edge_rag.decision.gate)
 PASSAGE_MODES = ("sentence", "paragraph")
 RETRIEVALS = ("hybrid", "dense", "lexical", "none")  # Config.retrieval
 READERS = ("neural", "rules")  # Config.reader: the trained extractive reader | the EverydayGPT rule extractor

@@ -13,31 +13,31 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import bundle as B
-from . import retrieve
-from .cache import AnswerCache
-from .certified import CertifiedPath
-from .chunk import read_files
-from .compress import build_context, compress, dedupe
 from .config import Config
-from .dburl import is_remote
-from .decision import Decision, Stages
-from .encode import Encoder
+from .decision.certified import CertifiedPath
+from .decision.gate import sequential_gate
+from .decision.outcome import Decision, Stages
+from .decision.policy import decide
+from .documents.chunk import read_files
+from .documents.indexing import Progress, Todo, as_document, index, plan_changes
 from .errors import BudgetError, InputError, check_str
 from .events import EventStream, Final, RouteDecided, Token
-from .extract import extract
-from .gate import sequential_gate
-from .generate import Generation, Generator
-from .indexing import Progress, Todo, as_document, index, plan_changes
 from .memory import plan, stored_passages
-from .models import default_bundle
-from .policy import decide
-from .rerank import rerank
-from .retrieve import Retrieved
-from .route import Router, choose_tier, correct, search_width
-from .stores import open_store
+from .models import bundle as B
+from .models.registry import default_bundle
+from .models.verify import select_encoder
+from .reading.extract import extract
+from .reading.generate import Generation, Generator
+from .retrieval import retrieve
+from .retrieval.compress import build_context, compress, dedupe
+from .retrieval.encode import Encoder
+from .retrieval.rerank import rerank
+from .retrieval.retrieve import Retrieved
+from .retrieval.route import Router, choose_tier, correct, search_width
+from .storage.cache import AnswerCache
+from .storage.dburl import is_remote
+from .storage.stores import open_store
 from .types import Answer, Document, Route
-from .verify import select_encoder
 
 MAX_QUESTION_CHARS = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as white space in a question

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_rag.chunk import make_document
+from edge_rag.documents.chunk import make_document
 from edge_rag.types import Document
 
 

@@ -1,8 +1,8 @@
 """SQuAD answer metrics (EM, token F1) — used by router labelling, tests and benchmarks. Token F1 lives on the
-device (``edge_rag.squad_f1``: a certificate counts right and wrong answers by it) and is re-exported here."""
+device (``edge_rag.decision.squad_f1``: a certificate counts right and wrong answers by it) and is re-exported here."""
 from __future__ import annotations
 
-from edge_rag.squad_f1 import best_f1, f1_score, normalize_answer
+from edge_rag.decision.squad_f1 import best_f1, f1_score, normalize_answer
 
 __all__ = ["best_em", "best_f1", "exact_match", "f1_score", "normalize_answer"]
 

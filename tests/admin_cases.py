@@ -7,7 +7,7 @@ from pathlib import Path
 
 import serving
 
-from edge_rag.cli import SAMPLE_DIR
+from edge_rag.cli.commands import SAMPLE_DIR
 from edge_rag.config import Config
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.serve.config import ServeConfig

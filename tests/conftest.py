@@ -13,10 +13,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from edge_rag import bundle as B
 from edge_rag.config import Config
-from edge_rag.encode import Encoder
-from edge_rag.models import default_bundle
+from edge_rag.models import bundle as B
+from edge_rag.models.registry import default_bundle
+from edge_rag.retrieval.encode import Encoder
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("EDGE_RAG_DATA", ROOT.parent / "shared" / "data"))

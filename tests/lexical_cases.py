@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_rag import Config, retrieve
-from edge_rag.chunk import make_document
-from edge_rag.store_db import Part
+from edge_rag import Config
+from edge_rag.documents.chunk import make_document
+from edge_rag.retrieval import retrieve
+from edge_rag.storage.store_db import Part
 
 TERMS = ["museum", "zeppelin"]
 

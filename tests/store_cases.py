@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edge_rag.chunk import make_document
-from edge_rag.store_db import Part
+from edge_rag.documents.chunk import make_document
+from edge_rag.storage.store_db import Part
 
 
 def check_the_kinds_of_passages_are_recorded(open_as: Callable[[str], object], dim: int) -> None:

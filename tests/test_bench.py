@@ -192,7 +192,7 @@ def test_reader_sweep_precision_is_cross_fitted():
     """The sweep's 'right among the best-scored 25%' ranks by a combiner fitted on the other folds: a feature
     that decides rightness gives 1.0 when rightness is common enough, and pure noise gives about the base rate."""
     from benchmarks.reader_sweep import cross_fitted_precision
-    from edge_rag.certify import FEATURES
+    from edge_rag.decision.certify import FEATURES
 
     rng = np.random.default_rng(1)
     right = rng.random(400) < 0.4
@@ -207,7 +207,7 @@ def test_combiner_features_shows_what_leaving_a_feature_out_costs(tmp_path, caps
     """On rows where only `negated` tells right from wrong, leaving it out drops the cross-fitted AUROC to chance;
     a rows file collected before a feature existed is refused with a message."""
     from benchmarks import combiner_features
-    from edge_rag.certify import FEATURES
+    from edge_rag.decision.certify import FEATURES
 
     rng = np.random.default_rng(2)
     rows = []
@@ -232,9 +232,9 @@ def test_context_index_reads_neighbours_within_a_document(tmp_path):
     ranks as the store's own full-text search; with none (c = 0) only the sentence holding the word is found; with
     c = 1 its neighbours too, ranked below it, and never the next document's first sentence (the next id)."""
     from benchmarks.context_index import context_index, search
-    from edge_rag.chunk import make_document
-    from edge_rag.store import Store
-    from edge_rag.store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part
+    from edge_rag.documents.chunk import make_document
+    from edge_rag.storage.store import Store
+    from edge_rag.storage.store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part
 
     texts = [["The keeper lived alone on the rock", "He painted the lighthouse tower red", "Ships passed it at night"],
              ["The harbour cafe sells soup", "Its terrace faces the quay"]]

@@ -83,7 +83,7 @@ if __name__ == "__main__":  # big files by hand: python tests/test_bigfile.py --
     import tempfile
     from pathlib import Path
 
-    from edge_rag.models import default_bundle
+    from edge_rag.models.registry import default_bundle
 
     ap = argparse.ArgumentParser(description="index one big generated text file; print progress and peak RSS")
     ap.add_argument("--mb", type=int, default=50)

@@ -4,7 +4,7 @@ import zlib
 import numpy as np
 import pytest
 
-from edge_rag.bounds import (
+from edge_rag.decision.bounds import (
     BettingSequence,
     azuma,
     betting,

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_rag import bundle as B
 from edge_rag import memory
-from edge_rag.chunk import chunk, iter_files, read_documents
 from edge_rag.config import Config
+from edge_rag.documents.chunk import chunk, iter_files, read_documents
 from edge_rag.errors import BudgetError, BundleError
 from edge_rag.memory import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
-from edge_rag.reader import reader_file
+from edge_rag.models import bundle as B
+from edge_rag.reading.reader import reader_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
@@ -174,7 +174,7 @@ def test_tight_budget_shrinks_n_ctx_then_the_encoder_batch(bundle: B.Bundle) -> 
 
 
 def test_stored_passages(tmp_path: Path) -> None:
-    from edge_rag.store import Part, Store
+    from edge_rag.storage.store import Part, Store
     from edge_rag.types import Document
 
     assert memory.stored_passages(tmp_path / "none") == 0
@@ -215,7 +215,7 @@ REFUSE_SCRIPT = """
 import json, sys
 from edge_rag import BudgetError, Config, Document, EdgeRAG
 from edge_rag.memory import peak_rss_mb
-from edge_rag.cli import main
+from edge_rag.cli.commands import main
 
 db, bundle, tight, fits = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 out = {}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag import bundle as B
 from edge_rag.errors import BundleError
+from edge_rag.models import bundle as B
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from edge_rag import bundle as B
 from edge_rag.errors import BundleError
+from edge_rag.models import bundle as B
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@ import sqlite3
 
 import pytest
 
-from edge_rag.cache import AnswerCache, answer_from_dict, cache_key
 from edge_rag.config import Config, Tier
 from edge_rag.errors import StoreError
+from edge_rag.storage.cache import AnswerCache, answer_from_dict, cache_key
 from edge_rag.types import Answer, PassageRef, Route
 
 V1, V2 = "corpus-v1", "corpus-v2"

@@ -5,13 +5,13 @@ import random
 import pytest
 
 from benchmarks import splits
-from edge_rag import calibrate
-from edge_rag.certify import CALIBRATION_ASSET, Calibration
-from edge_rag.cli import SAMPLE_DIR, main
+from edge_rag.cli.commands import SAMPLE_DIR, main
 from edge_rag.config import Config
+from edge_rag.decision import calibrate
+from edge_rag.decision.certify import CALIBRATION_ASSET, Calibration
 from edge_rag.errors import BundleError, InputError
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.read import Candidate
+from edge_rag.reading.read import Candidate
 from edge_rag.types import Route
 from evaluation.metrics import best_f1
 
@@ -67,7 +67,7 @@ def test_the_device_answers_what_the_calibration_counted(squad_default_rag, own,
 def test_generation_is_never_certified_by_an_own_calibration(sample_rag, own):
     """The questions are not generated for, so the file certifies no GPT-route answer even at alpha 0.99 (where
     the shipped calibration does)."""
-    from edge_rag.certified import CertifiedPath
+    from edge_rag.decision.certified import CertifiedPath
 
     _, out = own
     question, nothing = "Why is the museum called Harbourlight?", Candidate(None, None, 0.0, 0.0, 0.0)
@@ -79,7 +79,7 @@ def test_an_own_calibration_certifies_only_the_config_it_was_measured_with(sampl
     """The file records the Config it measured with: a decision input changed since (how the search ranks, what
     the reader reads, the reader itself) certifies nothing and every question is refused naming the change; another
     alpha, temperature or thread count keeps the certificate. A file that records no Config is taken unchecked."""
-    from edge_rag.certified import CertifiedPath
+    from edge_rag.decision.certified import CertifiedPath
 
     _, out = own
     recorded = Calibration.load(out).source["config"]

@@ -3,11 +3,11 @@ from dataclasses import replace
 
 import pytest
 
-from edge_rag import models as M
-from edge_rag.calibrated_config import DECISION_INPUTS, ENCODER_IDENTITY, config_change, recorded_config
-from edge_rag.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.config import Config, Tier
+from edge_rag.decision.calibrated_config import DECISION_INPUTS, ENCODER_IDENTITY, config_change, recorded_config
+from edge_rag.decision.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.errors import ConfigError
+from edge_rag.models import registry as M
 
 SHIPPED = (CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET)  # one per kind of store
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import data, splits
-from edge_rag.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.config import Config
+from edge_rag.decision.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.serve.health import decision
 from edge_rag.types import Route
@@ -106,7 +106,7 @@ def test_a_negated_question_is_refused_and_the_rule_extractors_score_reads_the_c
 
 def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
     """A sentence hit is widened to its document neighbours (same doc only, in order) for the reader."""
-    from edge_rag.read import paragraphs
+    from edge_rag.reading.read import paragraphs
 
     window = sample_rag.config.reader_window
     hits = sample_rag.store.search(sample_rag.encoder.encode_one("When is the museum open on Sundays?"), 5)
@@ -123,7 +123,7 @@ def test_calibration_is_for_the_shipped_reader(asset):
     """A new reader.onnx needs `make calibrate` (both backends): the certificate is about the model it was measured with."""
     import hashlib
 
-    from edge_rag.reader import READER_ASSET
+    from edge_rag.reading.reader import READER_ASSET
 
     raw = json.loads(asset.read_text(encoding="utf-8"))["readers"]
     if "neural" not in raw or not READER_ASSET.is_file():
@@ -144,8 +144,8 @@ def _edited_calibration(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
 def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sample_rag, tmp_path):
     """Retrained reader, old calibration: the risk table says nothing about the new model's mistakes, so
     the certified path refuses everything and says why, instead of answering under a stale certificate."""
-    from edge_rag.certified import CertifiedPath
-    from edge_rag.read import Candidate
+    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.reading.read import Candidate
 
     raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))
     if raw["readers"].get("neural", {}).get("model_sha256") is None:
@@ -164,8 +164,8 @@ def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sampl
 def test_a_calibration_measured_with_another_encoder_refuses_every_question(sample_rag, tmp_path):
     """Another encoder model gives every cosine, the fused list and the out-of-domain distance another meaning:
     a calibration measured with one certifies nothing with the bundle's, and the reason names both."""
-    from edge_rag.certified import CertifiedPath
-    from edge_rag.read import Candidate
+    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.reading.read import Candidate
 
     config = Config(temperature=0.0)
     assert CertifiedPath(sample_rag.bundle, config).uncertified is None  # the shipped file: this bundle's encoder
@@ -221,8 +221,8 @@ def test_passages_another_process_adds_to_an_open_store_are_checked_at_the_next_
 def test_generated_answers_are_certified_only_with_the_generator_they_came_from(sample_rag, tmp_path):
     """The GPT route's counts were measured on one generator's answers: with another (the tiny profile's SmolLM2
     against gemma's counts) generation is not certified at any alpha, while the reader's certificate stands."""
-    from edge_rag.certified import CertifiedPath
-    from edge_rag.read import Candidate
+    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.reading.read import Candidate
 
     config, question = Config(temperature=0.0, max_error_rate=0.99), "Why is the museum called Harbourlight?"
     assert CertifiedPath(sample_rag.bundle, config).gpt_allowed  # gemma's counts, gemma's bundle
@@ -270,8 +270,8 @@ def test_the_kiosk_footer_says_the_shipped_bound_is_not_measured_on_its_question
 def test_why_questions_are_generated_only_at_an_alpha_that_certifies_generation(sample_rag):
     """The GPT route answers a why question the reader cannot only if the calibration's generated answers meet alpha
     themselves: the shipped ones (most of them wrong) do not at the default alpha, and do at 0.99."""
-    from edge_rag.certified import CertifiedPath
-    from edge_rag.read import Candidate
+    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.reading.read import Candidate
 
     question, nothing = "Why is the museum called Harbourlight?", Candidate(None, None, 0.0, 0.0, 0.0)
     default = CertifiedPath(sample_rag.bundle, Config(temperature=0.0)).decide(question, 0.0, nothing, [])
@@ -286,7 +286,7 @@ def test_the_reader_is_loaded_once_when_the_first_questions_arrive_together(samp
     one), and every thread reads with it."""
     import threading
 
-    from edge_rag import certified
+    from edge_rag.decision import certified
 
     loads = []
 

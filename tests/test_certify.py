@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from edge_rag.certify import (
+from edge_rag.decision.certify import (
     Calibration,
     Combiner,
     RiskTable,

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from edge_rag.chunk import chunk, iter_files, make_document, read_documents
+from edge_rag.documents.chunk import chunk, iter_files, make_document, read_documents
+from edge_rag.documents.text import split_sentences, whole_sentences
 from edge_rag.errors import InputError
-from edge_rag.text import split_sentences, whole_sentences
 
 
 def test_split_sentences_keeps_abbreviations():

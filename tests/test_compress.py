@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag.compress import Context, compress, dedupe, score_sentences
-from edge_rag.text import normalize
+from edge_rag.documents.text import normalize
+from edge_rag.retrieval.compress import Context, compress, dedupe, score_sentences
 from edge_rag.types import Passage
 from evaluation.datasets import load_squad
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from edge_rag import gate
 from edge_rag.config import DEFAULT_TIERS, GATES, TIERS, Config, Tier, TierSpec
+from edge_rag.decision import gate
 from edge_rag.errors import ConfigError, EdgeRAGError
 
 

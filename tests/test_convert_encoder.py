@@ -5,11 +5,11 @@ import pytest
 
 from convert.bundle import assemble, encoder_facts, fetch
 from convert.encoder import REFERENCE_SENTENCES, convert, parity_texts
-from edge_rag import bundle as B
-from edge_rag import models as M
-from edge_rag.encode import Encoder
-from edge_rag.models import ENCODER, home
-from edge_rag.verify import load_reference
+from edge_rag.models import bundle as B
+from edge_rag.models import registry as M
+from edge_rag.models.registry import ENCODER, home
+from edge_rag.models.verify import load_reference
+from edge_rag.retrieval.encode import Encoder
 
 pytest.importorskip("torch")
 

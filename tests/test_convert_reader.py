@@ -7,9 +7,9 @@ import pytest
 from test_reader import SAMPLE_DOCS, doc_passage
 
 from convert import reader_model as M
-from edge_rag import bundle as B
-from edge_rag.models import ROUTER_ASSET
-from edge_rag.reader import READER_ASSET, Reader
+from edge_rag.models import bundle as B
+from edge_rag.models.registry import ROUTER_ASSET
+from edge_rag.reading.reader import READER_ASSET, Reader
 from edge_rag.types import Passage
 
 QUESTIONS = ("Who founded the Harbourlight Science Museum?", "How much does an adult ticket cost?",

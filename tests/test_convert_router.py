@@ -25,7 +25,7 @@ from convert.router import (
     random_router,
     save_router,
 )
-from edge_rag.route import PROFILE
+from edge_rag.retrieval.route import PROFILE
 
 
 def test_architecture_matches_design():

@@ -8,10 +8,10 @@ import pytest
 from conftest import DATA
 
 from edge_rag.config import Config, Tier
-from edge_rag.extract import Extraction, QuestionType
-from edge_rag.gate import GateResult
-from edge_rag.policy import decide
-from edge_rag.route import correct
+from edge_rag.decision.gate import GateResult
+from edge_rag.decision.policy import decide
+from edge_rag.reading.extract import Extraction, QuestionType
+from edge_rag.retrieval.route import correct
 from edge_rag.types import Passage, Route
 
 OOD = [q.strip() for q in (Path(__file__).parent / "data" / "ood_questions.txt").read_text().splitlines() if q.strip()]

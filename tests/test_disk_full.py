@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag.chunk import make_document
-from edge_rag.cli import main
+from edge_rag.cli.commands import main
+from edge_rag.documents.chunk import make_document
 from edge_rag.errors import DiskFullError
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.store_db import DB_FILE
+from edge_rag.storage.store_db import DB_FILE
 
 LOCKERS = "Coin lockers cost one pound and are next to the cloakroom."
 TOURS = " ".join(f"Guided tour number {n} of the clock tower starts at {n % 12 + 1} o'clock." for n in range(300))

@@ -101,7 +101,7 @@ def test_config_reference_has_every_field_with_its_default_and_meaning():
 
 
 def test_cli_and_http_reference_cover_every_command_and_route():
-    from edge_rag.cli import parser
+    from edge_rag.cli.commands import parser
 
     hooks = _hooks()
     cli = hooks.generate("cli")

@@ -8,11 +8,11 @@ import sys
 import pytest
 from conftest import ROOT
 
-from edge_rag.chunk import read_documents
 from edge_rag.config import Config
+from edge_rag.documents.chunk import read_documents
 from edge_rag.errors import InputError, StoreError
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.store import DB_FILE
+from edge_rag.storage.store import DB_FILE
 from edge_rag.types import Route
 
 PRICES = "Adult tickets cost {price} pounds. Children under five go free. The museum opens at 10:00 every day."

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag.extract import Expect, Extraction, QuestionType, classify, expectation, extract
-from edge_rag.extract.question import negated
-from edge_rag.text import split_sentences
+from edge_rag.documents.text import split_sentences
+from edge_rag.reading.extract import Expect, Extraction, QuestionType, classify, expectation, extract
+from edge_rag.reading.extract.question import negated
 from edge_rag.types import Document, Passage
 from evaluation.datasets import QAItem, load_hotpot, load_squad
 from evaluation.metrics import best_em, best_f1

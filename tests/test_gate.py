@@ -3,9 +3,9 @@ import math
 import numpy as np
 import pytest
 
-from edge_rag.bounds import BettingSequence
 from edge_rag.config import Config
-from edge_rag.gate import GATES, evidence_gate, relevance, sequential_gate
+from edge_rag.decision.bounds import BettingSequence
+from edge_rag.decision.gate import GATES, evidence_gate, relevance, sequential_gate
 
 CONFIG = Config(gate_threshold=0.3)  # delta 0.05, tau_rel 0.3 (stricter than the default), refuse_distance 1.5
 BOUND_GATES = ("hoeffding", "azuma", "bernstein", "betting")

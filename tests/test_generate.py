@@ -1,8 +1,8 @@
 import pytest
 
-from edge_rag import bundle as B
-from edge_rag.generate import Generator, RepetitionDetector
-from edge_rag.text import whole_sentences
+from edge_rag.documents.text import whole_sentences
+from edge_rag.models import bundle as B
+from edge_rag.reading.generate import Generator, RepetitionDetector
 
 NORMANDY = (
     "The Normans (Norman: Nourmands; French: Normands; Latin: Normanni) were the people who in the 10th and "

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from lexical_cases import TERMS, check_rarest_terms_pick_the_candidates
 
-from edge_rag import Config, EdgeRAG, retrieve
-from edge_rag.chunk import make_document
+from edge_rag import Config, EdgeRAG
 from edge_rag.config import ConfigError
-from edge_rag.lexical import Postings, candidate_terms, fts5_query, query_terms, tsquery
-from edge_rag.store import Store
-from edge_rag.store_db import DB_FILE, FTS_TABLE, Part
+from edge_rag.documents.chunk import make_document
+from edge_rag.retrieval import retrieve
+from edge_rag.retrieval.lexical import Postings, candidate_terms, fts5_query, query_terms, tsquery
+from edge_rag.storage.store import Store
+from edge_rag.storage.store_db import DB_FILE, FTS_TABLE, Part
 
 
 class Crash(Exception):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag.chunk import read_paths
-from edge_rag.cli import main
+from edge_rag.cli.commands import main
+from edge_rag.documents.chunk import read_paths
 from edge_rag.errors import InputError
 
 SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"

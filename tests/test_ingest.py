@@ -1,4 +1,4 @@
-"""PDF and HTML ingestion (edge_rag/ingest.py) on files the tests write themselves."""
+"""PDF and HTML ingestion (edge_rag/documents/ingest.py) on files the tests write themselves."""
 from __future__ import annotations
 
 import os
@@ -11,10 +11,10 @@ pytest.importorskip("selectolax", reason="the ingest extra is not installed: pip
 
 from docmaker import HTML_PAGE, nested_html, pdf_bomb_bytes, pdf_bytes  # noqa: E402
 
-from edge_rag.chunk import iter_files, read_documents  # noqa: E402
+from edge_rag.documents.chunk import iter_files, read_documents  # noqa: E402
+from edge_rag.documents.ingest import MAX_HTML_DEPTH  # noqa: E402
+from edge_rag.documents.parse_child import PARSE_MEMORY_MB, Parser  # noqa: E402
 from edge_rag.errors import InputError  # noqa: E402
-from edge_rag.ingest import MAX_HTML_DEPTH  # noqa: E402
-from edge_rag.parse_child import PARSE_MEMORY_MB, Parser  # noqa: E402
 
 
 def test_pdf_one_document_per_page_titled_with_page_number(tmp_path):

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag import bundle as B
 from edge_rag.errors import BundleError
-from edge_rag.install import install
-from edge_rag.models import default_bundle
+from edge_rag.models import bundle as B
+from edge_rag.models.install import install
+from edge_rag.models.registry import default_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ httpx = pytest.importorskip("httpx")
 from browsing import WAIT_MS, ask, open_page, shot  # noqa: E402
 from serving import OFF_TOPIC, running_server  # noqa: E402
 
-from edge_rag.text import split_sentences, whole_sentences  # noqa: E402
+from edge_rag.documents.text import split_sentences, whole_sentences  # noqa: E402
 
 # The sample corpus answers this with a clause, not a name: the tallest answer of the suggested questions.
 LONG_ANSWER = "Why is the museum called Harbourlight?"
@@ -138,8 +138,8 @@ def test_kiosk_page_streams_answers_and_refuses(browser, served):
 def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path):
     """Certified by an own calibration: error bound, delta, questions and the file's name, as text (a name that is
     markup stays text); under a Config the calibration was not measured with: not certified, and why."""
-    from edge_rag.certify import CALIBRATION_ASSET, Calibration
     from edge_rag.config import Config
+    from edge_rag.decision.certify import CALIBRATION_ASSET, Calibration
     from edge_rag.pipeline import EdgeRAG
 
     n_cal = Calibration.load().reader("neural").table.n_cal

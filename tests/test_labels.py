@@ -1,4 +1,4 @@
-"""The operator's labels (edge_rag/labels.py): kept in SQLite beside the store, exported and imported as the
+"""The operator's labels (edge_rag/decision/labels.py): kept in SQLite beside the store, exported and imported as the
 questions file `edge-rag calibrate` reads, whole across a crash and across writers in several processes."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag import calibrate
+from edge_rag.decision import calibrate
+from edge_rag.decision.labels import Labels, export, groups
 from edge_rag.errors import InputError
-from edge_rag.labels import Labels, export, groups
 from edge_rag.serve import question_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def test_bad_labels_and_bad_files_are_refused_and_change_nothing(tmp_path):
 
 WRITER = """
 import sys
-from edge_rag.labels import Labels
+from edge_rag.decision.labels import Labels
 labels = Labels(sys.argv[1])
 for i in range(int(sys.argv[3])):
     labels.set(f"{sys.argv[2]} question {i}?", "answer", f"answer {i}", 1)

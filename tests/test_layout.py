@@ -15,6 +15,8 @@ PACKAGE = ROOT / "edge_rag"
 PACKAGES = ("edge_rag", "convert", "benchmarks", "evaluation")  # every importable package of the repository
 HOST_ONLY = ("convert", "benchmarks", "evaluation", "torch", "transformers")  # never on the device
 MAX_LINES = 300  # one stage = one small module
+# edge_rag's top level: the public API and the entry point; every other module sits in the package of its stage
+TOP_LEVEL = {"__init__", "__main__", "config", "errors", "events", "pipeline", "types"}
 
 IMPORT_EVERYTHING = """
 import importlib, json, pkgutil, sys
@@ -129,3 +131,14 @@ def test_no_imports_in_the_repository_form_a_circle() -> None:
 def test_no_edge_rag_file_is_long() -> None:
     lengths = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in _modules().values()}
     assert not {p: n for p, n in lengths.items() if n > MAX_LINES}, sorted(lengths.items(), key=lambda x: -x[1])[:5]
+
+
+def test_edge_rag_is_grouped_by_stage() -> None:
+    """A newcomer finds a module by its stage: no module at edge_rag's top level but the public API, and every
+    package says in its docstring what it holds."""
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    assert top <= TOP_LEVEL, sorted(top - TOP_LEVEL)
+    packages = list(PACKAGE.rglob("__init__.py"))
+    undocumented = [str(p.relative_to(ROOT)) for p in packages
+                    if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
+    assert len(packages) > 8 and not undocumented, undocumented

@@ -19,16 +19,16 @@ import pytest
 from lexical_cases import check_rarest_terms_pick_the_candidates
 from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
-from edge_rag.chunk import make_document
 from edge_rag.config import Config
-from edge_rag.dburl import is_remote, mask_url
+from edge_rag.documents.chunk import make_document
 from edge_rag.errors import BudgetError, InputError, StoreError
-from edge_rag.lexical import query_terms
 from edge_rag.memory import RUNTIME_BASE_MB, plan
-from edge_rag.store import DocumentState, Part, Store
+from edge_rag.retrieval.lexical import query_terms
+from edge_rag.storage.dburl import is_remote, mask_url
+from edge_rag.storage.store import DocumentState, Part, Store
 
 psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
-from edge_rag.pgstore import PgStore  # noqa: E402
+from edge_rag.storage.pgstore import PgStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
@@ -97,7 +97,7 @@ def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
 def test_a_postgresql_store_is_certified_by_its_own_shipped_calibration(pg_url, bundle_dir):
     """Its full-text half ranks by ts_rank_cd, not BM25, so its decisions were counted on a pgvector store
     (`python -m convert calibrate --backend pgvector`): that file decides, and the kiosk says which."""
-    from edge_rag.certify import PGVECTOR_CALIBRATION_ASSET
+    from edge_rag.decision.certify import PGVECTOR_CALIBRATION_ASSET
     from edge_rag.pipeline import EdgeRAG
     from edge_rag.serve.health import decision
     from edge_rag.serve.suggest import suggestions
@@ -144,9 +144,9 @@ def test_a_failure_mid_batch_leaves_nothing(pg_url):
 
 _WRITER = """
 import os, numpy as np
-from edge_rag.pgstore import PgStore
-from edge_rag.chunk import make_document
-from edge_rag.store import Part
+from edge_rag.storage.pgstore import PgStore
+from edge_rag.documents.chunk import make_document
+from edge_rag.storage.store import Part
 store = PgStore(os.environ["EDGE_RAG_TEST_DB"], 8, "enc-1")
 parts = [Part(make_document(f"killed {i}", f"k{i}"), 0, [f"p{j}" for j in range(10)], True) for i in range(200)]
 v = np.random.default_rng(0).normal(size=(2000, 8)).astype(np.float32)
@@ -254,7 +254,7 @@ def test_budget_plan_leaves_the_remote_index_out(bundle, pg_url, bundle_dir):
 
 def test_missing_client_says_how_to_install(tmp_path):
     code = ("import sys; sys.modules['psycopg'] = None\n"
-            "from edge_rag.stores import open_store; from edge_rag.config import Config\n"
+            "from edge_rag.storage.stores import open_store; from edge_rag.config import Config\n"
             "open_store('postgresql://u@127.0.0.1:1/x', 8, '', Config())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

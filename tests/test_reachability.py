@@ -9,10 +9,10 @@ import sqlite3
 import numpy as np
 import pytest
 
-from edge_rag import reachability
-from edge_rag.chunk import make_document
-from edge_rag.doctor import RecallReport, check_recall, unreachable
-from edge_rag.store import DB_FILE, Part, Store
+from edge_rag.documents.chunk import make_document
+from edge_rag.storage import reachability
+from edge_rag.storage.doctor import RecallReport, check_recall, unreachable
+from edge_rag.storage.store import DB_FILE, Part, Store
 
 DIM, N = 32, 3000
 

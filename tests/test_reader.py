@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from edge_rag import bundle as B
 from edge_rag.errors import BundleError, InputError
-from edge_rag.reader import NO_SPAN, READER_ASSET, Reader
+from edge_rag.models import bundle as B
+from edge_rag.reading.reader import NO_SPAN, READER_ASSET, Reader
 from edge_rag.types import Passage
 
 SAMPLE_DOCS = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"

@@ -9,8 +9,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from convert import reader_data as D
-from edge_rag import bundle as B
-from edge_rag.reader import CONTEXT_SEQUENCE, Windows, passage_context
+from edge_rag.models import bundle as B
+from edge_rag.reading.reader import CONTEXT_SEQUENCE, Windows, passage_context
 
 pytestmark = pytest.mark.skipif(not D.SQUAD_TRAIN.is_file(), reason=f"{D.SQUAD_TRAIN} not found (../shared/data)")
 

@@ -17,11 +17,11 @@ from conftest import ROOT
 from neardup import near_duplicate_docs
 
 from benchmarks.reachability import batches
-from edge_rag import hnsw, reachability
-from edge_rag.chunk import make_document
-from edge_rag.doctor import RECALL_FLOOR, check_recall, unreachable
+from edge_rag.documents.chunk import make_document
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.store import Part, Store
+from edge_rag.storage import hnsw, reachability
+from edge_rag.storage.doctor import RECALL_FLOOR, check_recall, unreachable
+from edge_rag.storage.store import Part, Store
 
 TICKETS = "How much does an adult ticket cost?"
 
@@ -66,8 +66,8 @@ def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_r
     through the index row by row took 5.6 minutes here."""
     import psycopg
 
-    pgstore = pytest.importorskip("edge_rag.pgstore")
-    from edge_rag import pgsql
+    pgstore = pytest.importorskip("edge_rag.storage.pgstore")
+    from edge_rag.storage import pgsql
     rag = neardup_rag
     store = pgstore.PgStore(pg_url, rag.encoder.dim, rag.store.encoder_id)
     index = f"{pgsql.PASSAGES}_hnsw"
@@ -131,7 +131,7 @@ def test_the_exact_side_reads_the_index_a_chunk_at_a_time(tmp_path):
     """Issue #43: the deep health check read every stored vector in one ``get_items`` call, which hnswlib turns into
     a Python float per component with the GIL held (26k passages: +490 MB RSS and questions stalled for seconds).
     Now at most ``doctor.CHUNK`` vectors at a time, with the same exact answers: recall 1.0 against itself."""
-    from edge_rag import doctor
+    from edge_rag.storage import doctor
 
     vectors = np.random.default_rng(0).normal(size=(3 * doctor.CHUNK + 5, 16)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

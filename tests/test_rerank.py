@@ -1,7 +1,7 @@
 import pytest
 
 from edge_rag.config import Config
-from edge_rag.rerank import rerank, rerank_scores
+from edge_rag.retrieval.rerank import rerank, rerank_scores
 from edge_rag.types import Passage
 
 QUESTION = "When was the Eiffel Tower built?"

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from benchmarks.splits import select
-from edge_rag import bundle as B
-from edge_rag import retrieve
 from edge_rag.config import TIERS, Config, Tier, TierSpec
-from edge_rag.models import ROUTER_ASSET
+from edge_rag.models import bundle as B
+from edge_rag.models.registry import ROUTER_ASSET
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.route import PROFILE, PROFILE_K, Router, choose_tier, features, profile, search_width
+from edge_rag.retrieval import retrieve
+from edge_rag.retrieval.route import PROFILE, PROFILE_K, Router, choose_tier, features, profile, search_width
 from edge_rag.types import Passage
 
 CLEAR_MARGIN = 1e-3  # logit gap above which batch and single-row inference must agree on any CPU

@@ -96,7 +96,7 @@ def test_gpt_route_generates_and_counts_tokens(bundle_dir, tmp_path):
 def test_sample_questions_are_answered_and_off_topic_ones_refused(sample_rag):
     """What `make demo` shows: the packaged questions answered right (token F1 >= 0.5 against the
     sample's gold answer; 17 of the 20 at the time of writing) and the off-topic ones refused."""
-    from edge_rag.cli import SAMPLE_DIR
+    from edge_rag.cli.commands import SAMPLE_DIR
     from evaluation.metrics import best_f1
 
     items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))
@@ -113,7 +113,7 @@ def test_sample_questions_are_answered_and_off_topic_ones_refused(sample_rag):
 def test_extractive_answers_cite_the_passage_they_come_from(sample_rag):
     """The rule extractor reads the search's top k, the tier's context may keep fewer passages: an extractive
     answer's sources must still name the passage it was taken from (first, when the context lacked it)."""
-    from edge_rag.cli import SAMPLE_DIR
+    from edge_rag.cli.commands import SAMPLE_DIR
 
     items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))
     with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,

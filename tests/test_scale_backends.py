@@ -11,11 +11,11 @@ import pytest
 
 from benchmarks import scale_backends
 from benchmarks.data import LOADERS
-from edge_rag.chunk import iter_units
 from edge_rag.config import Config
-from edge_rag.lexical import query_terms
-from edge_rag.store_db import CONTEXT_NEIGHBOURS
-from edge_rag.stores import open_store
+from edge_rag.documents.chunk import iter_units
+from edge_rag.retrieval.lexical import query_terms
+from edge_rag.storage.store_db import CONTEXT_NEIGHBOURS
+from edge_rag.storage.stores import open_store
 
 N = 2_000  # passages: more than the real sentences below, so noisy copies carry their source's text
 DIM = 32

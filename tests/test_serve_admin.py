@@ -14,10 +14,10 @@ serving = pytest.importorskip("serving", reason="the serve extra (starlette, uvi
 
 from admin_cases import LEAST, OFF_TOPIC, logged_server, sample_labels  # noqa: E402
 
-from edge_rag import calibrate  # noqa: E402
-from edge_rag.certify import Calibration  # noqa: E402
-from edge_rag.cli import main  # noqa: E402
+from edge_rag.cli.commands import main  # noqa: E402
 from edge_rag.config import Config  # noqa: E402
+from edge_rag.decision import calibrate  # noqa: E402
+from edge_rag.decision.certify import Calibration  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 

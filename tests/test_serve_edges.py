@@ -31,11 +31,11 @@ pytest.importorskip("starlette", reason="the serve extra is not installed: pip i
 import serving  # noqa: E402
 from serving import TOKEN, WRITE, running_server  # noqa: E402
 
-from edge_rag import bundle as B  # noqa: E402
+from edge_rag.models import bundle as B  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 from edge_rag.serve.question_log import QuestionLog  # noqa: E402
-from edge_rag.store import Store  # noqa: E402
+from edge_rag.storage.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T = httpx.Timeout(300.0, connect=10.0)
@@ -194,7 +194,7 @@ def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db
 def test_stopping_aborts_the_batch_being_encoded(bundle):
     """A job stops at its next commit, and the batch before it (1,024 passages: seconds on one core of a small CPU)
     is not waited for: the indexing encoder's running batch is aborted (onnxruntime's terminate flag)."""
-    from edge_rag.encode import Encoder
+    from edge_rag.retrieval.encode import Encoder
 
     encoder = Encoder(bundle.require(B.ROLE_ENCODER), bundle.require(B.ROLE_TOKENIZER), threads=1)
     texts = [f"Crate {i} in store room {i % 97} holds item {i * 7919 % 10007}." for i in range(20_000)]

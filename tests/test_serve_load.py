@@ -100,7 +100,7 @@ if __name__ == "__main__":  # docs/decisions/store-commit.md: python tests/test_
     import tempfile
     from pathlib import Path
 
-    from edge_rag.models import default_bundle
+    from edge_rag.models.registry import default_bundle
 
     ap = argparse.ArgumentParser(description="questions during one large upload; prints their latencies")
     ap.add_argument("--mb", type=float, default=19, help="upload size (the server takes 20 MB per request)")

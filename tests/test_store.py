@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
-from edge_rag.chunk import make_document
+from edge_rag.documents.chunk import make_document
 from edge_rag.errors import StoreError
-from edge_rag.store import DB_FILE, Part, Store
+from edge_rag.storage.store import DB_FILE, Part, Store
 
 DOCS = [
     make_document("The lighthouse was built in 1887. It guided ships into the harbour.", "Lighthouse"),

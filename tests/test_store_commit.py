@@ -8,10 +8,10 @@ import threading
 
 import numpy as np
 
-from edge_rag import hnsw
-from edge_rag.chunk import make_document
-from edge_rag.fair_lock import FairLock
-from edge_rag.store import Part, Store
+from edge_rag.documents.chunk import make_document
+from edge_rag.storage import hnsw
+from edge_rag.storage.fair_lock import FairLock
+from edge_rag.storage.store import Part, Store
 
 DIM = 8
 GUARD_S = 20  # deadlock guard: how long the old code's search is given before the save is let go

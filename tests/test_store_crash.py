@@ -10,7 +10,7 @@ from conftest import ROOT, SAMPLE_DOCS
 from edge_rag.config import Config
 from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.store import COMMIT_STEPS, DB_FILE, Store
+from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Store
 
 BATCH = 100  # passages per commit in the crashing process, so the sample corpus takes several commits
 
@@ -114,7 +114,7 @@ def test_lost_database_beside_an_index_is_an_error(tmp_path, sample_rag):
 OPEN_AT_ONCE = """
 import sys, time
 from pathlib import Path
-from edge_rag.store_db import connect
+from edge_rag.storage.store_db import connect
 folder, start = Path(sys.argv[1]), float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))  # every process opens at the same instant
 connect(folder).close()

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from benchmarks.write_amplification import MAX_RATIO, write_text, written_bytes
-from edge_rag import indexing
-from edge_rag.chunk import read_documents
 from edge_rag.config import Config
-from edge_rag.store import Store
-from edge_rag.store_db import contexts
+from edge_rag.documents import indexing
+from edge_rag.documents.chunk import read_documents
+from edge_rag.storage.store import Store
+from edge_rag.storage.store_db import contexts
 
 BATCH = 64
 

@@ -8,7 +8,7 @@ from conftest import SAMPLE_DOCS
 from edge_rag import Config, EdgeRAG
 from edge_rag.config import DEFAULT_TIERS, Tiers
 from edge_rag.events import Final, RouteDecided, Token
-from edge_rag.generate import Generation
+from edge_rag.reading.generate import Generation
 from edge_rag.types import Route
 
 

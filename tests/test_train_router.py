@@ -28,11 +28,11 @@ from convert.train_router import (
     train_router,
     write_labels,
 )
-from edge_rag import bundle as B
-from edge_rag import retrieve
 from edge_rag.config import TIERS, Tier
-from edge_rag.models import ROUTER_ASSET
-from edge_rag.route import PROFILE, Router, features, search_width
+from edge_rag.models import bundle as B
+from edge_rag.models.registry import ROUTER_ASSET
+from edge_rag.retrieval import retrieve
+from edge_rag.retrieval.route import PROFILE, Router, features, search_width
 from evaluation.datasets import QAItem
 from evaluation.tiers import contains_answer, label, serves
 

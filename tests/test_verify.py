@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from edge_rag import bundle as B
-from edge_rag import models as M
-from edge_rag.cli import main
-from edge_rag.verify import THRESHOLDS, cache_key, select_encoder, verdict_for, verify_bundle
+from edge_rag.cli.commands import main
+from edge_rag.models import bundle as B
+from edge_rag.models import registry as M
+from edge_rag.models.verify import THRESHOLDS, cache_key, select_encoder, verdict_for, verify_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 

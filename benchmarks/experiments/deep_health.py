@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 import psutil
 
-from edge_rag.models import home
+from edge_rag.models.registry import home
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "deep-health-benchmark"

@@ -82,7 +82,7 @@ def _parse_children() -> int:
 
 def _is_parse_child(proc: Path) -> bool:
     try:
-        return b"edge_rag.parse_child" in (proc / "cmdline").read_bytes()
+        return b"edge_rag.documents.parse_child" in (proc / "cmdline").read_bytes()
     except OSError:
         return False
 

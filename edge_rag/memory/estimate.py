@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from ..hnsw import COMMIT_GROWTH
-from ..indexing import INDEX_BATCH_PASSAGES
+from ..documents.indexing import INDEX_BATCH_PASSAGES
+from ..storage.hnsw import COMMIT_GROWTH
 from .gguf import GGUFInfo
 from .rss import MB, rss_mb
 

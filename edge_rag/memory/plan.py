@@ -11,12 +11,12 @@ import sqlite3
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import bundle as B
 from ..config import Config
 from ..errors import BudgetError, BundleError
-from ..reader import MAX_SEQ_LEN as READER_SEQ_LEN
-from ..reader import reader_file
-from ..store import DB_FILE
+from ..models import bundle as B
+from ..reading.reader import MAX_SEQ_LEN as READER_SEQ_LEN
+from ..reading.reader import reader_file
+from ..storage.store import DB_FILE
 from .estimate import (
     ENCODER_HEADS,
     MIN_N_CTX,

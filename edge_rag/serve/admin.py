@@ -26,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from ..decision.labels import Labels, export, groups
 from ..errors import InputError
-from ..labels import Labels, export, groups
-from ..lexical import query_terms
 from ..pipeline import EdgeRAG
+from ..retrieval.lexical import query_terms
 from . import question_log
 from .admin_cal import Files, apply, calibrate, files_of, ready, restore
 from .auth import require_writer

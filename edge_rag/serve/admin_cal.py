@@ -17,14 +17,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..calibrate import load_questions, rows, run
-from ..certify import Calibration
 from ..config import Config
+from ..decision.calibrate import load_questions, rows, run
+from ..decision.certify import Calibration
+from ..decision.labels import FILE as LABELS_FILE
+from ..decision.labels import Label, export
 from ..errors import ConfigError, EdgeRAGError, InputError
-from ..fileio import atomic_path, atomic_write_text
-from ..labels import FILE as LABELS_FILE
-from ..labels import Label, export
 from ..pipeline import EdgeRAG
+from ..storage.fileio import atomic_path, atomic_write_text
 from .errors import NotReady
 from .jobs import Job
 

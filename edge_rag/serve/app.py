@@ -35,11 +35,11 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..doctor import check_recall
+from ..documents.parse_child import Parser
 from ..errors import EdgeRAGError
 from ..events import Final
-from ..parse_child import Parser
 from ..pipeline import EdgeRAG, check_question
+from ..storage.doctor import check_recall
 from ..types import Answer
 from .admin import Admin
 from .auth import require_writer

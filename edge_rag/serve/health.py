@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ..certified import CertifiedPath
-from ..certify import PGVECTOR_CALIBRATION_ASSET
+from ..decision.certified import CertifiedPath
+from ..decision.certify import PGVECTOR_CALIBRATION_ASSET
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG
 from .lanes import Lanes

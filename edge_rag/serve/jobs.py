@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..encode import Encoder
 from ..errors import BudgetError, DiskFullError, EdgeRAGError, InputError
 from ..pipeline import EdgeRAG
+from ..retrieval.encode import Encoder
 
 INDEX_THREADS = 1  # encoder threads for indexing: one core stays with the questions on a 2-core device
 KEEP_JOBS = 100  # finished jobs remembered for GET /api/jobs/{id}

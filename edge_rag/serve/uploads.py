@@ -23,9 +23,9 @@ from pathlib import Path
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from ..chunk import read_documents
+from ..documents.chunk import read_documents
+from ..documents.parse_child import Parser
 from ..errors import InputError
-from ..parse_child import Parser
 from ..types import Document
 
 UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")

@@ -1,0 +1,1 @@
+"""The command line: ``edge-rag`` and its subcommands (``commands``), the options they share (``options``)."""

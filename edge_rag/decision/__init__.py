@@ -1,0 +1,1 @@
+"""The answer/refuse decision: the evidence gate, the route policy, the certified score, its calibration and bounds."""

@@ -1,0 +1,181 @@
+"""The certified decision path: read a candidate answer, score it, route it against the threshold that
+keeps the error among answered questions <= Config.max_error_rate with probability >= 1 - Config.delta
+(certify.py says exactly what that covers: exchangeable calibration questions, not each question)."""
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import Config
+from ..errors import BundleError
+from ..models import bundle as B
+from ..reading.read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
+from ..reading.reader import reader_file
+from ..storage.fileio import sha256_file
+from ..storage.stores import PassageStore
+from ..types import Passage, Route
+from .calibrated_config import config_change, encoder_change, store_change
+from .certify import Calibration, Certificate, ReaderCalibration, shipped_calibration
+from .policy import decide_certified
+
+
+@dataclass(frozen=True)
+class State:
+    """What certifies this path's answers: the certificate (None: nothing), whether generated answers are certified
+    too, and why every question is refused when nothing is."""
+
+    certificate: Certificate | None
+    gpt_allowed: bool
+    uncertified: str | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The read stage's candidate and what the certified policy made of it (Answer fields in ``fields``)."""
+
+    candidate: Candidate
+    route: Route
+    reason: str | None
+    fields: dict = field(default_factory=dict)
+
+
+class CertifiedPath:
+    """The calibration, the reader (loaded on first use) and this config's certificate. A calibration measured
+    under other decision inputs than ``config`` (calibrated_config.DECISION_INPUTS), another encoder or another
+    reader model, or on other kinds of passages than the store holds (``check_store``), certifies nothing: every
+    question is refused with the reason in ``uncertified``. A file that records no Config (``edge-rag calibrate``
+    before it recorded one) still loads, unchecked."""
+
+    def __init__(self, bundle: B.Bundle, config: Config, calibration: Path | None = None,
+                 remote: bool = False) -> None:
+        """``calibration``: a file of ``edge-rag calibrate`` (it must exist), or None for the shipped one of the
+        store's kind (``remote``: PostgreSQL)."""
+        self.bundle, self.config = bundle, config
+        self.own, self.remote = calibration is not None, remote
+        self.shipped = shipped_calibration(remote)  # what an own calibration takes its score and floor from
+        self.calibration_path = Path(calibration) if calibration is not None else self.shipped
+        if calibration is not None and not self.calibration_path.is_file():
+            raise BundleError(f"calibration file {calibration} does not exist (make one with `edge-rag calibrate`)")
+        # A missing shipped calibration refuses every question (with that reason), never answers uncertified.
+        cal = Calibration.load(self.calibration_path) if self.calibration_path.is_file() else None
+        self.calibration: Calibration | None = cal
+        # cached answers were decided under one calibration: its hash is part of the cache's key
+        self.calibration_sha256 = sha256_file(self.calibration_path) if cal is not None else None
+        self._cache_key = hashlib.sha1(repr((config, self.calibration_sha256)).encode()).hexdigest()[:12]
+        # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
+        if cal is None:
+            self._measured = State(None, False, "not calibrated: run `python -m convert calibrate"
+                                                 f"{' --backend pgvector' if remote else ''}`")
+        elif (why := self._mismatch(cal, bundle, config)) is not None:
+            self._measured = State(None, False, why)
+        else:
+            rc = cal.reader(config.reader)
+            # whether generated answers are certified at this alpha too: a bisection, once, here
+            self._measured = State(rc.table.choose(config.max_error_rate, config.delta), rc.gpt_allowed(
+                config.max_error_rate, config.delta, bundle.generator.get("name")), None)
+        self._state = self._measured
+        self._store_version: int | None = None  # as of the store's version last checked
+        self._neural: NeuralReader | None = None
+        self._neural_lock = threading.Lock()
+
+    def cache_version(self, store: PassageStore) -> str:
+        """Cached answers are valid for this corpus, this configuration and this calibration only."""
+        return f"{store.version}:{self._cache_key}"
+
+    def swapped(self, calibration: Path, max_error_rate: float, store: PassageStore) -> CertifiedPath:
+        """A path deciding under ``calibration`` at ``max_error_rate``, to swap in for this one (EdgeRAG holds one
+        reference: a question keeps the path it began with to its end, and the cache key holds the calibration).
+        It reads with this path's neural reader once loaded: a second copy would not fit the memory plan."""
+        new = CertifiedPath(self.bundle, self.config.with_(max_error_rate=max_error_rate), calibration, self.remote)
+        new._neural = self._neural  # None: not loaded yet, the new path loads its own on first use
+        new.check_store(store)
+        return new
+
+    @property
+    def certificate(self) -> Certificate | None:
+        return self._state.certificate
+
+    @property
+    def gpt_allowed(self) -> bool:
+        return self._state.gpt_allowed
+
+    @property
+    def uncertified(self) -> str | None:
+        return self._state.uncertified
+
+    def check_store(self, store: PassageStore) -> None:
+        """Certify nothing, saying why, while the store holds passages cut otherwise than those the calibration
+        measured (calibrated_config.store_change). Checked again whenever the store's version moves: another process
+        (an upload on the kiosk, `edge-rag index`) may add passages of another kind to a store this one has open."""
+        version = store.version
+        cal = self.calibration  # None only once nothing is certified (record_only)
+        if version != self._store_version and self._measured.certificate is not None and cal is not None:
+            why = store_change(cal.source, store.passage_kinds)
+            self._state, self._store_version = (self._measured if why is None else State(None, False, why)), version
+
+    def record_only(self) -> None:
+        """Refuse every question but keep its candidate and features: what calibrating and sweeping the reader
+        record, with no certificate deciding."""
+        self.calibration = None
+        self._measured = self._state = State(None, False, "recording candidates only (no certificate)")
+
+    def _mismatch(self, cal: Calibration, bundle: B.Bundle, config: Config) -> str | None:
+        """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
+        reader, was measured under other decision inputs or another encoder (calibrated_config), or with another
+        reader model."""
+        if config.reader not in cal.readers:
+            return (f"not calibrated for reader {config.reader!r} ({self.calibration_path.name} holds "
+                    f"{', '.join(cal.readers)}): calibrate again with this Config (`edge-rag calibrate`)")
+        rc = cal.reader(config.reader)
+        return (config_change(cal.source, config) or encoder_change(cal.source, bundle)
+                or (stale_reader(bundle, rc) if config.reader == "neural" else None))
+
+    def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store) -> Candidate:
+        """The neural reader over the top passages' paragraphs, or the rule extractor over the compressed context."""
+        c = self.config
+        if c.reader == "rules":
+            return read_rules(question, context_passages)
+        with self._neural_lock:  # the server's questions arrive on many threads: load it exactly once
+            if self._neural is None:
+                self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
+                                            threads=c.threads, batch_tokens=c.encode_batch_tokens)
+        return self._neural(question, paragraphs(passages, store, c.reader_passages, c.reader_window))
+
+    def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:
+        """Score the candidate with the calibrated combiner and route it against the certified threshold."""
+        c, state = self.config, self._state  # one snapshot: check_store may move it meanwhile
+        cert, features = state.certificate, candidate.features(question, passages)
+        if cert is None or self.calibration is None:
+            return Verdict(candidate, Route.REFUSE, state.uncertified, {"features": features})
+        rc = self.calibration.reader(c.reader)
+        score = rc.combiner(features) if candidate.text else math.nan
+        route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score, cert,
+                                         state.gpt_allowed)
+        return Verdict(candidate, route, reason, {
+            "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
+            "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,
+            "cal_error": cert.error})
+
+
+def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None:
+    """Why the calibration does not certify this bundle's reader (None when it does): its risk table was
+    measured with one reader model, and a retrained reader (``make reader`` without ``make calibrate``)
+    makes other mistakes at the same scores. The bundle's manifest already holds its reader's sha256."""
+    path = reader_file(bundle)
+    if calibration.model_sha256 is None or not path.is_file():
+        return None  # an old calibration file records no model; a missing reader fails when it loads
+    sha = reader_sha256(bundle)
+    if sha == calibration.model_sha256:
+        return None
+    return (f"not calibrated for this reader model ({path.name} sha256 {sha[:12]}, calibrated with "
+            f"{calibration.model_sha256[:12]}): run `make calibrate`")
+
+
+def reader_sha256(bundle: B.Bundle) -> str:
+    """The sha256 of the reader ONNX the certified path reads with: the bundle's manifest holds it, else hashed."""
+    path = reader_file(bundle)
+    entry = next((f for f in bundle.files() if f["role"] == B.ROLE_READER), None)
+    return entry["sha256"] if entry and bundle.root / entry["name"] == path else sha256_file(path)

@@ -1,0 +1,266 @@
+"""Documents in, retrieval units out.
+
+Reads plain text, Markdown and JSON/JSONL files into Documents, and cuts Documents into passages:
+single sentences tagged with their title (the thesis's ``(title, sentence)`` units, good for
+extractive answers and tight context budgets) or whole paragraphs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from ..errors import InputError, check_str
+from ..types import Document
+from . import ingest
+from .parse_child import Parser
+from .text import split_sentences
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+JSON_SUFFIXES = (".json", ".jsonl")
+SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + (".pdf", ".html", ".htm")  # PDF and HTML: edge_rag/documents/ingest.py
+
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+_MD_MARKUP = re.compile(r"(\*\*|__|`|^\s*[-*+]\s+|^\s*\d+\.\s+|^\s*>\s?)", re.MULTILINE)
+_MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_BLANK_LINES = re.compile(r"\n\s*\n")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but tab/newline/CR, and DEL
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")  # LRE RLE PDF LRO RLO, LRI RLI FSI PDI
+_READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not white space or a control
+# A paragraph longer than this is cut (at a sentence end if there is one) before it is split, so a
+# huge file without blank lines is processed in bounded pieces instead of as one giant string list.
+PARAGRAPH_WINDOW_CHARS = 1 << 16
+_HASH_SLICE_CHARS = 1 << 20
+PARSER = Parser()  # the PDF/HTML parse children of this process (a server has its own, stopped at shutdown)
+
+log = logging.getLogger("edge_rag")
+
+
+def doc_id_for(title: str, text: str) -> str:
+    """Content-derived id (sha1 of title, newline, text), so re-indexing the same document is a no-op.
+    Hashed in slices: a 500 MB document is never copied whole into bytes."""
+    digest = hashlib.sha1(f"{title}\n".encode())
+    for i in range(0, len(text), _HASH_SLICE_CHARS):
+        digest.update(text[i : i + _HASH_SLICE_CHARS].encode())
+    return digest.hexdigest()[:16]
+
+
+def make_document(text: str, title: str = "", doc_id: str | None = None, source: str = "") -> Document:
+    """A Document; bidi embedding/override/isolate controls are dropped from the title, where they only serve
+    to make a source shown on the kiosk read as something else."""
+    title = _BIDI_CONTROLS.sub("", title)
+    return Document(doc_id or doc_id_for(title, text), title, text, source)
+
+
+def readable(text: str) -> bool:
+    """False for text with nothing to read: only white space, NULs and other control characters."""
+    return _READABLE.search(text) is not None
+
+
+def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
+    """Files to index: the paths themselves, and supported files below any folder, sorted."""
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
+        elif path.is_file():
+            yield path
+        else:
+            raise InputError(f"no such file or folder: {path}")
+
+
+def read_files(paths: Iterable[str | Path], strict: bool = False,
+               on_skip: Callable[[Path, str], None] | None = None) -> Iterator[tuple[Path, list[Document]]]:
+    """Each readable file under ``paths`` with its documents, one file at a time. A file that cannot be
+    read (missing, unreadable, malformed) is reported to ``on_skip(path, reason)`` (default: a warning) and
+    skipped, so one bad file does not cost a whole folder; ``strict`` raises on the first one. Raises
+    InputError when every file was skipped."""
+    on_skip = on_skip or _warn_skip
+    read = skipped = 0
+    for raw in paths:
+        try:
+            files = list(iter_files([raw]))
+        except InputError as exc:  # the path itself does not exist
+            if strict:
+                raise
+            skipped += 1
+            on_skip(Path(raw), str(exc))
+            continue
+        for path in files:
+            try:
+                docs = read_documents(path)
+            except (InputError, OSError) as exc:  # OSError: permissions, I/O — this file's fault only
+                if strict:
+                    raise
+                skipped += 1
+                on_skip(path, str(exc))
+                continue
+            read += 1
+            yield path, docs
+    if skipped and not read:
+        raise InputError(f"nothing indexed: all {skipped} file(s) were skipped (see the warnings above)")
+
+
+def read_paths(paths: Iterable[str | Path], strict: bool = False,
+               on_skip: Callable[[Path, str], None] | None = None) -> list[Document]:
+    """Every document of ``read_files``, in one list."""
+    return [d for _, docs in read_files(paths, strict, on_skip) for d in docs]
+
+
+def _warn_skip(path: Path, reason: str) -> None:
+    warnings.warn(f"skipped {path}: {reason}", stacklevel=3)
+
+
+def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
+    """Documents in one file, each recording the file as its source; an undecodable or malformed file
+    raises InputError naming it, and a document with nothing readable (NULs, controls) is skipped with a
+    warning. PDF and HTML are parsed by ``parser``'s child processes, inside its limits (parse_child.py)."""
+    suffix = path.suffix.lower()
+    source = str(path.resolve())
+    if suffix in ingest.SUFFIXES:
+        return [make_document(text, title, source=source) for title, text in parser.read(path)
+                if readable(text)]
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it first") from exc
+    if suffix in JSON_SUFFIXES:
+        docs = _json_documents(path, raw, source)
+    elif suffix in (".md", ".markdown"):
+        docs = [_markdown_document(path, raw, source)]
+    else:
+        docs = [make_document(raw.strip(), path.stem.replace("_", " ").replace("-", " "), source=source)]
+    kept = [d for d in docs if readable(d.text)]
+    if len(kept) < len(docs):
+        log.warning("%s: skipped %d document(s) with no readable text (empty, NULs or control characters)",
+                    path, len(docs) - len(kept))
+    return kept
+
+
+def _markdown_document(path: Path, raw: str, source: str) -> Document:
+    """Title from the first heading (else the file name); headings, emphasis and links stripped."""
+    title, lines = "", []
+    for line in raw.splitlines():
+        heading = _MD_HEADING.match(line)
+        if heading:
+            title = title or heading.group(1)
+            lines.append("")  # a heading ends a paragraph
+        else:
+            lines.append(line)
+    body = _MD_MARKUP.sub("", _MD_LINK.sub(r"\1", "\n".join(lines))).strip()
+    return make_document(body, title or path.stem.replace("-", " "), source=source)
+
+
+def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
+    """JSON: a list of objects or {"documents": [...]}; JSONL: one object per line.
+
+    Each object needs ``text`` (or ``content``); ``title`` and ``id`` are optional. A file of another
+    shape, or two records with one id and different texts, is an InputError naming the file.
+    """
+    shape = 'a list of objects or {"documents": [...]}'
+    rows: list | None  # {"documents": ...} may hold anything, or nothing
+    try:
+        if path.suffix.lower() == ".jsonl":
+            rows = []
+            for n, line in enumerate(raw.splitlines(), 1):
+                try:
+                    rows.append(json.loads(line)) if line.strip() else None
+                except (ValueError, RecursionError) as exc:  # + too deep, or a number too long to convert
+                    raise InputError(f"{path}: line {n} is not valid JSON: {_json_error(exc)}") from None
+        else:
+            data = json.loads(raw)
+            rows = data.get("documents") if isinstance(data, dict) else data
+            if not isinstance(rows, list):
+                found = f"an object with keys {sorted(data)[:5]}" if isinstance(data, dict) else _json_type(data)
+                raise InputError(f"{path}: expected {shape}, found {found}")
+    except InputError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path} is not valid JSON: {_json_error(exc)}") from None
+    docs: dict[str, Document] = {}
+    for n, row in enumerate(rows):
+        text = row.get("text", row.get("content")) if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            what = "has no 'text' string" if isinstance(row, dict) else f"is {_json_type(row)}, not an object"
+            raise InputError(f"{path}: record {n} {what}")
+        doc_id = str(row["id"]) if row.get("id") not in (None, "") else None
+        title = str(row.get("title") or "")
+        for field, value in (("text", text), ("title", title), ("id", doc_id or "")):
+            check_str(value, f"{path}: record {n}'s {field}")  # "\ud800" is valid JSON but no text
+        doc = make_document(text.strip(), title, doc_id, source)
+        other = docs.get(doc.doc_id)
+        if other is not None and (other.title, other.text) != (doc.title, doc.text):
+            raise InputError(f"{path}: record {n} reuses id {doc.doc_id!r} with a different text")
+        docs.setdefault(doc.doc_id, doc)
+    return list(docs.values())
+
+
+def _json_error(exc: Exception) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+
+
+def _json_type(value: object) -> str:
+    return "null" if value is None else f"a JSON {type(value).__name__.replace('dict', 'object').replace('str', 'string')}"
+
+
+def chunk(doc: Document, mode: str = "sentence", min_chars: int = 20) -> list[str]:
+    """Passage texts of a document in order: sentences (short fragments merged) or paragraphs."""
+    return list(iter_units(doc, mode, min_chars))
+
+
+def iter_units(doc: Document, mode: str = "sentence", min_chars: int = 20) -> Iterator[str]:
+    """``chunk`` one unit at a time: memory stays bounded by a paragraph window however long the document."""
+    if mode not in ("sentence", "paragraph"):
+        raise ValueError(f"passage mode must be 'sentence' or 'paragraph', not {mode!r}")
+    pending: str | None = None  # the last sentence, held back: a short next fragment merges into it
+    for para in _paragraphs(doc.text):
+        if mode == "paragraph":
+            yield para
+            continue
+        for sentence in split_sentences(para):
+            if pending is not None and len(pending) < min_chars:
+                pending = f"{pending} {sentence}"
+                continue
+            if pending is not None:
+                yield pending
+            pending = sentence
+    if pending is not None:
+        yield pending
+
+
+def _paragraphs(text: str) -> Iterator[str]:
+    """Non-empty paragraphs, white space collapsed, controls removed; long ones cut into windows."""
+    start = 0
+    for end, nxt in _blank_spans(text):
+        while end - start > PARAGRAPH_WINDOW_CHARS:
+            cut = _cut(text, start, start + PARAGRAPH_WINDOW_CHARS)
+            if para := _clean(text[start:cut]):
+                yield para
+            start = cut
+        if para := _clean(text[start:end]):
+            yield para
+        start = nxt
+
+
+def _blank_spans(text: str) -> Iterator[tuple[int, int]]:
+    """(end of paragraph, start of the next) for each blank-line gap, then (len, len) for the last."""
+    for m in _BLANK_LINES.finditer(text):
+        yield m.start(), m.end()
+    yield len(text), len(text)
+
+
+def _cut(text: str, lo: int, hi: int) -> int:
+    """Where to cut text[lo:hi]: after the last sentence end, else the last space, else at hi."""
+    for sep in (". ", " "):
+        i = text.rfind(sep, lo + 1, hi)
+        if i > lo:
+            return i + 1
+    return hi
+
+
+def _clean(piece: str) -> str:
+    return " ".join(_CONTROL.sub("", piece).split())

@@ -1,0 +1,193 @@
+"""Indexing: documents in, committed passages out, in bounded batches under the store's writer lock.
+
+Memory stays flat however large a document is: passages are cut from it one paragraph window at a
+time and encoded ``INDEX_BATCH_PASSAGES`` at a time (a long document spans many batches), so tokenizer
+output never exists for more than one batch; they are committed in steps that grow with the store
+(``commit_step``: the embedded store rewrites its index file at each commit), so the vectors of at most
+one step are held. A document committed in part (a crash, a cancel) is marked incomplete; indexing it
+again adds exactly the passages it lacks.
+
+Documents that change: a document whose id is stored with another text replaces it, and documents
+once read from a file that no longer holds them are removed, in the same commit as the first new
+passages — so re-indexing an edited file never keeps both versions.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from itertools import islice
+
+import numpy as np
+
+from ..config import Config
+from ..errors import InputError, check_str
+from ..retrieval.encode import Encoder
+from ..storage.store_db import Part
+from ..storage.stores import PassageStore
+from ..types import Document
+from .chunk import doc_id_for, iter_units, make_document
+
+INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
+log = logging.getLogger("edge_rag")
+
+# Called after every committed batch with (passages done, passages planned); may raise to cancel.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Todo:
+    """A document to (finish) indexing: its units from ``start`` on; ``sha`` is its content hash."""
+
+    doc: Document
+    start: int
+    sha: str
+    units: int  # passages still to add
+
+
+def plan_changes(store: PassageStore, docs: Iterable[Document], config: Config, source: str = "",
+                 room: int | None = None) -> tuple[list[Todo], list[str]]:
+    """What to add and which stored documents to remove, for ``docs`` (all of ``source``'s, if given).
+
+    Passages are counted without being kept; counting stops once more than ``room`` (what the memory
+    budget can still index) are found, so a 500 MB file is refused in seconds, not after a full pass."""
+    todo: list[Todo] = []
+    counted = 0
+    remove: list[str] = []
+    seen: dict[str, str] = {}
+    for doc in docs:
+        check_document(doc)
+        sha = doc_id_for(doc.title, doc.text)
+        if doc.doc_id in seen:
+            if seen[doc.doc_id] != sha:
+                raise InputError(f"two documents share the id {doc.doc_id!r} with different texts ({doc.title!r})")
+            continue
+        seen[doc.doc_id] = sha
+        state = store.document(doc.doc_id)
+        start = 0
+        if state is not None and state.sha not in (None, sha):
+            log.warning("document %r (%s) changed: replacing its %d stored passages", doc.doc_id, doc.title,
+                        state.passages)
+            remove.append(doc.doc_id)
+        elif state is not None and state.complete:
+            continue
+        elif state is not None:
+            start = state.passages  # committed in part before: add the rest
+        limit = None if room is None else room - counted + start + 1
+        units = iter_units(doc, config.passage_mode, config.min_sentence_chars)
+        n = max(sum(1 for _ in islice(units, limit)) - start, 0)
+        todo.append(Todo(doc, start, sha, n))
+        counted += n
+        if room is not None and counted > room:
+            break  # over budget already: the caller refuses with the numbers
+    if source:
+        stale = [d for d in store.documents_from(source) if d not in seen]
+        if stale:
+            log.warning("%s changed: replacing the %d document(s) indexed from it before", source, len(stale))
+        remove += stale
+    return todo, remove
+
+
+def index(store: PassageStore, encoder: Encoder, config: Config, todo: Sequence[Todo], remove: Sequence[str],
+          progress: Progress | None = None) -> int:
+    """Encode ``todo`` batch by batch and commit in steps that grow with the store (``commit_step``), removing
+    ``remove`` with the first commit; passages added. ``progress`` follows every encoded batch; when it raises (a
+    cancel), what is encoded is committed first."""
+    total = sum(t.units for t in todo)
+    growth = store.commit_growth
+    stored, added, encoded = store.count, 0, 0
+    pending = Pending(list(remove), encoder.dim)
+    for parts in _batches(todo, config, INDEX_BATCH_PASSAGES):
+        texts = [text for part in parts for text in part.texts]
+        pending.extend(parts, encoder.encode(texts))
+        encoded += len(texts)
+        if pending.count >= commit_step(stored + added, growth):
+            added += pending.commit(store)
+        if progress is not None:
+            try:
+                progress(encoded, total)
+            except BaseException:
+                pending.commit(store)
+                raise
+    return added + pending.commit(store)
+
+
+def commit_step(count: int, growth: float) -> int:
+    """Passages to commit together into a store of ``count``: INDEX_BATCH_PASSAGES, or ``growth`` × ``count`` once
+    that is more. The embedded store rewrites its whole index file at every commit; commits growing with it keep the
+    bytes written a bounded multiple of the final store (SD-card wear), not its square over the batch size."""
+    return max(INDEX_BATCH_PASSAGES, int(growth * count))
+
+
+class Pending:
+    """Encoded parts waiting for their commit (consecutive parts of one document joined) and the removals to commit with
+    the first of them."""
+
+    def __init__(self, remove: list[str], dim: int) -> None:
+        self.parts: list[Part] = []
+        self.dim = dim
+        self.vectors: list[np.ndarray] = []
+        self.remove = remove
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.vectors)
+
+    def extend(self, parts: Sequence[Part], vectors: np.ndarray) -> None:
+        for part in parts:
+            last = self.parts[-1] if self.parts else None
+            if last is not None and last.doc.doc_id == part.doc.doc_id and last.start + len(last.texts) == part.start:
+                self.parts[-1] = replace(last, texts=last.texts + part.texts, last=part.last)
+            else:
+                self.parts.append(part)
+        self.vectors.append(vectors)
+
+    def commit(self, store: PassageStore) -> int:
+        """Commit what is pending (the removals alone, if nothing else); the passages added."""
+        if not self.parts and not self.remove:
+            return 0
+        vectors = np.concatenate(self.vectors) if self.vectors else np.zeros((0, self.dim), np.float32)
+        added = store.add(self.parts, vectors, remove=self.remove)
+        self.parts, self.vectors, self.remove = [], [], []
+        return added
+
+
+def as_document(item: object) -> Document:
+    """A Document as given, or a plain string as an untitled one; anything else is an InputError."""
+    if isinstance(item, Document):
+        return item
+    if isinstance(item, str):
+        check_document(Document("", "", item))
+        return make_document(item)
+    raise InputError(f"a document must be a str or a Document, not {type(item).__name__}")
+
+
+def check_document(doc: Document) -> None:
+    """A document SQLite and the tokenizers can hold: text and title are str without lone surrogates."""
+    for field, value in (("text", doc.text), ("title", doc.title), ("id", doc.doc_id)):
+        check_str(value, f"the {field} of document {doc.doc_id!r} ({doc.source or 'no file'})")
+
+
+def _batches(todo: Sequence[Todo], config: Config, size: int) -> Iterator[list[Part]]:
+    """Parts of documents grouped until ``size`` passages; a long document is split across batches."""
+    batch: list[Part] = []
+    n = 0
+    for t in todo:
+        units = islice(iter_units(t.doc, config.passage_mode, config.min_sentence_chars), t.start, None)
+        position = t.start
+        while True:
+            texts = list(islice(units, size - n))
+            if len(texts) < size - n or not texts:  # the document ends inside this batch
+                if texts or position > 0:
+                    batch.append(Part(t.doc, position, texts, last=True, sha=t.sha))
+                n += len(texts)
+                break
+            batch.append(Part(t.doc, position, texts, last=False, sha=t.sha))
+            position += len(texts)
+            yield batch
+            batch, n = [], 0
+        if n >= size:
+            yield batch
+            batch, n = [], 0
+    if batch:
+        yield batch

@@ -1,0 +1,153 @@
+"""The documents a venue actually has: PDF (pypdfium2) and HTML (selectolax) into Documents.
+
+A PDF becomes one document per page with text, titled "<title> — p. N", so every passage says which page
+it came from. An HTML page becomes one document per heading section, titled "<page title> — <heading>".
+Both libraries are small native wheels (also for aarch64) in the ``ingest`` extra; pypdfium2 reads a
+27-page PDF about 10× faster than pure-Python pypdf. A file that cannot be parsed raises InputError naming
+it, so folder indexing can skip it with a warning. Readers return (title, text) sections; chunk.py makes
+them Documents. Both parsers are native code a hostile file can steer (a compression bomb, HTML nested a
+million deep): they run in a child process with memory and time limits (parse_child.py).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import InputError
+
+PDF_SUFFIXES = (".pdf",)
+HTML_SUFFIXES = (".html", ".htm")
+SUFFIXES = PDF_SUFFIXES + HTML_SUFFIXES
+
+TITLE_SEPARATOR = " — "
+HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+# Block elements whose text is one paragraph; headings start a new section.
+BLOCKS = HEADINGS + ("p", "li", "dt", "dd", "pre", "blockquote", "figcaption", "caption", "td", "th", "address")
+NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
+_LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
+# lexbor's parse time grows with the square of the nesting depth (1,000,000 nested <div> never finish), so the
+# depth is counted before parsing; Chromium's own HTML parser nests no deeper than 512 either.
+MAX_HTML_DEPTH = 512
+_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+# Elements whose end tag may be left out (pages rarely close them; the parser closes them itself): not counted.
+_OPTIONAL_END = frozenset("html head body p li dt dd option optgroup tr td th thead tbody tfoot colgroup caption "
+                          "rb rt rp".split())
+# A comment, a raw-text element with its text (tags in it are not tags), or a tag: (/)(name)(/).
+_HTML_TOKEN = re.compile(r"<!--.*?(?:-->|\Z)|<(script|style|textarea|title)\b.*?(?:</\1\s*>|\Z)"
+                         r"|<(/?)([a-zA-Z][^\s/>]*)[^>]*?(/?)>", re.S | re.I)
+
+
+Section = tuple[str, str]  # (title, text)
+
+
+def read(path: Path) -> list[Section]:
+    """Sections of a PDF or HTML file (dispatch by suffix)."""
+    return read_pdf(path) if path.suffix.lower() in PDF_SUFFIXES else read_html(path)
+
+
+def read_pdf(path: Path) -> list[Section]:
+    """One section per page that has text; scanned pages without a text layer are left out."""
+    pdfium = _require("pypdfium2", path)
+    try:
+        pdf = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as exc:
+        raise InputError(f"{path} is not a readable PDF: {exc}") from exc
+    try:
+        title = (pdf.get_metadata_value("Title") or "").strip() or _title_from_name(path)
+        docs = []
+        for number in range(1, len(pdf) + 1):
+            page = pdf[number - 1]
+            textpage = page.get_textpage()
+            text = _pdf_paragraphs(textpage.get_text_range())
+            textpage.close()
+            page.close()
+            if text:
+                docs.append((f"{title}{TITLE_SEPARATOR}p. {number}", text))
+    finally:
+        pdf.close()
+    return docs
+
+
+def read_html(path: Path) -> list[Section]:
+    """One section per heading (text before the first heading goes under the page title)."""
+    selectolax = _require("selectolax.lexbor", path)
+    try:
+        raw = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 HTML ({exc.reason} at byte {exc.start}); convert it first") from exc
+    _check_depth(path, raw)
+    tree = selectolax.LexborHTMLParser(raw)
+    title_node = tree.css_first("title")
+    page_title = _clean(title_node.text()) if title_node else ""
+    page_title = page_title or _title_from_name(path)
+    root = tree.body or tree.root
+    if root is None:
+        raise InputError(f"{path} has no HTML body")
+    for node in root.css(NOT_CONTENT):
+        node.decompose()
+    sections: list[tuple[str, list[str]]] = [(page_title, [])]
+    for node in root.css(", ".join(BLOCKS)):
+        if node.tag not in HEADINGS and _inside_block(node):
+            continue  # its text is part of the enclosing block's
+        text = _clean(node.text(separator=" "))
+        if not text:
+            continue
+        if node.tag in HEADINGS:
+            sections.append((text if text == page_title else f"{page_title}{TITLE_SEPARATOR}{text}", []))
+        else:
+            sections[-1][1].append(text)
+    docs = [(title, "\n\n".join(paras)) for title, paras in sections if paras]
+    if not docs:
+        text = _clean(root.text(separator=" "))
+        docs = [(page_title, text)] if text else []
+    return docs
+
+
+def _check_depth(path: Path, raw: str) -> None:
+    """InputError if elements nest deeper than MAX_HTML_DEPTH, counted from the tags alone (one linear scan,
+    stopping at the first element too deep)."""
+    depth = 0
+    for m in _HTML_TOKEN.finditer(raw):
+        closing, name, self_closing = m.group(2, 3, 4)
+        if name is None or self_closing or name.lower() in _VOID or name.lower() in _OPTIONAL_END:
+            continue
+        depth = max(depth - 1, 0) if closing else depth + 1
+        if depth > MAX_HTML_DEPTH:
+            raise InputError(f"{path} nests HTML elements more than {MAX_HTML_DEPTH} deep (at character "
+                             f"{m.start()}); refused: pages that deep take the parser minutes to hours")
+
+
+def _pdf_paragraphs(text: str) -> str:
+    """PDF text lines re-joined into paragraphs. PDFium already joins a word broken by a line-end hyphen
+    and marks the join with U+FFFE, which is dropped."""
+    text = text.replace("\ufffe", "").replace("\x00", "")
+    paragraphs = re.split(r"\n\s*\n", text)
+    return "\n\n".join(_LINE_BREAK.sub(" ", p).strip() for p in paragraphs if p.strip())
+
+
+def _inside_block(node) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.tag in BLOCKS:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _title_from_name(path: Path) -> str:
+    return path.stem.replace("_", " ").replace("-", " ")
+
+
+def _require(module: str, path: Path):
+    """The parser module, or InputError saying which extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise InputError(f"{path}: reading {path.suffix} files needs {module.split('.')[0]}: "
+                         "pip install 'edge-rag[ingest]'") from exc

@@ -1,0 +1,88 @@
+"""Device side of "host builds, device installs": install a bundle archive, or build where torch is.
+
+``edge-rag models install ARCHIVE`` unpacks the archive beside its destination, checks every file's
+sha256 against the manifest, verifies the encoder on this CPU, and only then renames the folder into
+place, so a failed install leaves the previous default bundle untouched. ``edge-rag models pull``
+builds a bundle in a subprocess (``python -m convert bundle``: torch stays out of this process) where
+the convert extra is installed, and otherwise says what to run on a host.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tarfile
+import uuid
+from pathlib import Path
+
+from ..errors import BundleError
+from . import bundle as B
+from . import registry as M
+from .verify import Verdict, verify_bundle
+
+HOST_STEPS = ("on a host with the convert extra (pip install 'edge-rag[convert]'): "
+              "`python -m convert bundle --profile {profile} --archive edge-rag-{profile}.tar` (or `make bundle`); "
+              "copy the archive here and run `edge-rag models install edge-rag-{profile}.tar`")
+
+
+def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[Path, list[Verdict]]:
+    """Install ``archive`` as the default bundle of its profile (or into ``dest``); returns the folder
+    and the encoder verdicts measured here. Raises BundleError naming the failing step."""
+    archive = Path(archive).expanduser()
+    if not archive.is_file():
+        raise BundleError(f"install: no archive at {archive}")
+    staging = M.home() / "bundles" / f".install-{uuid.uuid4().hex[:8]}"
+    try:
+        _unpack(archive, staging)
+        bundle = B.Bundle.load(staging)  # a fresh folder has no hash stamps: every file is hashed
+        verdicts = verify_bundle(bundle, threads)
+        if verdicts and not any(v.passed for v in verdicts):
+            raise BundleError("install: step 'verify' failed on this CPU: " + "; ".join(v.summary() for v in verdicts))
+        dest = Path(dest or M.default_bundle(bundle.manifest.get(B.KEY_PROFILE, "custom"))).expanduser()
+        _replace(staging, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest, verdicts
+
+
+def _unpack(archive: Path, staging: Path) -> None:
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            bad = [m.name for m in members if not m.isfile() or "/" in m.name or m.name.startswith(".")]
+            if bad:
+                raise BundleError(f"install: {archive} is not a bundle archive (unexpected entries {bad[:3]})")
+            tar.extractall(staging, members=members)
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"install: step 'unpack' failed for {archive}: {exc}") from exc
+
+
+def _replace(staging: Path, dest: Path) -> None:
+    """Rename ``staging`` to ``dest``; an existing ``dest`` is moved aside first and removed after."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    old = dest.with_name(f".{dest.name}.old-{uuid.uuid4().hex[:8]}")
+    if dest.exists():
+        dest.rename(old)
+    staging.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def can_build() -> bool:
+    """Whether this environment can build bundles: the convert package and torch importable."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers", "convert"))
+
+
+def pull(profile: str, dest: Path | None, precision: str, force: bool) -> Path:
+    """Build (or reuse) the bundle of ``profile`` here; needs torch, else says what to do instead."""
+    dest = Path(dest or M.default_bundle(profile)).expanduser()
+    if not can_build():
+        raise BundleError("models pull: this environment has no torch/convert extra, so it cannot build a bundle; "
+                          + HOST_STEPS.format(profile=profile))
+    cmd = [sys.executable, "-m", "convert", "bundle", "--profile", profile, "--dir", str(dest),
+           "--precision", precision, *(["--force"] if force else [])]
+    result = subprocess.run(cmd)
+    if result.returncode != 0:
+        raise BundleError(f"models pull: `{' '.join(cmd[1:])}` exited {result.returncode}; "
+                          "its last lines above name the failing step")
+    return dest

@@ -1,0 +1,216 @@
+"""Answer generation with llama.cpp (llama-cpp-python) on a GGUF model.
+
+The prompt asks for a short answer from the evidence only. Base models get a one-shot
+reading-comprehension prompt (they continue patterns, they do not follow instructions); instruct
+models get their own chat template from the GGUF metadata. Decoding is our own short loop over
+``Llama.generate`` so we can count tokens exactly and stop degenerate output with a sliding-window
+n-gram repetition detector (EverydayGPT §4.3).
+
+One llama.cpp context serves every thread: decoding holds a lock (two threads decoding on one context
+crash llama.cpp), and each question starts from an empty KV cache and a fresh sampler, so the same
+question at temperature 0 gives the same answer whatever was generated before it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import abc, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..documents.text import whole_sentences
+from ..errors import BundleError, InputError
+
+SYSTEM = "Answer the question using only the context. Reply with a short answer, a few words at most."
+ONE_SHOT = (
+    "Answer the question using only the context. Answer with a short phrase.\n\n"
+    "Context: The Eiffel Tower was completed in 1889 for the World's Fair in Paris, France.\n"
+    "Question: When was the Eiffel Tower completed?\n"
+    "Answer: 1889\n\n"
+    "Context: {context}\n"
+    "Question: {question}\n"
+    "Answer:"
+)
+NO_CONTEXT = "(no context)"
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cut: bool = False  # cut off (budget, repetition) and trimmed to its whole sentences
+
+
+class RepetitionDetector:
+    """Flags degenerate output: the newest n-gram already occurred within the last ``window`` tokens."""
+
+    def __init__(self, n: int = 3, window: int = 48) -> None:
+        self.n = n
+        self.tokens: deque[int] = deque(maxlen=window)
+
+    def push(self, token: int) -> bool:
+        self.tokens.append(token)
+        if len(self.tokens) < self.n + 1:
+            return False
+        seq = list(self.tokens)
+        last = tuple(seq[-self.n :])
+        return any(tuple(seq[i : i + self.n]) == last for i in range(len(seq) - self.n))
+
+
+class Generator:
+    """A GGUF model loaded once; ``generate`` answers a question from a context."""
+
+    def __init__(self, gguf_path: str | Path, prompt_style: str = "one-shot", n_ctx: int = 1024,
+                 threads: int = 0, seed: int = 0) -> None:
+        # llama.cpp's OpenMP workers spin while they wait for work; beside the encoder's threads (answers
+        # run in parallel) or any other busy process they starve each other: one 16-token answer took
+        # 26 s instead of 0.9 s on a busy 2-core box. Passive waiting must be set before libgomp loads.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        from llama_cpp import Llama  # imported here: the RAG route never needs llama.cpp
+
+        path = Path(gguf_path)
+        if not path.is_file():
+            raise BundleError(f"generator model missing: {path}")
+        try:
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or (os.cpu_count() or 1),
+                             n_batch=min(512, n_ctx), seed=seed, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc
+        if prompt_style not in ("one-shot", "chat"):
+            raise ValueError(f"prompt_style must be 'one-shot' or 'chat', not {prompt_style!r}")
+        self.prompt_style = prompt_style
+        self.n_ctx = n_ctx
+        self._chat = self._chat_formatter() if prompt_style == "chat" else None
+        self._lock = threading.Lock()  # one decode at a time on the one context
+
+    def prompt(self, question: str, context: str) -> str:
+        context = context.strip() or NO_CONTEXT
+        if self._chat is None:
+            return ONE_SHOT.format(context=context, question=question)
+        user = f"Context: {context}\n\nQuestion: {question}"
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+        return self._chat(messages=messages).prompt
+
+    def generate(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
+                 top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
+        *_, gen = self.stream(question, context, max_new_tokens, temperature, top_k, seed, repeat_ngram,
+                              repeat_window)
+        assert isinstance(gen, Generation)  # stream's last item, after the text pieces
+        return gen
+
+    def stream(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
+               top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48
+               ) -> Iterator[str | Generation]:
+        """``generate`` as it happens: answer text pieces, then the Generation. A piece is sent once its
+        sentence has ended (the rest when the model ends the answer itself), so a visitor never sees a
+        fragment the answer then drops: the pieces joined are always a prefix of the final text and equal
+        to it at the end. An answer cut off (token budget, repetition) keeps only its whole sentences."""
+        prompt, max_new_tokens = self.fit(question, context, max_new_tokens)
+        out: list[int] = []
+        shown = ""
+        decoding = self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window)
+        while True:
+            try:
+                out.append(next(decoding))
+            except StopIteration as end:
+                cut: bool = end.value
+                break
+            ready = whole_sentences(self.text(out))
+            if len(ready) > len(shown) and ready.startswith(shown):
+                yield ready[len(shown):]
+                shown = ready
+        text = whole_sentences(self.text(out), finished=True) if cut else self.text(out)
+        if len(text) > len(shown):
+            yield text[len(shown):]
+        yield Generation(text, len(prompt), len(out), cut)
+
+    def tokens(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.4, top_k: int = 50,
+               seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> abc.Generator[int, None, bool]:
+        """The answer's tokens as they are decoded (for streaming), holding the context while iterating;
+        returns whether the answer was cut off (by the budget or the repetition rule, not by the model).
+
+        A token is yielded only once the repetition rule can no longer take it back (it drops the last
+        ``repeat_ngram`` tokens of a repeat), so a stream never shows what the answer will not contain."""
+        with self._lock:
+            self._reset(seed)
+            out: list[int] = []
+            sent = 0
+            cut = False
+            detector = RepetitionDetector(repeat_ngram, repeat_window)
+            for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
+                                           repeat_penalty=1.0, reset=True):
+                if self.llm.token_eos() == token or self._is_end_of_turn(token):
+                    break
+                out.append(token)
+                if self._stops(out):
+                    break
+                if detector.push(token):
+                    del out[-repeat_ngram:]
+                    cut = True
+                    break
+                if len(out) >= max_new_tokens:
+                    cut = True
+                    break
+                while sent < len(out) - repeat_ngram:
+                    yield out[sent]
+                    sent += 1
+            yield from out[sent:]
+            return cut
+
+    def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
+        """Prompt tokens and the answer length that fit in n_ctx: a question longer than half the room is
+        cut (characters the encoder ignores can still cost the GPT 4 tokens each), then the context is
+        shortened; InputError only if even an empty prompt leaves no room for an answer."""
+        q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
+        fixed = len(self._tokenize(self.prompt("", "")))
+        room = self.n_ctx - max(1, min(max_new_tokens, self.n_ctx // 4)) - fixed
+        if room <= 0:
+            raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({fixed} tokens) and an answer")
+        if len(q_tokens) > room // 2:  # keep at least half of the room for evidence
+            question = self.llm.detokenize(q_tokens[: room // 2]).decode("utf-8", errors="ignore")
+        while True:
+            tokens = self._tokenize(self.prompt(question, context))
+            if len(tokens) + max_new_tokens <= self.n_ctx:
+                return tokens, max_new_tokens
+            if not context:
+                return tokens, max(1, self.n_ctx - len(tokens))
+            context = context[: int(len(context) * 0.8)]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _tokenize(self, prompt: str) -> list[int]:
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+
+    def _reset(self, seed: int) -> None:
+        """Forget the previous question: empty KV cache (no prefix reuse), new seed."""
+        self.llm.reset()
+        self.llm._ctx.kv_cache_clear()  # llama-cpp-python exposes no public call for this
+        self.llm.set_seed(seed)
+
+    def text(self, tokens: list[int]) -> str:
+        """The answer in ``tokens``: the first line, stripped."""
+        return self.llm.detokenize(tokens).decode("utf-8", errors="ignore").split("\n")[0].strip()
+
+    def _stops(self, out: list[int]) -> bool:
+        """An answer is one line: stop at the first newline after some text."""
+        text = self.llm.detokenize(out[-2:]).decode("utf-8", errors="ignore")
+        return "\n" in text and len(out) > 1
+
+    def _is_end_of_turn(self, token: int) -> bool:
+        piece = self.llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
+        return piece in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>")
+
+    def _chat_formatter(self):
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise BundleError("generator GGUF has no chat template; use prompt style 'one-shot'")
+        vocab = self.llm
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=vocab.detokenize([vocab.token_eos()], special=True).decode(errors="ignore"),
+            bos_token=vocab.detokenize([vocab.token_bos()], special=True).decode(errors="ignore"),
+            add_generation_prompt=True,
+        )

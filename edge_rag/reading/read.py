@@ -1,0 +1,93 @@
+"""The read stage: one candidate answer per question from the retrieved passages, with the numbers the
+certified score is made of.
+
+``Config(reader="neural")`` runs the trained extractive reader (edge_rag/reading/reader.py, ONNX) over the top
+passages' paragraph text with title; ``reader="rules"`` runs the EverydayGPT rule extractor (the seed path)
+over the compressed context. Both return a Candidate; the policy turns it into one score (certify.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import BundleError
+from ..models.bundle import Bundle
+from ..retrieval.route import PROFILE, profile
+from ..types import Passage
+from .extract import extract
+from .extract.question import negated
+from .reader import Reader, reader_file
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A reader's best answer (text None = it found none) and its scores."""
+
+    text: str | None
+    passage_id: int | None
+    span_score: float  # the reader's score for its span (rules: Eq. 1 confidence)
+    null_score: float  # the reader's no-answer score (rules: none, 0)
+    margin: float  # span_score - null_score: how much the span beats "no answer"
+
+    def features(self, question: str, passages: Sequence[Passage]) -> dict[str, float]:
+        """The combiner's inputs (certify.FEATURES). d_min = 2 - 2 s_max is the top cosine in another unit,
+        so only the cosine is used. overlap@1 is the router's: how much of the question the top hit's best
+        sentence covers (a hit on the article's topic vs one holding the asked-about names; chosen on reader-val:
+        docs/decisions/score-inputs.md). negated: whether the question holds a negation cue
+        (extract.question.negated: the reader answers "what is not X?" as "what is X?")."""
+        top = max((p.score for p in passages), default=0.0)
+        overlap = float(profile(question, passages)[PROFILE.index("overlap@1")])
+        return {"span_score": self.span_score, "margin": self.margin, "top_cosine": top, "overlap@1": overlap,
+                "negated": float(negated(question))}
+
+
+class _Store(Protocol):
+    def passages(self, ids: Sequence[int]) -> list[Passage]: ...
+
+
+def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int) -> list[Passage]:
+    """The first ``limit`` distinct hits widened to their neighbourhood: for a sentence passage, the passages
+    of the same document at positions within ``window`` of it (ids of one document are consecutive), joined
+    in document order. Keeps the hit's id and score."""
+    out: list[Passage] = []
+    covered: set[int] = set()  # passage ids already inside an earlier hit's window
+    for hit in hits:
+        if len(out) >= limit:
+            break
+        if hit.id in covered:
+            continue
+        ids = [hit.id + k for k in range(-window, window + 1) if hit.position + k >= 0]
+        around = [p for p in store.passages(ids) if p.doc_id == hit.doc_id]
+        covered.update(p.id for p in around)
+        out.append(replace(hit, text=" ".join(p.text for p in around) or hit.text))
+    return out
+
+
+def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:
+    """The rule extractor's answer; its Eq. 1 confidence is the span score."""
+    e = extract(question, passages)
+    return Candidate(e.answer or None, e.passage_id, e.confidence, 0.0, e.confidence)
+
+
+def reader_path(bundle: Bundle) -> Path:
+    """The bundle's reader ONNX, else the one shipped with the package."""
+    path = reader_file(bundle)
+    if not path.is_file():
+        raise BundleError(f"no reader model: {path} is missing; use Config(reader='rules') or run `make reader`")
+    return path
+
+
+class NeuralReader:
+    """edge_rag.reading.reader.Reader behind the Candidate interface."""
+
+    def __init__(self, onnx_path: str | Path, tokenizer_path: str | Path, threads: int = 0,
+                 batch_tokens: int = 2048) -> None:
+        self.reader = Reader(onnx_path, tokenizer_path, threads=threads, batch_tokens=batch_tokens)
+
+    def __call__(self, question: str, passages: Sequence[Passage]) -> Candidate:
+        span = self.reader.read(question, list(passages))
+        if not span.text:  # the reader's NO_SPAN has infinite scores: no candidate, nothing to score
+            return Candidate(None, None, 0.0, 0.0, 0.0)
+        return Candidate(span.text, span.passage_id, float(span.score), float(span.null_score), float(span.margin))

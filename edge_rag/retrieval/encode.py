@@ -1,0 +1,129 @@
+"""Sentence encoder: ONNX transformer + tokenizers, mean pooling over the mask, L2-normalised.
+
+Texts are sorted by length and cut into batches bounded in padded tokens (rows × longest row), so
+onnxruntime's activations stay flat however many texts come in; the CPU arena is off so memory freed
+after a batch goes back to the OS instead of staying reserved at the largest batch ever seen.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from ..errors import BundleError
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    """CPU session options shared by every ONNX model we run: arena off, bounded threads, no spinning.
+
+    Each session has its own pool of ``threads`` workers, and by default a worker spins on its core for a while after
+    its work instead of sleeping. A question runs three sessions in a row (encoder, router, reader): on 2 cores the
+    reader's workers then competed with the encoder's still-spinning ones, and the read stage took twice its
+    compute (docs/decisions/ort-spinning.md). Outputs do not change, only when the workers sleep."""
+    opts = ort.SessionOptions()
+    opts.enable_cpu_mem_arena = False
+    opts.intra_op_num_threads = threads or (os.cpu_count() or 1)
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.log_severity_level = 3
+    return opts
+
+
+def load_session(path: Path, threads: int) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for corrupt models
+        raise BundleError(f"cannot load ONNX model {path}: {exc}") from exc
+
+
+class Encoder:
+    """Embeds texts into unit vectors of ``dim`` floats."""
+
+    def __init__(
+        self,
+        onnx_path: str | Path,
+        tokenizer_path: str | Path,
+        max_seq_len: int = 256,
+        batch_tokens: int = 2048,
+        threads: int = 0,
+    ) -> None:
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        except Exception as exc:
+            raise BundleError(f"cannot load tokenizer {tokenizer_path}: {exc}") from exc
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=max_seq_len)
+        self.session = load_session(Path(onnx_path), threads)
+        self.run_options = ort.RunOptions()  # stop() sets its terminate flag from another thread
+        self.input_names = {i.name for i in self.session.get_inputs()}
+        self.dim = int(self.session.get_outputs()[0].shape[-1])
+        self.max_seq_len = max_seq_len
+        self.batch_tokens = max(batch_tokens, max_seq_len)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings of shape (len(texts), dim), float32, each row of unit length."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(list(texts))
+        for rows in length_batches([len(e.ids) for e in encodings], self.batch_tokens):
+            out[rows] = self._run([encodings[i] for i in rows])
+        return out
+
+    def encode_one(self, text: str) -> np.ndarray:
+        return self.encode([text])[0]
+
+    def encode_alone(self, texts: Sequence[str]) -> np.ndarray:
+        """``encode``, each text in a batch of its own, as the pipeline encodes a question: an int8 model scales its
+        activations by the largest value in the whole batch, so a vector shifts with the texts batched with it
+        (docs/decisions/int8-scheme.md)."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            out[i] = self.encode_one(text)
+        return out
+
+    def stop(self) -> None:
+        """Abort the batch this encoder is running (from another thread): its ``encode`` raises, now and ever after.
+        For an indexing session when the server stops: a batch of 1,024 passages takes seconds on a small CPU."""
+        self.run_options.terminate = True
+
+    def _run(self, encodings: list) -> np.ndarray:
+        feeds = pad_batch(encodings)
+        hidden = self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names}, self.run_options)[0]
+        return mean_pool(hidden, feeds["attention_mask"])
+
+
+def length_batches(lengths: Sequence[int], batch_tokens: int) -> Iterator[list[int]]:
+    """Row indices grouped by length so that rows × longest ≤ batch_tokens (bounds activation memory)."""
+    order = np.argsort(lengths, kind="stable")
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) + 1) * lengths[i] > batch_tokens:
+            yield batch
+            batch = []
+        batch.append(int(i))
+    if batch:
+        yield batch
+
+
+def pad_batch(encodings: Sequence) -> dict[str, np.ndarray]:
+    """BERT feeds (input_ids, attention_mask, token_type_ids) right-padded to the longest encoding."""
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    types = np.zeros_like(ids)
+    for r, e in enumerate(encodings):
+        n = len(e.ids)
+        ids[r, :n], mask[r, :n], types[r, :n] = e.ids, e.attention_mask, e.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """sentence-transformers mean pooling over real tokens, then L2 normalisation."""
+    m = mask[..., None].astype(np.float32)
+    pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+    return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)

@@ -1,0 +1,79 @@
+"""The question as the full-text indexes read it: its content words, OR-ed.
+
+Both stores index each passage's title, text and context (its neighbours' text, store_db.CONTEXT_NEIGHBOURS, at a
+lower weight) with an English stemmer (SQLite FTS5 ``porter unicode61``,
+PostgreSQL ``to_tsvector('english', ...)``) and rank by their own term statistics (BM25, ``ts_rank_cd``). A
+question is reduced to its content words (``text.keywords``: lower-case word characters, stop words dropped) and
+any of them may match: questions paraphrase, so requiring every word would miss. Only word characters reach a
+query string, so no question can inject the engines' query syntax. A question with no such word (all stop
+words, emoji) has no lexical query, and retrieval falls back to dense.
+
+Ranking every passage that holds any of the words costs time in proportion to their postings: at 100k passages
+common words ("one", "new", "film": 5-20% of passages each) make an OR-ed question score thousands of passages.
+So the candidates are the passages holding the question's *rarest* words, up to ``POSTINGS_BUDGET`` postings (at
+least the rarest word; ``Config.lexical_budget``), and every word still scores them. What that costs in R@1, on every
+SQuAD 1.1 train article indexed (92,182 sentence passages with their context column) and 2,000 questions of the
+articles ``benchmarks.fusion`` tunes on: nothing at 2,000 postings (hybrid R@1 0.717, as exact search), 0.3 points at
+1,000 (0.714), 0.5 at 500; hybrid p50 3.33 ms at 2,000, 2.65 at 1,000, 12.83 exact (``python -m
+benchmarks.lexical_budget --real``; docs/decisions/lexical-budget.md). A store smaller than the budget is searched exactly.
+Each store remembers its words' postings (``Postings``) until its next commit: a question's words are counted once.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+from ..documents.text import keywords
+
+MAX_TERMS = 32  # a long question's extra words add cost, not recall
+POSTINGS_BUDGET = 2_000  # passages a lexical search scores at most, roughly (benchmarks/lexical_budget.py)
+POSTINGS_CACHE = 20_000  # terms whose postings a store remembers (~2 MB)
+
+
+def query_terms(question: str) -> list[str]:
+    """The question's content words, in a fixed order (sorted, so one question always makes one query)."""
+    return sorted(keywords(question))[:MAX_TERMS]
+
+
+def candidate_terms(terms: list[str], postings: list[int], budget: int = POSTINGS_BUDGET
+                    ) -> tuple[list[str], list[str]]:
+    """``terms`` split by their postings (how many passages hold each) into the rarest, whose passages are the
+    candidates (postings summing to at most ``budget``, and at least one term), and the rest, which only score them."""
+    order = sorted(range(len(terms)), key=lambda i: (postings[i], terms[i]))
+    rare: list[str] = []
+    total = 0
+    for i in order:
+        if rare and total + postings[i] > budget:
+            break
+        rare.append(terms[i])
+        total += postings[i]
+    return rare, [t for t in terms if t not in rare]
+
+
+class Postings:
+    """How many passages hold each term, remembered while the store's ``key`` (its version, a time bucket) stays:
+    counting a common word costs up to 0.1 ms (SQLite) each question, and the split into rare and common terms
+    needs no exact count."""
+
+    def __init__(self) -> None:
+        self._key: Hashable = None
+        self._counts: dict[str, int] = {}
+
+    def of(self, terms: list[str], key: Hashable, count: Callable[[list[str]], list[int]]) -> list[int]:
+        """Each term's postings; ``count`` counts those not remembered under ``key``."""
+        counts = self._counts  # searches in other threads may start a new dict meanwhile, never change this one
+        if key != self._key or len(counts) > POSTINGS_CACHE:
+            counts, self._key = {}, key
+            self._counts = counts
+        if missing := [t for t in dict.fromkeys(terms) if t not in counts]:
+            counts.update(zip(missing, count(missing)))
+        return [counts[t] for t in terms]
+
+
+def fts5_query(terms: list[str]) -> str:
+    """SQLite FTS5 MATCH syntax: every term a quoted string, OR-ed."""
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+def tsquery(terms: list[str]) -> str:
+    """PostgreSQL to_tsquery syntax: every term quoted, OR-ed."""
+    return " | ".join(f"'{t}'" for t in terms)

@@ -1,0 +1,106 @@
+"""Router (thesis §4.3): which budget tier a question needs, from what retrieval found.
+
+``router.onnx`` is one small MLP exported by ``python -m convert router``; its logits are in
+``config.TIERS`` order. ``features`` builds the row it is trained and run on: the query embedding
+followed by the retrieval profile of the one search the pipeline makes — the cosine profile of the top
+10 hits (s1, s1 - s5, score entropy: does one passage stand out?) and how much of the question the best
+of them cover (the compressor's term overlap, without the cosine prior, at the top 1 / 3 / 10 hits: is
+the answer sentence likely among them?). The shipped router reads the profile only: in cross-validation
+over 18 groups of training questions (SQuAD articles, HotpotQA buckets) the embedding made it worse (it learns the topics of the training articles,
+not difficulty; edge_rag/assets/router_report.md). Routers of older bundles read the embedding (384
+wide) or embedding and profile (390): ``Router`` gives each the columns of its width. Training
+(convert/train_router.py) calls the same ``features`` on the same search, so the router sees at run time
+exactly what it was trained on.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..config import TIERS, Config, Tier, TierSpec
+from ..types import Passage
+from .compress import score_sentences
+from .encode import load_session
+
+PROFILE = ("s1", "s1-s5", "entropy", "overlap@1", "overlap@3", "overlap@10")  # input order after the embedding
+PROFILE_K = 10  # top hits the profile reads (the search returns at least this many: search_width)
+PROFILE_TEMPERATURE = 0.05  # softmax temperature over cosines: gaps of a few hundredths decide the entropy
+
+
+def profile(question: str, hits: Sequence[Passage]) -> np.ndarray:
+    """s1, s1 - s5, the entropy of softmax(top-10 cosines / T) divided by ln 10 (1 = flat, 0 = one hit
+    stands out), then the best term overlap of a sentence of the top 1 / 3 / 10 hits with the question.
+    Fewer hits than 5 use the last one; no hits (no retrieval, empty store) = zeros."""
+    top = list(hits)[:PROFILE_K]
+    if not top:
+        return np.zeros(len(PROFILE), np.float32)
+    s = np.array([p.score for p in top], dtype=np.float64)
+    p = np.exp((s - s.max()) / PROFILE_TEMPERATURE)
+    p /= p.sum()
+    entropy = -float(np.sum(p * np.log(np.maximum(p, 1e-12)))) / np.log(PROFILE_K)
+    overlap = [0.0] * len(top)  # best sentence of each hit
+    for sentence in score_sentences(question, top, prior_weight=0.0):
+        overlap[sentence.rank] = max(overlap[sentence.rank], sentence.relevance)
+    best = [max(overlap[:n]) for n in (1, 3, PROFILE_K)]
+    return np.array([s[0], s[0] - s[min(4, len(s) - 1)], entropy, *best], np.float32)
+
+
+def features(vector: np.ndarray, question: str, hits: Sequence[Passage]) -> np.ndarray:
+    """The router's input row: the query embedding, then ``profile(question, hits)``."""
+    return np.concatenate([np.asarray(vector, np.float32).ravel(), profile(question, hits)])
+
+
+def search_width(config: Config) -> int:
+    """Passages one search fetches: enough for any tier plus correction, the gate, and the profile."""
+    c = config
+    most = max([c.baseline_k] + [c.tier(t).k for t in TIERS])
+    return max(most + c.correction_extra_k, c.gate_max_n, PROFILE_K)
+
+
+def columns(width: int, row_width: int) -> slice:
+    """The columns of a ``features`` row (``row_width`` wide) that a router with ``width`` inputs reads:
+    the profile (the last ``len(PROFILE)``), else the leading ``width`` — the embedding (384) or the
+    embedding and profile (390) of routers shipped before the profile-only one."""
+    return slice(row_width - len(PROFILE), row_width) if width == len(PROFILE) else slice(0, width)
+
+
+class Router:
+    def __init__(self, onnx_path: str | Path, threads: int = 1) -> None:
+        self.session = load_session(Path(onnx_path), threads)
+        self.input = self.session.get_inputs()[0].name
+        self.width = int(self.session.get_inputs()[0].shape[1])
+
+    def logits(self, rows: np.ndarray) -> np.ndarray:
+        """Logits of ``features`` rows (batch, embedding + profile); the model gets the columns it reads."""
+        rows = np.atleast_2d(rows).astype(np.float32)
+        return self.session.run(None, {self.input: rows[:, columns(self.width, rows.shape[1])]})[0]
+
+    def __call__(self, vector: np.ndarray, question: str = "", hits: Sequence[Passage] = ()) -> Tier:
+        return TIERS[int(np.argmax(self.logits(features(vector, question, hits))[0]))]
+
+
+def choose_tier(vector: np.ndarray, question: str, hits: Sequence[Passage], router: Router | None,
+                config: Config) -> tuple[Tier, TierSpec, bool]:
+    """The tier, its budget, and whether it is a fallback. The router decides unless it is switched off
+    (the fixed-k baseline: k = baseline_k, other limits as the fallback tier, no rerank), a tier is
+    forced (tier_override), or the bundle has no router (the config's fallback tier, recorded as such)."""
+    c = config
+    if not c.router:
+        base = c.tier(c.fallback_tier)
+        return c.fallback_tier, TierSpec(c.baseline_k, base.context_chars, base.max_new_tokens, False), False
+    if c.tier_override is not None:
+        return c.tier_override, c.tier(c.tier_override), False
+    if router is None:
+        return c.fallback_tier, c.tier(c.fallback_tier), True
+    tier = router(vector, question, hits)
+    return tier, c.tier(tier), False
+
+
+def correct(hits: list[Passage], k: int, tier: Tier, config: Config) -> tuple[list[Passage], bool]:
+    """Thesis correction: a weak best match (s_1 < threshold) on a non-HARD tier gets k_extra more passages."""
+    weak = bool(hits) and hits[0].score < config.correction_threshold
+    if config.correction and weak and tier is not Tier.HARD:
+        return hits[: k + config.correction_extra_k], True
+    return hits[:k], False

@@ -1,0 +1,135 @@
+"""Step 1 of the pipeline: a repeated question is answered from memory, skipping encode to generate.
+
+An LRU of ``config.cache_size`` answers keyed by the normalised question, optionally mirrored in a
+SQLite file so answers survive restarts. Every entry records the corpus version it was computed on;
+an entry from another version is a miss, so adding documents invalidates the cache without a sweep.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sqlite3
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from ..config import Config, Tier
+from ..documents.text import normalize
+from ..errors import StoreError
+from ..types import Answer, PassageRef, Route
+
+# One row per question; ``used`` is a counter bumped on every put and hit, so LRU order survives restarts.
+_COLUMNS = {"key", "corpus_version", "answer", "used"}
+_SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
+    key TEXT PRIMARY KEY, corpus_version TEXT NOT NULL, answer TEXT NOT NULL, used INTEGER NOT NULL)"""
+_SELECT = "SELECT answer FROM answers WHERE key = ? AND corpus_version = ?"
+_TOUCH = "UPDATE answers SET used = (SELECT MAX(used) + 1 FROM answers) WHERE key = ?"
+_INSERT = "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM answers))"
+_EVICT = "DELETE FROM answers WHERE key NOT IN (SELECT key FROM answers ORDER BY used DESC LIMIT ?)"
+
+
+def cache_key(question: str) -> str:
+    """Case, spacing and trailing punctuation (?.!,;:) do not make a new question."""
+    return normalize(question).rstrip("?.!,;: ")
+
+
+def answer_from_dict(d: dict) -> Answer:
+    """Inverse of ``Answer.to_dict`` (enums, passage refs, None back to NaN); unknown keys are ignored
+    so that a cache written by an older or newer version still loads."""
+    known = {f.name for f in dataclasses.fields(Answer)}
+    kw = {k: v for k, v in d.items() if k in known}
+    kw["route"] = Route(kw["route"])
+    kw["tier"] = Tier(kw["tier"])
+    kw["passages"] = [PassageRef(**p) for p in kw.get("passages", [])]
+    for key in ("lower_bound", "threshold", "d_min"):
+        if kw.get(key) is None:
+            kw[key] = math.nan
+    return Answer(**kw)
+
+
+class AnswerCache:
+    """LRU of answers in memory, optionally persisted (and bounded the same way) in a SQLite file."""
+
+    def __init__(self, config: Config, path: str | Path | None = None):
+        self.capacity = config.cache_size
+        self.path = Path(path) if path is not None else None
+        # key -> (corpus version, Answer JSON); JSON so no caller can mutate a cached answer in place
+        self._memory: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._lock = threading.Lock()  # one cache may serve several threads
+        self._db: sqlite3.Connection | None = None
+        if self.path is not None:
+            try:
+                self._db = sqlite3.connect(self.path, check_same_thread=False)
+            except sqlite3.Error as e:
+                raise self._error(e) from e
+            # WAL + synchronous=NORMAL: one fsync per checkpoint, not per put; a crash loses at most
+            # the last answers, which a cache can afford.
+            for sql in ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", _SCHEMA):
+                self._sql(sql)
+            columns = {row[1] for row in self._sql("PRAGMA table_info(answers)")}
+            if columns != _COLUMNS:
+                raise StoreError(
+                    f"answer cache {self.path}: table 'answers' has columns {sorted(columns)}, "
+                    f"expected {sorted(_COLUMNS)}; delete the file to start a fresh cache"
+                )
+
+    def get(self, question: str, corpus_version: str) -> Answer | None:
+        """The stored answer (a fresh copy with ``cache_hit=True``) or None on a miss."""
+        key = cache_key(question)
+        with self._lock:
+            entry = self._memory.get(key)
+            if (entry is None or entry[0] != corpus_version) and self._db is not None:
+                rows = self._sql(_SELECT, (key, corpus_version))
+                entry = (corpus_version, rows[0][0]) if rows else None
+            if entry is None or entry[0] != corpus_version:
+                return None
+            text = entry[1]
+            self._remember(key, corpus_version, text)
+            if self._db is not None:
+                self._sql(_TOUCH, (key,))
+        answer = answer_from_dict(json.loads(text))
+        answer.cache_hit = True
+        return answer
+
+    def put(self, question: str, answer: Answer, corpus_version: str) -> None:
+        key, text = cache_key(question), json.dumps(answer.to_dict())
+        with self._lock:
+            self._remember(key, corpus_version, text)
+            if self._db is not None:
+                self._sql(_INSERT, (key, corpus_version, text))
+                self._sql(_EVICT, (self.capacity,))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memory.clear()
+            if self._db is not None:
+                self._sql("DELETE FROM answers")
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __len__(self) -> int:
+        return len(self._memory)
+
+    def _remember(self, key: str, version: str, text: str) -> None:
+        self._memory[key] = (version, text)
+        self._memory.move_to_end(key)
+        while len(self._memory) > self.capacity:
+            self._memory.popitem(last=False)
+
+    def _sql(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Run one statement in its own transaction and return its rows; failures name the file."""
+        assert self._db is not None
+        try:
+            with self._db:  # commits on success, rolls back on error
+                return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise self._error(e) from e
+
+    def _error(self, e: sqlite3.Error) -> StoreError:
+        return StoreError(
+            f"answer cache {self.path} is not a usable SQLite database ({e}); delete it to start a fresh cache"
+        )

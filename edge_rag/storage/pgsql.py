@@ -1,0 +1,131 @@
+"""The PostgreSQL side of ``pgstore``: table names, the schema, the queries, and the client libraries.
+
+Kept apart from the store class so the SQL reads in one place (and benchmarks can reuse it).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import StoreError
+from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
+from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
+
+META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
+WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
+POOL_MIN, POOL_MAX = 1, 4
+CONNECT_TIMEOUT_S = 10
+COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
+
+SCHEMA = f"""
+CREATE TABLE {META} (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {DOCUMENTS} (
+    doc_id text PRIMARY KEY, title text NOT NULL, source text, sha text, complete boolean NOT NULL DEFAULT true);
+CREATE TABLE {PASSAGES} (
+    id bigint PRIMARY KEY, doc_id text NOT NULL REFERENCES {DOCUMENTS}(doc_id) ON DELETE CASCADE,
+    title text NOT NULL, text text NOT NULL, position integer NOT NULL, embedding vector({{dim}}) NOT NULL);
+CREATE INDEX {PASSAGES}_doc ON {PASSAGES}(doc_id);
+CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops)
+    WITH (m = {{m}}, ef_construction = {{ef_construction}});
+"""
+# A passage's context (store_db.CONTEXT_NEIGHBOURS): the text of its document's passages within that many positions,
+# for every stored passage at once (the upgrade of a store from before it).
+SET_CONTEXT = f"""UPDATE {PASSAGES} p SET context = (SELECT string_agg(n.text, ' ' ORDER BY n.position)
+    FROM {PASSAGES} n WHERE n.doc_id = p.doc_id AND n.id <> p.id
+    AND n.position BETWEEN p.position - {CONTEXT_NEIGHBOURS} AND p.position + {CONTEXT_NEIGHBOURS})"""
+# The full-text index: a tsvector of title and text (weight A) and context (B) computed by PostgreSQL on every insert
+# or context update (so it commits with the passage), behind a GIN index. Stores made before it, or before its
+# context, get both on open (one transaction, under the writers' lock).
+FULL_TEXT = f"""
+ALTER TABLE {PASSAGES} DROP COLUMN IF EXISTS tsv;
+ALTER TABLE {PASSAGES} ADD COLUMN IF NOT EXISTS context text;
+{SET_CONTEXT};
+ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
+    setweight(to_tsvector('english', title || ' ' || text), 'A')
+    || setweight(to_tsvector('english', coalesce(context, '')), 'B')) STORED;
+CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv);
+"""
+# Ranked by every term of the question (q), among the passages holding its rarest terms (c: lexical.py's budget);
+# the weights of labels D, C, B (context) and A (title and text).
+SEARCH_TEXT = f"""SELECT id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', tsv, q) AS rank FROM {PASSAGES},
+    to_tsquery('english', %s) q, to_tsquery('english', %s) c WHERE tsv @@ c ORDER BY rank DESC, id LIMIT %s"""
+POSTINGS = f"""SELECT (SELECT count(*) FROM {PASSAGES} WHERE tsv @@ to_tsquery('english', t))
+FROM unnest(%s::text[]) WITH ORDINALITY AS terms(t, i) ORDER BY i"""
+SEARCH = f"""SELECT id, doc_id, title, text, position, embedding <=> %(q)b AS distance
+FROM {PASSAGES} ORDER BY distance LIMIT %(k)s"""
+# When some passages are not reached by the graph (``exact``, reachability.py): the HNSW top k and those searched exactly
+# (by primary key: a set-returning function here made the planner scan the table), the best k of both.
+SEARCH_WITH_EXACT = f"""SELECT * FROM (({SEARCH})
+    UNION SELECT id, doc_id, title, text, position, embedding <=> %(q)b FROM {PASSAGES} WHERE id = ANY(%(exact)s)
+) found ORDER BY distance LIMIT %(k)s"""
+# Of the passages ``ids`` (None: all), those whose own embedding's top k through the HNSW index misses them.
+UNREACHABLE = f"""SELECT p.id FROM {PASSAGES} p WHERE (%(ids)s::bigint[] IS NULL OR p.id = ANY(%(ids)s))
+    AND p.id NOT IN (SELECT q.id FROM {PASSAGES} q ORDER BY q.embedding <=> p.embedding LIMIT %(k)s)"""
+SCORED = f"SELECT id, doc_id, title, text, position, embedding <=> %b FROM {PASSAGES} WHERE id = ANY(%s)"
+PASSAGES_BY_ID = f"SELECT id, doc_id, title, text, position FROM {PASSAGES} WHERE id = ANY(%s)"
+# Documents in the order their first passage was stored (passage ids are never reused), as the embedded store's rowid.
+TITLES = f"""SELECT d.title FROM {DOCUMENTS} d WHERE d.title <> ''
+    ORDER BY (SELECT min(p.id) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) NULLS LAST, d.doc_id LIMIT %s"""
+DOCUMENT = f"""SELECT sha, coalesce(source, ''), complete,
+    (SELECT count(*) FROM {PASSAGES} p WHERE p.doc_id = d.doc_id) FROM {DOCUMENTS} d WHERE doc_id = %s"""
+
+
+def client():
+    """psycopg, its pool and the pgvector adapter, or a StoreError saying how to install them."""
+    try:
+        import psycopg
+        import psycopg_pool
+        from pgvector.psycopg import register_vector
+    except ImportError as exc:
+        raise StoreError(f"a postgresql:// store needs the PostgreSQL client ({exc.name} is missing): "
+                         "pip install 'edge-rag[pg]'") from None
+    return psycopg, psycopg_pool, register_vector
+
+
+def configure(conn, register, ef_search: int) -> None:
+    """Each pooled connection: the pgvector adapter (``register``), the HNSW search breadth (``PgStore.search`` widens
+    it with the store) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted
+    passages in the graph) goes on searching instead of returning short."""
+    register(conn)
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef_search),))
+    version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")
+
+
+def postings(conn, terms: list[str]) -> list[int]:
+    """How many passages hold each term, in one round trip."""
+    return [n for (n,) in conn.execute(POSTINGS, ([tsquery([t]) for t in terms],))]
+
+
+def text_search_params(terms: list[str], counts: list[int], k: int, budget: int = POSTINGS_BUDGET
+                       ) -> tuple[str, str, int]:
+    """SEARCH_TEXT's parameters: the query of all ``terms``, that of the rarest (lexical.candidate_terms over
+    their postings ``counts``) and k."""
+    return tsquery(terms), tsquery(candidate_terms(terms, counts, budget)[0]), k
+
+
+def part_contexts(conn, parts: Sequence[Part], first: int) -> tuple[dict[int, str], list[tuple[str, int]]]:
+    """store_db.commit_contexts for the passages ``parts`` add (ids from ``first`` on): computed before the COPY and
+    written with each row (an UPDATE re-inserts a row into every index, HNSW too)."""
+    groups, pid = [], first
+    for p in parts:
+        groups.append((p.doc.doc_id, [(pid + k, p.start + k, text) for k, text in enumerate(p.texts)]))
+        pid += len(p.texts)
+    return commit_contexts([g for g in groups if g[1]], lambda doc_id, lo, hi: conn.execute(
+        f"SELECT id, position, text FROM {PASSAGES} WHERE doc_id = %s AND position BETWEEN %s AND %s "
+        "ORDER BY position", (doc_id, lo, hi)).fetchall())
+
+
+def has_full_text(conn) -> bool:
+    """Whether the passages have the full-text column and the context it reads."""
+    return conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = %s "
+                        "AND column_name IN ('tsv', 'context')", (PASSAGES,)).fetchone()[0] == 2
+
+
+def delete_documents(conn, doc_ids: list[str]) -> int:
+    """Delete documents (their passages cascade); the number of passages deleted."""
+    if not doc_ids:
+        return 0
+    n = conn.execute(f"SELECT count(*) FROM {PASSAGES} WHERE doc_id = ANY(%s)", (doc_ids,)).fetchone()[0]
+    conn.execute(f"DELETE FROM {DOCUMENTS} WHERE doc_id = ANY(%s)", (doc_ids,))
+    return int(n)

@@ -1,0 +1,300 @@
+"""The store's SQLite file: schema, durable settings and the checks made when it opens.
+
+A lost or emptied database beside an existing index is an error, never a silent new store, and
+``PRAGMA quick_check`` runs at every open so a damaged page is reported before any answer uses it.
+"""
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+
+import hnswlib
+
+from ..errors import StoreError, full_disk_is_an_error
+from ..types import Document
+from . import hnsw
+
+DB_FILE = "passages.sqlite"
+INDEX_GLOB = "vectors*.hnsw"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, source TEXT, sha TEXT, complete INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS passages (
+    id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL REFERENCES documents(doc_id),
+    title TEXT NOT NULL, text TEXT NOT NULL, position INTEGER NOT NULL, crc INTEGER, context TEXT);
+CREATE INDEX IF NOT EXISTS passages_doc ON passages(doc_id);
+CREATE TABLE IF NOT EXISTS deleted (id INTEGER PRIMARY KEY);
+"""
+# Columns added since the first store format; older stores get them on open (NULL = not recorded).
+_ADDED_COLUMNS = {"documents": {"sha": "TEXT", "complete": "INTEGER NOT NULL DEFAULT 1"},
+                  "passages": {"crc": "INTEGER", "context": "TEXT"}}
+
+# The full-text index (SQLite FTS5, BM25) over each passage's title, text and context. An external-content table kept
+# in step with ``passages`` by triggers, so every commit writes both in its one transaction (crash-safe like the
+# rest); a store from before it (or before its context column) gets the table and a rebuild from its passages, once,
+# in one transaction, when it is opened.
+FTS_TABLE = "passages_fts"
+# Each commit merges the full-text index's segments, at least as many pages as it changes passages (a passage is
+# ~0.05 page): the index stays about one segment, which searches faster than the several that loads and automerge
+# leave, at ~30 ms per 500 pages merged.
+FTS_MERGE_MIN_PAGES = 64
+TITLE_WEIGHT = 0.5  # BM25 weight of a passage's title against its text (1.0)
+# A passage's context: the text of the passages of its document within CONTEXT_NEIGHBOURS positions, indexed beside
+# its own text at CONTEXT_WEIGHT. A sentence holds few of a question's words, the ones around it often hold the rest:
+# pooled train/val R@1 0.756 -> 0.789, HotpotQA both-in-top-5 no worse (`python -m benchmarks.context_index`;
+# docs/decisions/context-column.md).
+CONTEXT_NEIGHBOURS = 2
+CONTEXT_WEIGHT = 0.5
+_FTS_TRIGGERS = ("passages_fts_insert", "passages_fts_delete", "passages_fts_update")
+_FTS_INSERT = f"INSERT INTO {FTS_TABLE}(rowid, title, text, context) VALUES (new.id, new.title, new.text, new.context)"
+_FTS_DELETE = (f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, title, text, context) "
+               "VALUES ('delete', old.id, old.title, old.text, old.context)")
+_FTS = [
+    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(title, text, context, content='passages', content_rowid='id', "
+    "tokenize='porter unicode61')",
+    f"CREATE TRIGGER passages_fts_insert AFTER INSERT ON passages BEGIN {_FTS_INSERT}; END",
+    f"CREATE TRIGGER passages_fts_delete AFTER DELETE ON passages BEGIN {_FTS_DELETE}; END",
+    f"CREATE TRIGGER passages_fts_update AFTER UPDATE OF context ON passages BEGIN {_FTS_DELETE}; {_FTS_INSERT}; END",
+    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')",
+]
+
+
+@dataclass(frozen=True)
+class Part:
+    """Consecutive passages of one document: ``texts`` at positions ``start``…; ``last`` if they end it."""
+
+    doc: Document
+    start: int
+    texts: list[str]
+    last: bool
+    sha: str = ""  # content hash of the whole document (recorded with its first part)
+
+
+@dataclass(frozen=True)
+class DocumentState:
+    """What the store holds of a document."""
+
+    sha: str | None
+    source: str
+    complete: bool
+    passages: int
+
+
+def passage_crc(doc_id: str, title: str, text: str) -> int:
+    return zlib.crc32(f"{doc_id}\0{title}\0{text}".encode())
+
+
+def commit_rows(parts: Sequence[Part], first: int) -> tuple[list[tuple], list[tuple], list[tuple], int]:
+    """The rows one commit writes for ``parts``, passage ids from ``first`` on: passages, new documents, documents
+    completed by this commit, and the next free id."""
+    rows, docs, done, pid = [], [], [], first
+    for part in parts:
+        if part.start == 0:
+            docs.append((part.doc.doc_id, part.doc.title, part.doc.source, part.sha, int(part.last)))
+        elif part.last:
+            done.append((part.doc.doc_id,))
+        for pos, text in enumerate(part.texts, part.start):
+            rows.append((pid, part.doc.doc_id, part.doc.title, text, pos, passage_crc(part.doc.doc_id, part.doc.title, text)))
+            pid += 1
+    return rows, docs, done, pid
+
+
+def contexts(neighbours: Sequence[tuple[int, int, str]], c: int = CONTEXT_NEIGHBOURS) -> dict[int, str]:
+    """Each passage's context from (id, position, text) of one document, in position order: the texts within ``c``
+    positions of it, in order."""
+    text = {pos: t for _, pos, t in neighbours}
+    return {pid: " ".join(text[q] for q in range(pos - c, pos + c + 1) if q != pos and q in text)
+            for pid, pos, _ in neighbours}
+
+
+Neighbours = Callable[[str, int, int], Sequence[tuple[int, int, str]]]
+
+
+def commit_contexts(groups: Iterable[tuple[str, list[tuple[int, int, str]]]], stored: Neighbours
+                    ) -> tuple[dict[int, str], list[tuple[str, int]]]:
+    """Both stores' contexts for one commit: each new passage's (by id), and (context, id) of the stored passages
+    before a group whose right neighbours it adds — a long document comes in several commits (indexing.py), and the
+    last passages of one get the rest of their context with the next. ``groups``: per document, its new (id,
+    position, text), in order (one part of a document per commit); ``stored(doc_id, lo, hi)``: its stored (id,
+    position, text) at positions lo..hi, in order."""
+    c, out, updates = CONTEXT_NEIGHBOURS, dict[int, str](), list[tuple[str, int]]()
+    for doc_id, new in groups:
+        start = new[0][1]
+        before = list(stored(doc_id, start - 2 * c, start - 1)) if start > 0 else []
+        context = contexts(before + new, c)
+        out.update((pid, context[pid]) for pid, _, _ in new)
+        updates += [(context[pid], pid) for pid, pos, _ in before if pos >= start - c]
+    return out, updates
+
+
+def write_commit(db: sqlite3.Connection, remove: Sequence[str], gone: Sequence[int], rows: Sequence[tuple],
+                 docs: Sequence[tuple], done: Sequence[tuple], meta: dict[str, object]) -> None:
+    """One commit's changes, inside the caller's transaction: documents ``remove`` out (their passage ids
+    ``gone`` recorded as deleted), ``commit_rows``'s rows in (with their contexts), and ``meta`` (which names the
+    index file)."""
+    marks = ",".join("?" * len(remove))
+    db.execute(f"DELETE FROM passages WHERE doc_id IN ({marks})", list(remove))
+    db.execute(f"DELETE FROM documents WHERE doc_id IN ({marks})", list(remove))
+    db.executemany("INSERT INTO deleted VALUES (?)", [(g,) for g in gone])
+    db.executemany("INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?)", docs)
+    db.executemany("UPDATE documents SET complete = 1 WHERE doc_id = ?", done)
+    groups = ((doc_id, [(r[0], r[4], r[3]) for r in group]) for doc_id, group in groupby(rows, key=lambda r: r[1]))
+    new, updates = commit_contexts(groups, lambda doc_id, lo, hi: db.execute(
+        "SELECT id, position, text FROM passages WHERE doc_id = ? AND position BETWEEN ? AND ? ORDER BY position",
+        (doc_id, lo, hi)).fetchall())
+    db.executemany("INSERT INTO passages (id, doc_id, title, text, position, crc, context) VALUES (?,?,?,?,?,?,?)",
+                   [(*r, new[r[0]]) for r in rows])
+    db.executemany("UPDATE passages SET context = ? WHERE id = ?", updates)
+    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
+    if _has_fts(db):  # FTS5 'merge' < 0: merge segments of any level, this many pages at most (incremental optimize)
+        db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('merge', ?)",
+                   (-max(FTS_MERGE_MIN_PAGES, len(rows) + len(gone)),))
+
+
+def check_files(folder: Path, create: bool) -> None:
+    """StoreError if ``passages.sqlite`` is missing or empty while an index exists (or at all, unless ``create``)."""
+    db = folder / DB_FILE
+    db_empty = not db.is_file() or db.stat().st_size == 0
+    if db_empty and folder.is_dir() and any(folder.glob(INDEX_GLOB)):
+        state = "is empty" if db.is_file() else "is missing"
+        raise StoreError(f"{db} {state} but {folder} holds a vector index: the passages are lost; "
+                         "restore the file from a backup or delete the folder and re-index")
+    if not create and db_empty:
+        raise StoreError(f"no passage store at {folder} ({DB_FILE} missing or empty); "
+                         "index documents into it first (edge-rag index --db ...)")
+
+
+BUSY_TIMEOUT_S = 60.0  # how long an open or a statement waits for another process's transaction
+
+
+def connect(folder: Path) -> sqlite3.Connection:
+    """The checked database, schema up to date (older stores get the newer columns, NULL = unknown)."""
+    path = folder / DB_FILE
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            with full_disk_is_an_error(folder):  # opening makes the WAL files
+                return _open(path)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
+            # SQLite fails at once, without waiting, when two connections set up a new store together (the
+            # WAL switch or a schema write meets the other's fresh commit): open again until the deadline.
+            if time.monotonic() >= deadline:
+                raise StoreError(f"{path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s: {exc}") from exc
+            time.sleep(0.05)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
+
+
+def _has_fts(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FTS_TABLE,)).fetchone() is not None
+
+
+def _fts_current(db: sqlite3.Connection) -> bool:
+    return "context" in {r[1] for r in db.execute(f"PRAGMA table_info({FTS_TABLE})")}
+
+
+def _add_fts(db: sqlite3.Connection) -> None:
+    """The full-text index and its triggers, filled from the stored passages (their contexts first), all in one
+    write transaction (two processes opening an old store at once: the second finds it made). An index from
+    before the context column is dropped and made again."""
+    if _fts_current(db):
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if not _fts_current(db):
+            for name in _FTS_TRIGGERS:
+                db.execute(f"DROP TRIGGER IF EXISTS {name}")
+            db.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}")
+            rows = db.execute("SELECT doc_id, id, position, text FROM passages ORDER BY doc_id, position")
+            for _, group in groupby(rows.fetchall(), key=lambda r: r[0]):
+                context = contexts([r[1:] for r in group])
+                db.executemany("UPDATE passages SET context = ? WHERE id = ?", [(t, i) for i, t in context.items()])
+            for statement in _FTS:
+                db.execute(statement)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def second_connection(folder: Path) -> sqlite3.Connection:
+    """One more connection to the store ``connect`` opened (checked, schema as it found or made it), with the
+    same durable settings: a writer's own, so that searches keep theirs while it commits, or a full-text
+    search's (``store_fts.Readers``)."""
+    # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
+    # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
+    db = sqlite3.connect(folder / DB_FILE, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+    db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
+    db.execute("PRAGMA foreign_keys=ON")
+    return db
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    db = second_connection(path.parent)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        check = db.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); re-index")
+        db.executescript(_SCHEMA)
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            for name, decl in columns.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+        db.commit()
+        _add_fts(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def max_id(db: sqlite3.Connection) -> int:
+    """The highest passage id ever used (-1: none): stores written before ``next_id`` was kept start after it."""
+    row = db.execute("SELECT MAX(m) FROM (SELECT MAX(id) m FROM passages UNION ALL SELECT MAX(id) FROM deleted)")
+    return -1 if (v := row.fetchone()[0]) is None else int(v)
+
+
+def remove_orphans(folder: Path, keep: str | None) -> None:
+    """Index files no commit points at (``keep`` is the committed one): left by a crash before or right after a
+    commit."""
+    for path in folder.glob(INDEX_GLOB):
+        if path.name != keep:
+            path.unlink()
+    for path in folder.glob(f".{INDEX_GLOB}.*.tmp"):  # the atomic-rename temp files of old stores
+        path.unlink()
+
+
+def load_index(db: sqlite3.Connection, folder: Path, name: str | None, meta: dict[str, str], dim: int, m: int,
+               ef_construction: int) -> hnswlib.Index:
+    """The committed index file ``name`` in ``folder`` (None: none yet, an empty index), checked against the
+    passages: its live labels are exactly their ids. A commit marks its removals deleted after it saved its
+    file (``Store._commit``), so they are marked here, from the ``deleted`` table."""
+    count = db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
+    if name is None:
+        if count:
+            raise StoreError(f"store {folder} has {count} passages but no index record; re-index")
+        return hnsw.new(dim, m, ef_construction)
+    path = folder / name
+    index = hnsw.load(path, dim, int(meta["index_size"]), meta["index_sha256"])
+    deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
+    labels = set(index.get_ids_list())
+    for label in labels & deleted:
+        with contextlib.suppress(RuntimeError):  # marked in the file already
+            index.mark_deleted(label)
+    live = labels - deleted
+    stored = {r[0] for r in db.execute("SELECT id FROM passages")}
+    if live != stored:
+        raise StoreError(f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index")
+    return index

@@ -1,0 +1,57 @@
+"""One writer per store: an exclusive ``flock`` on a lock file in the store folder.
+
+Held for a whole indexing run; the holder's pid is written into the file so a second writer can say
+who it is waiting for. ``flock`` locks belong to an open file, so a second ``WriterLock`` in the same
+process conflicts too, and the kernel drops the lock if the holder dies (a crash never leaves a store
+locked).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import StoreError
+
+LOCK_FILE = "writer.lock"
+
+
+def acquire(folder: Path, timeout: float) -> int:
+    """The locked file's descriptor; waits up to ``timeout`` s, then StoreError naming the holder."""
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise StoreError(
+                    f"store {folder} is being written by another process (pid {holder}); "
+                    f"waited {timeout:g} s — retry when it is done, or wait longer (--wait SECONDS)"
+                ) from None
+            time.sleep(0.05)
+    os.ftruncate(fd, 0)
+    with contextlib.suppress(OSError):  # only for the message above: a full disk fails the commit, and says so
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def release(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path, timeout: float) -> Iterator[None]:
+    fd = acquire(folder, timeout)
+    try:
+        yield
+    finally:
+        release(fd)
