@@ -192,9 +192,9 @@ def cli_reference() -> str:
 
 
 # -- the HTTP API --------------------------------------------------------------------------------------------
-def http_routes() -> str:
-    """The routes ``create_app`` registers, each described by its line of the module docstring of app.py."""
-    path = ROOT / "edge_rag" / "serve" / "app.py"
+def _routes_of(path: Path) -> list[str]:
+    """The reference's rows of the routes ``path`` registers, described by its module docstring."""
+    rows: list[str] = []
     tree = ast.parse(path.read_text(encoding="utf-8"))
     described: dict[tuple[str, str], str] = {}
     key = None
@@ -207,7 +207,6 @@ def http_routes() -> str:
             described[key] += " " + line.strip()
         else:
             key = None
-    rows = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Route":
             route = node.args[0].value  # type: ignore[attr-defined]
@@ -222,4 +221,13 @@ def http_routes() -> str:
                 if not what:
                     raise GenerateError(f"{method} {route}: not described in the docstring of {path.relative_to(ROOT)}")
                 rows.append(f"| `{method}` | `{shown}` | {_cell(what)} |")
+    return rows
+
+
+def http_routes() -> str:
+    """The routes ``create_app`` registers, each described by its line of the module docstring of app.py (the
+    operator page's: admin.py)."""
+    rows = []
+    for path in (ROOT / "edge_rag" / "serve" / "app.py", ROOT / "edge_rag" / "serve" / "admin.py"):
+        rows += _routes_of(path)
     return "| method | path | what |\n|---|---|---|\n" + "\n".join(rows) + "\n"

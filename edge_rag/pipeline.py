@@ -5,7 +5,6 @@ is recorded in the Answer, which is built once, at the end.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -86,8 +85,6 @@ class EdgeRAG:
         self.router = Router(router_path, threads=1) if router_path else None
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
         self.cache = AnswerCache(self.config, cache_file)
-        key = repr((self.config, self.certified.calibration_sha256))  # cached answers: this config and calibration
-        self._config_key = hashlib.sha1(key.encode()).hexdigest()[:12]
 
     # -- indexing ------------------------------------------------------------------------------
     def add_documents(self, documents: Iterable[Document | str], progress: bool | Progress = False,
@@ -200,12 +197,13 @@ class EdgeRAG:
         question = check_question(question)
         stages = Stages(self.config.rss_per_stage)
         with stages("cache"):
-            cached = self.cache.get(question, self._cache_version())
+            certified = self.certified  # decided under this calibration to the end, even if another is swapped in
+            cached = self.cache.get(question, certified.cache_version(self.store))
         if cached is not None:
             yield RouteDecided(cached.route, cached.tier, cache_hit=True)
             yield Final(replace(cached, question=question, **stages.finish()))
             return
-        decision = self._decide(question, stages)
+        decision = self._decide(question, stages, certified)
         yield RouteDecided(decision.route, decision.tier)
         gen: Generation | None = None
         if decision.route is Route.GPT:
@@ -218,7 +216,7 @@ class EdgeRAG:
                     else:  # the last: the whole Generation
                         gen = piece
         answer = decision.answer(question, stages, gen)
-        self.cache.put(question, answer, self._cache_version())
+        self.cache.put(question, answer, certified.cache_version(self.store))
         yield Final(answer)
 
     def decide(self, question: str) -> Answer:
@@ -226,10 +224,15 @@ class EdgeRAG:
         whose context is ready (``ask`` then generates). Cheap: milliseconds, no LLM call."""
         question = check_question(question)
         stages = Stages(self.config.rss_per_stage)
-        return self._decide(question, stages).answer(question, stages)
+        return self._decide(question, stages, self.certified).answer(question, stages)
 
-    def _decide(self, question: str, stage: Stages) -> Decision:
-        """The stages up to the route, timed into ``stage``; what they decided, not yet an Answer."""
+    def use_calibration(self, calibration: Path, max_error_rate: float) -> None:
+        """Decide the next questions under ``calibration`` at ``max_error_rate`` (CertifiedPath.swapped)."""
+        self.certified = self.certified.swapped(calibration, max_error_rate, self.store)
+        self.config = self.certified.config
+
+    def _decide(self, question: str, stage: Stages, certified: CertifiedPath) -> Decision:
+        """The stages up to the route, timed into ``stage``, by ``certified``; what they decided, not yet an Answer."""
         c = self.config
         with stage("encode"):
             vector = self.encoder.encode_one(question)
@@ -259,10 +262,10 @@ class EdgeRAG:
         if c.cgr and c.certified:
             with stage("read"):
                 # from the search's own top hits, not the tier's passages: what the calibration measured
-                candidate = self.certified.read(question, hits, used, self.store)
+                candidate = certified.read(question, hits, used, self.store)
             with stage("certify"):
-                self.certified.check_store(self.store)  # another process may have added other passages since
-                verdict = self.certified.decide(question, d_min, candidate, hits)
+                certified.check_store(self.store)  # another process may have added other passages since
+                verdict = certified.decide(question, d_min, candidate, hits)
             route, reason = verdict.route, verdict.reason
         elif c.cgr:
             with stage("gate"):
@@ -276,10 +279,6 @@ class EdgeRAG:
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""
         return self.ask(question)
-
-    def _cache_version(self) -> str:
-        """Cached answers are valid for this corpus and this configuration only."""
-        return f"{self.store.version}:{self._config_key}"
 
     def close(self) -> None:
         self.cache.close()

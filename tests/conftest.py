@@ -189,3 +189,19 @@ def served(bundle_dir: Path, sample_db: Path, tmp_path_factory: pytest.TempPathF
     questions = serving.gpt_questions(rag, 4)
     with serving.running_server(rag) as url:
         yield url, questions
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the page tests (tests/browsing.py)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra: "
+                                   "pip install 'edge-rag[dev]' (make test installs it)")
+    from browsing import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("Chromium is not installed (make test runs `apt-get install -y chromium`; it needs root and apt)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()

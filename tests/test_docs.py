@@ -108,7 +108,7 @@ def test_cli_and_http_reference_cover_every_command_and_route():
     commands = [name for name, _, _ in hooks.ref._subcommands(parser())]
     assert commands and all(f"`edge-rag {c}`" in cli for c in commands)
     routes = hooks.generate("http")
-    app = (ROOT / "edge_rag" / "serve" / "app.py").read_text(encoding="utf-8")
+    app = "".join((ROOT / "edge_rag" / "serve" / name).read_text(encoding="utf-8") for name in ("app.py", "admin.py"))
     for path in re.findall(r'Route\("([^"]+)"', app):
         shown = re.sub(r":\w+\}", "}", path)
         assert f"`{shown}`" in routes, path

@@ -6,7 +6,6 @@ go to tests/.artifacts/ (git-ignored) for a person to look at.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -14,55 +13,15 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
                                "pip install 'edge-rag[dev]' (make test installs it)")
 httpx = pytest.importorskip("httpx")
 
+from browsing import WAIT_MS, ask, open_page, shot  # noqa: E402
 from serving import OFF_TOPIC, running_server  # noqa: E402
 
 from edge_rag.documents.text import split_sentences, whole_sentences  # noqa: E402
 
-ARTIFACTS = Path(__file__).resolve().parent / ".artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Offline and quiet: no sandbox (root in CI), no GPU, no background fetches, never a downloaded browser.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SIZES = {"800x480": (800, 480), "1920x1080": (1920, 1080)}
-WAIT_MS = 900_000
 # The sample corpus answers this with a clause, not a name: the tallest answer of the suggested questions.
 LONG_ANSWER = "Why is the museum called Harbourlight?"
 # The sample corpus holds the answer, but the certified default is not sure enough of the reader's span to give it.
 UNSURE_CANDIDATE = "When was the museum founded?"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).is_file():
-        pytest.skip("Chromium is not installed (make test runs `apt-get install -y chromium`; it needs root and apt)")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
-
-
-def open_page(browser, url: str, size: str, ready: str = "#suggestion-list button"):
-    width, height = SIZES[size]
-    context = browser.new_context(viewport={"width": width, "height": height}, has_touch=True)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    # what the page's Content-Security-Policy blocked (Chromium reports it on the console) is an error too
-    page.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
-    page.goto(url)
-    page.wait_for_selector(ready)
-    return context, page, errors
-
-
-def ask(page, question: str) -> None:
-    """Ask through the page and wait until it shows an answer, a refusal or an error."""
-    page.fill("#question", question)
-    page.keyboard.press("Enter")
-    # selectors, not wait_for_function: the page's Content-Security-Policy forbids the eval that one needs
-    page.wait_for_selector("#meta:not(:empty), #reason:not([hidden]), #answer:text-matches('^Sorry')",
-                           state="attached", timeout=WAIT_MS)
-    assert not page.inner_text("#answer").startswith("Sorry"), page.inner_text("#result")
 
 
 def small_text(page) -> list:
@@ -105,12 +64,6 @@ def footer_lines(page) -> int:
 
 # pixels of the certificate's text that the footer cuts off (0: all of it shows)
 HIDDEN_TEXT = "() => { const f = document.querySelector('#certificate'); return f.scrollHeight - f.clientHeight; }"
-
-
-def shot(page, name: str) -> Path:
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
-    return path
 
 
 def test_kiosk_page_streams_answers_and_refuses(browser, served):

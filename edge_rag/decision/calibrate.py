@@ -37,10 +37,13 @@ REPORT_ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)  # what `edge-rag calibrat
 
 @dataclass(frozen=True)
 class LabelledQuestion:
-    """A question and its acceptable answers; none: the documents do not answer it (it should be refused)."""
+    """A question and its acceptable answers; none: the documents do not answer it (it should be refused).
+    ``label``: what the /admin page called it ("answer", "not-in-documents", "off-topic"; labels.py), if given:
+    calibration reads only the answers, the page keeps the kind of refusal apart."""
 
     question: str
     answers: tuple[str, ...]
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,9 @@ def load_questions(path: str | Path) -> list[LabelledQuestion]:
             question = check_question(item["question"])  # what `ask` would refuse, refused here, before any is run
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
-        out.append(LabelledQuestion(question, tuple(check_str(a, f"{where}: an answer") for a in answers)))
+        label = item.get("label")
+        out.append(LabelledQuestion(question, tuple(check_str(a, f"{where}: an answer") for a in answers),
+                                    label if isinstance(label, str) else None))
     if not out:
         raise InputError(f"{path} holds no questions (a few hundred certify a useful error rate)")
     return out
@@ -107,17 +112,22 @@ def _entries(path: Path) -> list[tuple[str, object]]:
     return [(f"{path}, entry {i}", item) for i, item in enumerate(raw)]
 
 
-def measure(rag: EdgeRAG, questions: Sequence[LabelledQuestion], progress: Callable = iter) -> list[Measured]:
+def measure(rag: EdgeRAG, questions: Sequence[LabelledQuestion], progress: Callable = iter,
+            base: Path | None = None) -> list[Measured]:
     """Each question through the device's own decision (``EdgeRAG.decide``, no generation), scored as the
-    shipped calibration scores it."""
-    if rag.certified.calibration is None:
-        raise BundleError(f"no calibration at {rag.certified.calibration_path} to take the score and floor from")
-    rc = rag.certified.calibration.reader(rag.config.reader)
-    out = []
+    calibration ``base`` (default: the one deciding now, as ``edge-rag calibrate`` opens the shipped one) scores it."""
+    path = base or rag.certified.calibration_path
+    if not path.is_file():
+        raise BundleError(f"no calibration at {path} to take the score and floor from")
+    rc = Calibration.load(path).reader(rag.config.reader)
+    out: list[Measured] = []
+    seen: dict[tuple[str, tuple[str, ...]], Measured] = {}  # a question asked again is decided as before
     for q in progress(questions):
-        a = rag.decide(q.question)
-        out.append(Measured(answer_score(rc.combiner, rc.ood_distance, a.candidate, a.features, a.d_min),
-                            wrong(a.candidate, q.answers)))
+        if (q.question, q.answers) not in seen:
+            a = rag.decide(q.question)
+            seen[q.question, q.answers] = Measured(answer_score(rc.combiner, rc.ood_distance, a.candidate,
+                                                                a.features, a.d_min), wrong(a.candidate, q.answers))
+        out.append(seen[q.question, q.answers])
     return out
 
 
@@ -144,30 +154,41 @@ def calibration(base: Path, reader: str, model_sha256: str | None, measured: Seq
 
 
 def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Path, out: Path,
-        progress: Callable = iter) -> Calibration:
-    """Measure ``questions`` (read from ``questions_file``) on ``rag`` and write the calibration file ``out``
-    (atomically: a crash leaves the old file or the new one)."""
-    measured = measure(rag, questions, progress)
-    source = {"command": "edge-rag calibrate", "questions": str(questions_file),
+        progress: Callable = iter, base: Path | None = None, made_by: str = "edge-rag calibrate") -> Calibration:
+    """Measure ``questions`` (read from ``questions_file``) on ``rag`` with ``base``'s score (``measure``) and write
+    the calibration file ``out`` (atomically: a crash leaves the old file or the new one)."""
+    base = base or rag.certified.calibration_path
+    measured = measure(rag, questions, progress, base)
+    source = {"command": made_by, "questions": str(questions_file),
               "questions_sha256": sha256_file(questions_file), "n_questions": len(questions),
               "n_without_answer": sum(not q.answers for q in questions), "store": str(rag.store.location),
               "reader": rag.config.reader, "config": repr(rag.config), "encoder": encoder_identity(rag.bundle),
               **({"passages": sorted(kinds)} if (kinds := rag.store.passage_kinds) else {}),
               "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     model = reader_sha256(rag.bundle) if rag.config.reader == "neural" else None
-    content = calibration(rag.certified.calibration_path, rag.config.reader, model, measured, source)
+    content = calibration(base, rag.config.reader, model, measured, source)
     atomic_write_text(out, json.dumps(content, indent=1) + "\n")
     return Calibration.load(out)
 
 
-def summary(cal: Calibration, reader: str, delta: float) -> str:
-    """What a calibration certifies, per alpha of REPORT_ALPHAS: the threshold, the share of its questions
-    answered, the error among them and its upper bound at level 1 - delta."""
-    rc = cal.reader(reader)
-    lines = [f"{rc.table.n_cal} questions ({cal.source.get('n_without_answer', '?')} without an answer)", "",
-             f"{'alpha':>6} {'threshold':>9} {'answered':>9} {'error':>7} {'upper bound':>11}   (delta {delta:g})"]
+def rows(cal: Calibration, reader: str, delta: float) -> list[dict]:
+    """What a calibration certifies, per alpha of REPORT_ALPHAS: the threshold (None: nothing certified), the share
+    of its questions answered, the error among them and its upper bound at level 1 - delta."""
+    out = []
     for alpha in REPORT_ALPHAS:
-        c = rc.table.choose(alpha, delta)
-        lines.append(f"{alpha:>6g} {c.threshold:>9.3f} {c.coverage:>9.1%} {c.error:>7.1%} {c.upper:>11.3f}"
-                     if c.n_answered else f"{alpha:>6g} {'-':>9} {'0':>9}   nothing certified")
+        c = cal.reader(reader).table.choose(alpha, delta)
+        out.append({"alpha": alpha, "threshold": c.threshold if c.n_answered else None, "answered": c.coverage,
+                    "error": c.error, "upper": c.upper, "n_answered": c.n_answered})
+    return out
+
+
+def summary(cal: Calibration, reader: str, delta: float) -> str:
+    """``rows`` as the text `edge-rag calibrate` prints."""
+    lines = [f"{cal.reader(reader).table.n_cal} questions ({cal.source.get('n_without_answer', '?')} without an "
+             "answer)", "", f"{'alpha':>6} {'threshold':>9} {'answered':>9} {'error':>7} {'upper bound':>11}   "
+             f"(delta {delta:g})"]
+    for r in rows(cal, reader, delta):
+        lines.append(f"{r['alpha']:>6g} {r['threshold']:>9.3f} {r['answered']:>9.1%} {r['error']:>7.1%} "
+                     f"{r['upper']:>11.3f}" if r["n_answered"] else f"{r['alpha']:>6g} {'-':>9} {'0':>9}   "
+                     "nothing certified")
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@ keeps the error among answered questions <= Config.max_error_rate with probabili
 (certify.py says exactly what that covers: exchangeable calibration questions, not each question)."""
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from dataclasses import dataclass, field
@@ -53,8 +54,9 @@ class CertifiedPath:
         """``calibration``: a file of ``edge-rag calibrate`` (it must exist), or None for the shipped one of the
         store's kind (``remote``: PostgreSQL)."""
         self.bundle, self.config = bundle, config
-        self.own = calibration is not None
-        self.calibration_path = Path(calibration) if calibration is not None else shipped_calibration(remote)
+        self.own, self.remote = calibration is not None, remote
+        self.shipped = shipped_calibration(remote)  # what an own calibration takes its score and floor from
+        self.calibration_path = Path(calibration) if calibration is not None else self.shipped
         if calibration is not None and not self.calibration_path.is_file():
             raise BundleError(f"calibration file {calibration} does not exist (make one with `edge-rag calibrate`)")
         # A missing shipped calibration refuses every question (with that reason), never answers uncertified.
@@ -62,6 +64,7 @@ class CertifiedPath:
         self.calibration: Calibration | None = cal
         # cached answers were decided under one calibration: its hash is part of the cache's key
         self.calibration_sha256 = sha256_file(self.calibration_path) if cal is not None else None
+        self._cache_key = hashlib.sha1(repr((config, self.calibration_sha256)).encode()).hexdigest()[:12]
         # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
         if cal is None:
             self._measured = State(None, False, "not calibrated: run `python -m convert calibrate"
@@ -77,6 +80,19 @@ class CertifiedPath:
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
+
+    def cache_version(self, store: PassageStore) -> str:
+        """Cached answers are valid for this corpus, this configuration and this calibration only."""
+        return f"{store.version}:{self._cache_key}"
+
+    def swapped(self, calibration: Path, max_error_rate: float, store: PassageStore) -> CertifiedPath:
+        """A path deciding under ``calibration`` at ``max_error_rate``, to swap in for this one (EdgeRAG holds one
+        reference: a question keeps the path it began with to its end, and the cache key holds the calibration).
+        It reads with this path's neural reader once loaded: a second copy would not fit the memory plan."""
+        new = CertifiedPath(self.bundle, self.config.with_(max_error_rate=max_error_rate), calibration, self.remote)
+        new._neural = self._neural  # None: not loaded yet, the new path loads its own on first use
+        new.check_store(store)
+        return new
 
     @property
     def certificate(self) -> Certificate | None:

@@ -10,9 +10,12 @@
                               with "Accept: text/event-stream" it streams the job's progress instead; a file
                               is known by the path the client sent, in any case (uploads.py)
     DELETE /api/documents/{id} remove one document: 202 + a job
-    GET  /api/jobs/{id}       an indexing job's state and progress
+    GET  /api/jobs/{id}       an indexing (or calibration) job's state and progress
 
-Writes and the deep health check need ``Authorization: Bearer <token>`` (``auth.py``; no token configured:
+The operator's page ``/admin`` and its ``/api/admin/…`` routes (label logged questions, calibrate, apply) are in
+admin.py.
+
+Writes, /api/admin and the deep health check need ``Authorization: Bearer <token>`` (``auth.py``; no token configured:
 read-only, 403); every request needs this server's own Host, and Origin when a browser sends one (``origin.py``).
 Every error is JSON ``{"error": message, "status": code}`` with that HTTP status.
 """
@@ -38,7 +41,9 @@ from ..events import Final
 from ..pipeline import EdgeRAG, check_question
 from ..storage.doctor import check_recall
 from ..types import Answer
+from .admin import Admin
 from .auth import require_writer
+from .bodies import parse_json, read_body
 from .config import ServeConfig
 from .errors import HANDLERS, error
 from .health import decision, health_report
@@ -67,12 +72,14 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     parser = Parser()  # the uploads' PDF/HTML parse children
     remove_stale_folders()
     deep_check = asyncio.Lock()  # one recall measurement at a time: it reads every stored vector
+    admin = Admin(rag, config, jobs, STATIC, PAGE_HEADERS)  # the operator's certificate, if one was applied
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
         yield
         parser.stop()  # a parse in progress does not hold the shutdown
         jobs.close()
+        admin.close()
         lanes.close()
         rag.close()
 
@@ -104,7 +111,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return question
 
     async def ask(request: Request) -> Response:
-        payload = _json(await _read_body(request, config.max_body_bytes))
+        payload = parse_json(await read_body(request, config.max_body_bytes))
         if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
             raise HTTPException(400, 'send {"question": "..."}')
         question = await accepted(payload["question"])
@@ -194,6 +201,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         Route("/api/documents", upload, methods=["POST"]),
         Route("/api/documents/{doc_id:path}", remove, methods=["DELETE"]),
         Route("/api/jobs/{job_id}", job_state),
+        *admin.routes(),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     handlers = HANDLERS
@@ -219,15 +227,6 @@ async def _job_events(jobs: Jobs, job: Job):
     """The job's progress as Server-Sent Events: ``progress``…, then ``done`` or ``failed``."""
     async for state in jobs.follow(job):
         yield _sse(state.state if state.finished else "progress", state.to_dict())
-
-
-def _json(body: bytes) -> object:
-    """The parsed body, or 400: malformed, too deeply nested or with a number too long to convert."""
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
-        reason = "is nested too deeply" if isinstance(exc, RecursionError) else f"is not JSON: {exc}"
-        raise HTTPException(400, f"the body {reason}"[:300]) from None
 
 
 async def _with_keepalive(events, every_s: float):
@@ -256,18 +255,6 @@ def _question(text: str, config: ServeConfig) -> str:
     if len(text) > config.max_question_chars:
         raise HTTPException(413, f"the question is {len(text)} characters; the limit is {config.max_question_chars}")
     return check_question(text)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, or 413 as soon as it passes ``limit`` bytes (declared or actually sent)."""
-    if int(request.headers.get("content-length") or 0) > limit:
-        raise HTTPException(413, f"the request body is over the {limit} byte limit")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPException(413, f"the request body is over the {limit} byte limit")
-    return bytes(body)
 
 
 def _answer_json(rag: EdgeRAG, answer: Answer) -> dict:

@@ -29,6 +29,7 @@ class ServeConfig:
     shutdown_grace_s: float = 10.0  # on SIGTERM/Ctrl-C: how long open streams may take to finish
     header_timeout_s: float = 10.0  # a request's headers must arrive within this (slow-header clients are cut off)
     question_log: str | None = None  # append accepted questions here, for `edge-rag calibrate` (question_log.py)
+    min_labels: int = 100  # labelled questions the /admin page's calibration needs, at least
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -37,7 +38,7 @@ class ServeConfig:
             raise ValueError(f"listening on {self.host} (not loopback) needs an API token: pass --token or "
                              f"set {TOKEN_ENV}")
         for name in ("max_question_chars", "max_body_bytes", "max_upload_bytes", "max_upload_files",
-                     "question_timeout_s", "idle_reset_s", "keepalive_s", "header_timeout_s"):
+                     "question_timeout_s", "idle_reset_s", "keepalive_s", "header_timeout_s", "min_labels"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
         if self.max_queue < 0 or self.suggestions < 0:

@@ -10,6 +10,11 @@ from starlette.responses import JSONResponse, Response
 from ..errors import BudgetError, EdgeRAGError, InputError
 
 
+class NotReady(EdgeRAGError):
+    """What was asked cannot be done yet, for a reason the operator can act on (too few labels, labels older than
+    the documents): 409 saying so; nothing changed."""
+
+
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message, "status": status}, status_code=status)
 
@@ -26,6 +31,10 @@ async def _budget_error(request: Request, exc: BudgetError) -> Response:
     return error(507, str(exc))
 
 
+async def _not_ready(request: Request, exc: NotReady) -> Response:
+    return error(409, str(exc))
+
+
 async def _server_error(request: Request, exc: EdgeRAGError) -> Response:
     return error(500, str(exc))
 
@@ -36,4 +45,4 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 # Each handler takes the exception type it is registered for (Starlette calls it only with that type).
 HANDLERS: dict[type[Exception], Callable[..., Awaitable[Response]]] = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
-            EdgeRAGError: _server_error, Exception: _unexpected}
+            NotReady: _not_ready, EdgeRAGError: _server_error, Exception: _unexpected}

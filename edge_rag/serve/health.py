@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..decision.certified import CertifiedPath
 from ..decision.certify import PGVECTOR_CALIBRATION_ASSET
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG
@@ -32,8 +33,9 @@ def decision(rag: EdgeRAG) -> dict:
     threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), whether
     generated answers are too, ``reason`` when they are not certified, and ``summary``, one line saying so for the
     kiosk page's footer."""
-    rag.certified.check_store(rag.store)  # as of the store's last commit, as the next question would be decided
-    path, cert, c = rag.certified, rag.certified.certificate, rag.config
+    path = rag.certified  # one snapshot: the operator may apply another meanwhile
+    path.check_store(rag.store)  # as of the store's last commit, as the next question would be decided
+    cert, c = path.certificate, path.config
     reason: str | None  # None: certified
     if not c.cgr:
         reason = "no answer/refuse decision: every question is generated for (Config(cgr=False))"
@@ -44,14 +46,31 @@ def decision(rag: EdgeRAG) -> dict:
     threshold = cert.threshold if cert and math.isfinite(cert.threshold) else None
     shipped = "the shipped pgvector calibration" if path.calibration_path == PGVECTOR_CALIBRATION_ASSET else \
         "the shipped calibration"
+    source = certificate_source(path)
+    if source["source"] == "operator":
+        which = f"questions asked at this kiosk, labelled by its operator (last label {str(source['labelled'])[:10]})"
+    elif path.own:
+        which = f"questions of an own calibration ({path.calibration_path.name})"
+    else:
+        which = f"SQuAD-2 questions ({shipped}), not on this kiosk's questions"
     return {"certified": reason is None, "reason": reason, "max_error_rate": c.max_error_rate, "delta": c.delta,
+            "certificate": source,
             "calibration": str(path.calibration_path), "own_calibration": path.own,
             "calibration_questions": cert.n_cal if cert else 0, "threshold": threshold,
             # the GPT route answers only if the calibration's generated answers, from this generator, meet alpha too
             "generation_certified": reason is None and path.gpt_allowed,
-            "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold,
-                                f"questions of an own calibration ({path.calibration_path.name})" if path.own
-                                else f"SQuAD-2 questions ({shipped}), not on this kiosk's questions")}
+            "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold, which)}
+
+
+def certificate_source(path: CertifiedPath) -> dict:
+    """Whose certificate is in force: "shipped", "operator" (applied from /admin: when its questions were last
+    labelled, and when it was applied) or "file" (--calibration), and on how many questions."""
+    cal = path.calibration
+    operator = cal.source.get("operator") if cal is not None and path.own else None
+    source = "operator" if isinstance(operator, dict) else "file" if path.own else "shipped"
+    n = cal.reader(path.config.reader).table.n_cal if cal is not None and path.config.reader in cal.readers else 0
+    return {"source": source, "questions": n, "labelled": operator.get("labelled") if operator else None,
+            "applied": operator.get("applied") if operator else None}
 
 
 def _summary(reason: str | None, alpha: float, delta: float, n_cal: int, threshold: float | None,

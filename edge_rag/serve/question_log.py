@@ -56,6 +56,29 @@ class QuestionLog:
                 self._failed = True
 
 
+def read(path: Path | None) -> list[tuple[str, str]]:
+    """(question as typed, when asked) of every whole line of the log, oldest first (a line cut by a crash, or not
+    a question, is skipped); nothing when there is no log yet. Read up to MAX_BYTES, as far as the log grows."""
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1_000_000)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise EdgeRAGError(f"cannot read the question log {path}: {exc}") from exc
+    out = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("question"), str):
+            out.append((entry["question"], str(entry.get("asked", ""))))
+    return out
+
+
 def _open(path: Path) -> int:
     """A descriptor appending to ``path``, created readable by this user only; an older file is made so too."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -1,0 +1,209 @@
+"""The operator's labels of the kiosk's logged questions, kept on the device (the /admin page; ``edge-rag calibrate``).
+
+A certificate covers questions drawn like its calibration questions, and the kiosk's visitors are that draw. Each
+distinct question (compared as ``check_question`` normalises it, ignoring case) gets one label: the answer text the
+documents give (one or more acceptable wordings), "the documents do not say", or "off-topic". ``edge-rag
+calibrate`` reads both refusals alike, as ``"answer": null`` (the documents hold no answer: the question should be
+refused); the kind is kept beside it as ``"label"``, which calibrate ignores. Each label records the store's
+version when it was made: a label made before the documents changed may no longer be true.
+
+Labels live in SQLite (``labels.sqlite`` beside the store): every change is one transaction, journalled in WAL
+mode with ``synchronous=FULL``, so a crash or power cut keeps every label whose save was answered; writers in
+other threads or processes wait for each other (a lock here, SQLite's own across processes).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EdgeRAGError, InputError, check_str
+from ..pipeline import check_question
+from .calibrate import LabelledQuestion, load_questions
+
+FILE = "labels.sqlite"
+KINDS = ("answer", "not-in-documents", "off-topic")
+MAX_ANSWERS = 20  # acceptable wordings of one answer
+MAX_ANSWER_CHARS = 1000
+BUSY_S = 30.0  # how long a writer waits for another process's transaction
+SCHEMA = """CREATE TABLE IF NOT EXISTS labels (
+    key TEXT PRIMARY KEY, question TEXT NOT NULL, kind TEXT NOT NULL, answers TEXT NOT NULL,
+    labelled TEXT NOT NULL, store_version INTEGER NOT NULL, occurrences INTEGER NOT NULL DEFAULT 0)"""
+
+
+def key_of(question: str) -> str:
+    """What makes two questions the same one: the text ``ask`` would take, ignoring case."""
+    return check_question(question).casefold()
+
+
+@dataclass(frozen=True)
+class Label:
+    """One question's label; ``occurrences``: how often an imported file held it (0: labelled on the page)."""
+
+    question: str
+    kind: str
+    answers: tuple[str, ...]
+    labelled: str  # UTC, ISO 8601
+    store_version: int
+    occurrences: int = 0
+
+    @property
+    def answer(self) -> list[str] | None:
+        """The questions file's "answer": the acceptable texts, or null (the documents hold none)."""
+        return list(self.answers) if self.kind == "answer" else None
+
+    def to_dict(self) -> dict:
+        return {"question": self.question, "label": self.kind, "answer": self.answer, "labelled": self.labelled,
+                "store_version": self.store_version}
+
+
+def checked(kind: object, answers: object) -> tuple[str, tuple[str, ...]]:
+    """(kind, answers) if they make a label, else InputError: an answer label needs 1..MAX_ANSWERS non-empty texts,
+    the two refusals none."""
+    if kind not in KINDS:
+        raise InputError(f"the label must be one of {', '.join(KINDS)}, not {str(kind)[:40]!r}")
+    texts = [answers] if isinstance(answers, str) else answers if isinstance(answers, list) else None
+    if texts is None or not all(isinstance(a, str) for a in texts):
+        raise InputError("the answers must be a text or a list of texts")
+    texts = [" ".join(check_str(a, "an answer").split()) for a in texts]
+    texts = [a for a in texts if a]
+    if kind != "answer":
+        return kind, ()
+    if not texts or len(texts) > MAX_ANSWERS or any(len(a) > MAX_ANSWER_CHARS for a in texts):
+        raise InputError(f"an answer label needs 1 to {MAX_ANSWERS} answer texts of at most {MAX_ANSWER_CHARS} "
+                         "characters each")
+    return kind, tuple(texts)
+
+
+class Labels:
+    """The label file at ``path`` (created on first use)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()  # one connection, many request threads
+        try:
+            # what visitors typed, as the question log: readable by the server's user alone (its journal follows)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+            self.db = sqlite3.connect(self.path, timeout=BUSY_S, check_same_thread=False, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the save is answered
+            self.db.execute(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise EdgeRAGError(f"cannot open the label file {self.path}: {exc}") from exc
+
+    def set(self, question: str, kind: object, answers: object, store_version: int) -> Label:
+        """Label ``question`` (replacing its label), as of the store's ``store_version``."""
+        kind, texts = checked(kind, answers)
+        label = Label(check_question(question), kind, texts, _now(), store_version)
+        self._write([label])
+        return label
+
+    def remove(self, question: str) -> bool:
+        """Forget ``question``'s label; False if it had none."""
+        with self._transaction() as db:
+            return db.execute("DELETE FROM labels WHERE key = ?", (key_of(question),)).rowcount > 0
+
+    def all(self) -> dict[str, Label]:
+        """Every label by ``key_of`` its question."""
+        with self._lock:
+            rows = self.db.execute("SELECT key, question, kind, answers, labelled, store_version, occurrences "
+                                   "FROM labels").fetchall()
+        return {r[0]: Label(r[1], r[2], tuple(json.loads(r[3])), r[4], r[5], r[6]) for r in rows}
+
+    def import_file(self, path: Path, store_version: int) -> int:
+        """Take every label of a questions file (``edge-rag calibrate``'s format, as ``export`` writes it), all or
+        none; a question's last entry wins. Returns the questions labelled."""
+        return self.take(load_questions(path), store_version)
+
+    def take(self, questions: Sequence[LabelledQuestion], store_version: int) -> int:
+        """``import_file`` of questions already read."""
+        counts = Counter(key_of(q.question) for q in questions)
+        made: dict[str, Label] = {}
+        for q in questions:
+            kind = q.label or ("answer" if q.answers else "not-in-documents")
+            if (kind == "answer") != bool(q.answers):
+                raise InputError(f"{q.question[:60]!r}: label {kind!r} does not fit answer {list(q.answers)}")
+            kind, texts = checked(kind, list(q.answers))
+            made[key_of(q.question)] = Label(q.question, kind, texts, _now(), store_version,
+                                             counts[key_of(q.question)])
+        self._write(made.values())
+        return len(made)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    def _write(self, labels: Iterable[Label]) -> None:
+        with self._transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(key_of(x.question), x.question, x.kind, json.dumps(x.answers), x.labelled,
+                             x.store_version, x.occurrences) for x in labels])
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` (a busy writer elsewhere is waited for) … ``COMMIT``; rolled back on any error."""
+        with self._lock:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.db
+                except BaseException:
+                    self.db.execute("ROLLBACK")
+                    raise
+                self.db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise EdgeRAGError(f"cannot write the label file {self.path}: {exc}") from exc
+
+
+def export(labels: dict[str, Label], logged: Sequence[tuple[str, str]]) -> list[dict]:
+    """The labelled questions as ``edge-rag calibrate`` reads them: one entry per time a labelled question was
+    asked (``logged``: (question as typed, when), the question log's order), then the labels' imported occurrences
+    the log does not hold (a label of a question never asked here: once)."""
+    out, seen = [], Counter()
+    for question, asked in logged:
+        try:
+            key = key_of(question)
+        except InputError:
+            continue
+        if key in labels:
+            seen[key] += 1
+            out.append({"question": question, "answer": labels[key].answer, "label": labels[key].kind,
+                        "asked": asked})
+    for key, label in labels.items():
+        for _ in range(max(label.occurrences, 1 if not seen[key] else 0) - seen[key]):
+            out.append({"question": label.question, "answer": label.answer, "label": label.kind})
+    return out
+
+
+def groups(labels: dict[str, Label], logged: Sequence[tuple[str, str]], store_version: int) -> list[dict]:
+    """The questions to label, the most recently asked first: each distinct question once, as last typed, with how
+    often and when last it was asked, its label, and whether the store changed since (``stale``); then labelled
+    questions never asked here (imported)."""
+    seen: dict[str, dict] = {}
+    for question, asked in logged:
+        try:
+            key = key_of(question)
+        except InputError:
+            continue
+        group = seen.pop(key, None) or {"key": key, "times": 0}
+        seen[key] = group | {"question": check_question(question), "asked": asked, "times": group["times"] + 1}
+    out = list(reversed(seen.values())) + [{"key": k, "question": x.question, "asked": None, "times": 0}
+                                           for k, x in labels.items() if k not in seen]
+    for group in out:
+        label = labels.get(group["key"])
+        group["label"] = label.to_dict() if label else None
+        group["stale"] = label is not None and label.store_version != store_version
+    return out
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,169 @@
+"""The operator page ``/admin`` and its JSON API: label the kiosk's logged questions, calibrate on them, apply.
+
+    GET  /admin                       the page (edge_rag/static/admin.*): a shell that holds no data; it asks for
+                                      the API token and sends it with every /api/admin call
+    GET  /api/admin/questions         logged questions, newest first, same ones grouped, each with its label
+    POST /api/admin/labels            {"question", "label": answer|not-in-documents|off-topic|null, "answers"}
+    GET  /api/admin/search?q=         the store's passages for some words (the lexical search): to find an answer
+                                      in the documents; the device's own answer is never shown (a label copied
+                                      from it would certify the device by its own word)
+    GET  /api/admin/export            the labelled questions as the file `edge-rag calibrate --questions` reads
+    POST /api/admin/import            such a file (JSON list or JSON lines): its labels, all or none
+    POST /api/admin/calibrate         202 + a job (GET /api/jobs/{id}): the table per alpha and the risk curve
+    POST /api/admin/apply             {"calibration": job id, "max_error_rate": alpha}: the certificate in force
+
+Every /api/admin call needs the write token and passes the same Host/Origin checks as writes (origin.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from ..decision.labels import Labels, export, groups
+from ..errors import InputError
+from ..pipeline import EdgeRAG
+from ..retrieval.lexical import query_terms
+from . import question_log
+from .admin_cal import Files, apply, calibrate, files_of, ready, restore
+from .auth import require_writer
+from .bodies import parse_json, read_body
+from .config import ServeConfig
+from .health import decision
+from .jobs import Job, Jobs
+
+SEARCH_K = 8  # passages a search shows
+KEEP_CANDIDATES = 5  # calibrations measured and not yet applied, kept for "Apply"
+
+
+class Admin:
+    """The operator's routes over one EdgeRAG; the labels open on first use."""
+
+    def __init__(self, rag: EdgeRAG, config: ServeConfig, jobs: Jobs, static: Path, headers: dict) -> None:
+        self.rag, self.config, self.jobs, self.static, self.headers = rag, config, jobs, static, headers
+        self.files: Files | None = files_of(rag, config.question_log)
+        self._labels: Labels | None = None
+        self._candidates: dict[str, tuple[dict, int]] = {}  # job id → (calibration content, store version)
+        self._applying = asyncio.Lock()
+        restore(rag, self.files)
+
+    def routes(self) -> list[Route]:
+        return [Route("/admin", self.page), Route("/api/admin/questions", self.questions),
+                Route("/api/admin/labels", self.label, methods=["POST"]), Route("/api/admin/search", self.search),
+                Route("/api/admin/export", self.export), Route("/api/admin/import", self.import_, methods=["POST"]),
+                Route("/api/admin/calibrate", self.calibrate, methods=["POST"]),
+                Route("/api/admin/apply", self.apply, methods=["POST"])]
+
+    def close(self) -> None:
+        if self._labels is not None:
+            self._labels.close()
+
+    async def page(self, request: Request) -> Response:
+        return FileResponse(self.static / "admin.html", headers=self.headers)
+
+    def labels(self, request: Request) -> Labels:
+        """The label file, for a request carrying the token (401/403 otherwise; 409 with nowhere to keep it)."""
+        require_writer(request, self.config.token)
+        if self.files is None:
+            raise HTTPException(409, "labels are kept beside the store or the question log: start the server with "
+                                     "--question-log FILE.jsonl")
+        if self._labels is None:
+            self._labels = Labels(self.files.labels)
+        return self._labels
+
+    async def questions(self, request: Request) -> Response:
+        labels = self.labels(request)
+
+        def listing() -> dict:
+            version = self.rag.store.version
+            shown = groups(labels.all(), question_log.read(self._log), version)
+            return {"questions": shown, "question_log": self.config.question_log is not None,
+                    "labelled": sum(g["label"] is not None for g in shown), "stale": sum(g["stale"] for g in shown),
+                    "least": self.config.min_labels}
+
+        return JSONResponse(await asyncio.to_thread(listing))
+
+    async def label(self, request: Request) -> Response:
+        labels = self.labels(request)
+        body = parse_json(await read_body(request, self.config.max_body_bytes))
+        if not isinstance(body, dict) or not isinstance(body.get("question"), str):
+            raise HTTPException(400, 'send {"question": "...", "label": "answer", "answers": ["..."]}')
+        if body.get("label") is None:
+            return JSONResponse({"removed": await asyncio.to_thread(labels.remove, body["question"])})
+        saved = await asyncio.to_thread(labels.set, body["question"], body["label"], body.get("answers", []),
+                                        self.rag.store.version)
+        return JSONResponse(saved.to_dict())
+
+    async def search(self, request: Request) -> Response:
+        self.labels(request)
+        terms = query_terms(request.query_params.get("q", "")[: self.config.max_question_chars])
+
+        def found() -> list[dict]:
+            hits = [pid for pid, _ in self.rag.store.search_text(terms, SEARCH_K)] if terms else []
+            return [{"title": p.title, "text": p.text} for p in self.rag.store.passages(hits)]
+
+        return JSONResponse({"passages": await asyncio.to_thread(found)})
+
+    async def export(self, request: Request) -> Response:
+        labels = self.labels(request)
+        entries = await asyncio.to_thread(lambda: export(labels.all(), question_log.read(self._log)))
+        return Response("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries),
+                        media_type="application/x-ndjson",
+                        headers={"Content-Disposition": 'attachment; filename="labelled-questions.jsonl"'})
+
+    async def import_(self, request: Request) -> Response:
+        labels = self.labels(request)
+        data = await read_body(request, self.config.max_upload_bytes)
+        suffix = ".json" if data.lstrip()[:1] == b"[" else ".jsonl"  # the two forms `edge-rag calibrate` reads
+
+        def take() -> int:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / f"labels{suffix}"
+                path.write_bytes(data)
+                try:
+                    return labels.import_file(path, self.rag.store.version)
+                except InputError as exc:  # it names the temporary file: name the upload instead
+                    raise InputError(str(exc).replace(str(path), "the file")) from None
+
+        return JSONResponse({"labelled": await asyncio.to_thread(take)})
+
+    async def calibrate(self, request: Request) -> Response:
+        labels = self.labels(request)
+        entries, labelled = await asyncio.to_thread(
+            lambda: ready(labels.all(), question_log.read(self._log), self.rag.store.version,
+                          self.config.min_labels))
+        files = self.files
+        assert files is not None  # self.labels() made sure
+
+        def work(job: Job, encoder) -> dict:
+            content, result = calibrate(self.rag, files, entries, labelled, job)
+            self._candidates[job.id] = (content, result["store_version"])
+            while len(self._candidates) > KEEP_CANDIDATES:
+                self._candidates.pop(next(iter(self._candidates)))
+            return result
+
+        job = self.jobs.submit("calibrate", 0, work)
+        return JSONResponse({**job.to_dict(), "url": f"/api/jobs/{job.id}"}, status_code=202,
+                            headers={"Location": f"/api/jobs/{job.id}"})
+
+    async def apply(self, request: Request) -> Response:
+        self.labels(request)
+        body = parse_json(await read_body(request, self.config.max_body_bytes))
+        if not isinstance(body, dict) or body.get("calibration") not in self._candidates:
+            raise HTTPException(404, "no such calibration: calibrate first (the last few are kept until applied)")
+        content, version = self._candidates[body["calibration"]]
+        files = self.files
+        assert files is not None
+        async with self._applying:  # one swap at a time; the file written is the one in force
+            await asyncio.to_thread(apply, self.rag, files, content, version, body.get("max_error_rate"))
+        return JSONResponse({"decision": await asyncio.to_thread(decision, self.rag)})
+
+    @property
+    def _log(self) -> Path | None:
+        return Path(self.config.question_log) if self.config.question_log else None

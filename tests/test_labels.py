@@ -1,0 +1,138 @@
+"""The operator's labels (edge_rag/decision/labels.py): kept in SQLite beside the store, exported and imported as the
+questions file `edge-rag calibrate` reads, whole across a crash and across writers in several processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edge_rag.decision import calibrate
+from edge_rag.decision.labels import Labels, export, groups
+from edge_rag.errors import InputError
+from edge_rag.serve import question_log
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGGED = [("When does the museum open?", "2026-01-01T10:00:00+00:00"),
+          ("How do I bake sourdough bread?", "2026-01-01T10:01:00+00:00"),
+          ("when does the   museum OPEN?", "2026-01-01T10:02:00+00:00"),
+          ("Who designed the lighthouse lens?", "2026-01-01T10:03:00+00:00")]
+
+
+def write_jsonl(path: Path, entries: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    return path
+
+
+def test_the_three_kinds_export_as_the_file_calibrate_reads(tmp_path):
+    """An answer label exports its texts, "not in documents" and "off-topic" both export null (calibrate: the
+    question should be refused); one entry per time the question was asked; calibrate reads the file as is."""
+    labels = Labels(tmp_path / "labels.sqlite")
+    labels.set("When does the museum open?", "answer", ["10:00", " 10 am "], 3)
+    labels.set("How do I bake sourdough bread?", "off-topic", [], 3)
+    labels.set("Who designed the lighthouse lens?", "not-in-documents", ["ignored"], 3)
+    entries = export(labels.all(), LOGGED)
+    assert [(e["question"], e["answer"], e["label"]) for e in entries] == [
+        ("When does the museum open?", ["10:00", "10 am"], "answer"),
+        ("How do I bake sourdough bread?", None, "off-topic"),
+        ("when does the   museum OPEN?", ["10:00", "10 am"], "answer"),
+        ("Who designed the lighthouse lens?", None, "not-in-documents")]
+    assert (tmp_path / "labels.sqlite").stat().st_mode & 0o077 == 0  # what visitors typed: the server's user's only
+    read = calibrate.load_questions(write_jsonl(tmp_path / "labelled.jsonl", entries))
+    assert [(q.answers, q.label) for q in read] == [(("10:00", "10 am"), "answer"), ((), "off-topic"),
+                                                     (("10:00", "10 am"), "answer"), ((), "not-in-documents")]
+
+
+def test_groups_are_newest_first_same_questions_together_and_stale_after_the_store_moved(tmp_path):
+    labels = Labels(tmp_path / "labels.sqlite")
+    labels.set("when does the museum open?", "answer", "10:00", 3)
+    shown = groups(labels.all(), LOGGED, 4)
+    assert [(g["question"], g["times"]) for g in shown] == [
+        ("Who designed the lighthouse lens?", 1), ("when does the museum OPEN?", 2),
+        ("How do I bake sourdough bread?", 1)]
+    assert shown[1]["label"]["answer"] == ["10:00"] and shown[1]["stale"] and shown[0]["label"] is None
+    labels.set("When does the museum open?", "answer", "10:00", 4)  # saved again after the change: current
+    assert not groups(labels.all(), LOGGED, 4)[1]["stale"]
+
+
+def test_import_takes_an_exported_file_back_whole(tmp_path):
+    """Exported, imported into an empty label file on another device (no question log there): the same labels,
+    and its export holds the same questions as often."""
+    labels = Labels(tmp_path / "a.sqlite")
+    labels.set("When does the museum open?", "answer", ["10:00"], 1)
+    labels.set("How do I bake sourdough bread?", "off-topic", [], 1)
+    first = export(labels.all(), LOGGED)
+    other = Labels(tmp_path / "b.sqlite")
+    assert other.import_file(write_jsonl(tmp_path / "x.jsonl", first), 7) == 2
+    again = export(other.all(), [])
+    assert sorted((e["question"].casefold().split(), e["answer"], e["label"]) for e in again) == \
+        sorted((e["question"].casefold().split(), e["answer"], e["label"]) for e in first)
+    assert {x.store_version for x in other.all().values()} == {7}
+
+
+def test_bad_labels_and_bad_files_are_refused_and_change_nothing(tmp_path):
+    labels = Labels(tmp_path / "labels.sqlite")
+    labels.set("When does the museum open?", "answer", "10:00", 1)
+    for kind, answers in (("maybe", "x"), ("answer", ""), ("answer", ["  "]), ("answer", 5), ("answer", [1])):
+        with pytest.raises(InputError):
+            labels.set("When does the museum open?", kind, answers, 1)
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "Where is the cafe?", "answer": "Floor 2"},
+                                               {"question": "Is it open?", "answer": None, "label": "perhaps"}])
+    with pytest.raises(InputError, match="perhaps"):
+        labels.import_file(bad, 1)
+    with pytest.raises(InputError, match="line 2"):
+        labels.import_file(write_jsonl(tmp_path / "worse.jsonl", [{"question": "Q?", "answer": None}, {}]), 1)
+    assert [(x.question, x.answers) for x in labels.all().values()] == [("When does the museum open?", ("10:00",))]
+
+
+WRITER = """
+import sys
+from edge_rag.decision.labels import Labels
+labels = Labels(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    labels.set(f"{sys.argv[2]} question {i}?", "answer", f"answer {i}", 1)
+    print(i, flush=True)  # printed once the save returned: committed
+"""
+
+
+def writer(path: Path, name: str, n: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, str(n)], stdout=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def test_a_crash_mid_labelling_loses_no_saved_label(tmp_path):
+    """A labelling process killed (SIGKILL) while it saves: every label it had been told was saved is there, and
+    the file is whole."""
+    path = tmp_path / "labels.sqlite"
+    proc = writer(path, "crash", 100_000)
+    saved = [int(proc.stdout.readline()) for _ in range(30)]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = Labels(path).all()
+    assert all(f"crash question {i}?" in kept for i in saved)
+    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_writers_in_two_processes_wait_for_each_other(tmp_path):
+    path = tmp_path / "labels.sqlite"
+    procs = [writer(path, name, 40) for name in ("first", "second")]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and len(out.split()) == 40
+    assert len(Labels(path).all()) == 80
+
+
+def test_the_question_log_is_read_back_skipping_a_line_cut_by_a_crash(tmp_path):
+    log = question_log.QuestionLog(tmp_path / "q.jsonl")
+    log.add("When does the museum open?")
+    with open(tmp_path / "q.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"question": "cut')
+    log.add("Where is the café?")
+    assert [q for q, _ in question_log.read(tmp_path / "q.jsonl")] == ["When does the museum open?"]
+    assert question_log.read(tmp_path / "none.jsonl") == []

@@ -1,0 +1,150 @@
+"""The operator's API (/api/admin, edge_rag/serve/admin.py) on a real server over the sample store: token and
+origin rules, labels grouped and exported as `edge-rag calibrate` reads them, the passage search, calibration as a
+job giving the command's own table, apply (swapped in, kept across a restart), and the plain refusals that keep the
+old certificate: too few labels, labels older than the documents, a calibration older than the documents."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+serving = pytest.importorskip("serving", reason="the serve extra (starlette, uvicorn, httpx) is not installed")
+
+from admin_cases import LEAST, OFF_TOPIC, logged_server, sample_labels  # noqa: E402
+
+from edge_rag.cli.commands import main  # noqa: E402
+from edge_rag.config import Config  # noqa: E402
+from edge_rag.decision import calibrate  # noqa: E402
+from edge_rag.decision.certify import Calibration  # noqa: E402
+from edge_rag.pipeline import EdgeRAG  # noqa: E402
+from edge_rag.serve.config import ServeConfig  # noqa: E402
+
+AUTH = serving.WRITE
+
+
+def upload(url: str, name: str, text: str) -> None:
+    accepted = httpx.post(f"{url}/api/documents", files={"file": (name, text.encode())}, headers=AUTH, timeout=60)
+    assert serving.wait_job(url, accepted)["state"] == "done"
+
+
+def in_force(url: str) -> dict:
+    return httpx.get(f"{url}/api/health", timeout=60).json()["decision"]
+
+
+@pytest.fixture(scope="module")
+def server(sample_db, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("admin")
+    rag, running = logged_server(sample_db, folder)
+    with running as url:
+        yield url, rag, folder
+
+
+def test_the_operator_api_needs_the_token_and_this_origin(server, sample_db, tmp_path):
+    url, _, _ = server
+    page = httpx.get(f"{url}/admin", timeout=30)
+    assert page.status_code == 200 and "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert "Margaret" not in page.text  # the page is a shell: the data come with the token only
+    for path in ("/api/admin/questions", "/api/admin/export", "/api/admin/search?q=museum"):
+        assert httpx.get(url + path, timeout=30).status_code == 401
+        assert httpx.get(url + path, headers={"authorization": "Bearer wrong"}, timeout=30).status_code == 401
+        foreign = httpx.get(url + path, headers={**AUTH, "origin": "http://evil.example"}, timeout=30)
+        assert foreign.status_code == 403 and "evil.example" in foreign.json()["error"]
+    label = {"question": OFF_TOPIC[0], "label": "off-topic"}
+    assert httpx.post(f"{url}/api/admin/labels", json=label, timeout=30).status_code == 401
+    assert httpx.post(f"{url}/api/admin/labels", json=label, headers={**AUTH, "sec-fetch-site": "cross-site"},
+                      timeout=30).status_code == 403
+    assert httpx.post(f"{url}/api/admin/calibrate", timeout=30).status_code == 401
+
+
+def test_labels_are_grouped_and_export_as_the_file_calibrate_reads(server, tmp_path):
+    url, _, _ = server
+    first = sample_labels()[0]
+    saved = httpx.post(f"{url}/api/admin/labels", headers=AUTH, timeout=30,
+                       json={"question": first["question"].lower(), "label": "answer", "answers": [first["answer"]]})
+    assert saved.status_code == 200 and saved.json()["answer"] == [first["answer"]]
+    bad = httpx.post(f"{url}/api/admin/labels", headers=AUTH, json={"question": "x?", "label": "answer",
+                                                                    "answers": []}, timeout=30)
+    assert bad.status_code == 400 and "answer text" in bad.json()["error"]
+    listing = httpx.get(f"{url}/api/admin/questions", headers=AUTH, timeout=30).json()
+    groups = listing["questions"]
+    assert groups[0]["times"] == 2 and groups[0]["label"]["label"] == "answer"  # asked last, twice, labelled
+    assert len(groups) == len(sample_labels()) and listing["labelled"] == 1
+    exported = tmp_path / "labelled.jsonl"
+    exported.write_text(httpx.get(f"{url}/api/admin/export", headers=AUTH, timeout=30).text, encoding="utf-8")
+    read = calibrate.load_questions(exported)
+    assert [q.answers for q in read] == [(first["answer"],)] * 2
+
+
+def test_the_search_shows_passages_and_never_the_device_answer(server):
+    url, _, _ = server
+    found = httpx.get(f"{url}/api/admin/search", params={"q": "museum close 31 December"}, headers=AUTH,
+                      timeout=30).json()["passages"]
+    assert any("15:00" in p["text"] for p in found)
+    assert all(set(p) == {"title", "text"} for p in found)
+
+
+def test_too_few_labels_are_refused_plainly_and_the_old_certificate_stays(server):
+    url, _, _ = server
+    before = in_force(url)
+    refused = httpx.post(f"{url}/api/admin/calibrate", headers=AUTH, timeout=30)
+    assert refused.status_code == 409 and f"at least {LEAST}" in refused.json()["error"]
+    assert in_force(url) == before and before["certificate"]["source"] == "shipped"
+
+
+def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(server, bundle_dir, tmp_path):
+    url, rag, folder = server
+    labelled = tmp_path / "labels.json"
+    labelled.write_text(json.dumps(sample_labels()), encoding="utf-8")
+    imported = httpx.post(f"{url}/api/admin/import", content=labelled.read_bytes(), headers=AUTH, timeout=30)
+    assert imported.status_code == 200 and imported.json()["labelled"] == len(sample_labels())
+    job = serving.wait_job(url, httpx.post(f"{url}/api/admin/calibrate", headers=AUTH, timeout=30))
+    assert job["state"] == "done", job
+    assert job["questions"] == len(sample_labels()) + 1 and job["without_answer"] == sum(
+        e["answer"] is None for e in sample_labels())
+
+    # `edge-rag calibrate` on the labelled questions file the job wrote: the same table
+    out = tmp_path / "cli.json"
+    assert main(["calibrate", "--questions", str(Path(rag.store.folder) / "labelled-questions.jsonl"), "--out",
+                 str(out), "--db", str(rag.store.folder), "--bundle", str(bundle_dir)]) == 0
+    assert calibrate.rows(Calibration.load(out), "neural", rag.config.delta) == job["table"]
+
+    assert (Path(rag.store.folder) / "labelled-questions.jsonl").stat().st_mode & 0o077 == 0
+    cached = {"question": sample_labels()[1]["question"]}
+    assert httpx.post(f"{url}/api/ask", json=cached, timeout=300).json()["n_cal"] != job["questions"]
+    bad = httpx.post(f"{url}/api/admin/apply", json={"calibration": job["id"], "max_error_rate": 7}, headers=AUTH,
+                     timeout=30)
+    assert bad.status_code == 400 and in_force(url)["certificate"]["source"] == "shipped"
+    row = max(job["table"], key=lambda r: (r["n_answered"], r["alpha"]))
+    applied = httpx.post(f"{url}/api/admin/apply", json={"calibration": job["id"], "max_error_rate": row["alpha"]},
+                         headers=AUTH, timeout=60)
+    assert applied.status_code == 200, applied.text
+    now = in_force(url)
+    assert now["certificate"]["source"] == "operator" and now["certificate"]["questions"] == job["questions"]
+    assert now["certificate"]["labelled"] == job["labelled"] and now["threshold"] == row["threshold"]
+    assert now["max_error_rate"] == row["alpha"] and "labelled by its operator" in now["summary"]
+    answer = httpx.post(f"{url}/api/ask", json={"question": OFF_TOPIC[1]}, timeout=300).json()
+    assert answer["route"] == "REFUSE" and answer["n_cal"] == job["questions"] and answer["alpha"] == row["alpha"]
+    again = httpx.post(f"{url}/api/ask", json=cached, timeout=300).json()  # answered before: not from the cache
+    assert again["n_cal"] == job["questions"] and again["alpha"] == row["alpha"]
+
+    # a restart keeps it
+    from edge_rag.serve.app import create_app
+    from edge_rag.serve.health import decision
+
+    with EdgeRAG(rag.store.folder, config=Config(temperature=0.0)) as again:
+        create_app(again, ServeConfig(port=0, token=serving.TOKEN))
+        kept = decision(again)
+        assert kept["certificate"] == now["certificate"] and kept["threshold"] == now["threshold"]
+
+    # the documents change: the calibration and the labels are older than them; the certificate in force stays
+    upload(url, "new-hours.txt", "Winter opening hours\n\nFrom November the museum opens at 11:00 on Mondays.")
+    stale = httpx.post(f"{url}/api/admin/apply", json={"calibration": job["id"], "max_error_rate": row["alpha"]},
+                       headers=AUTH, timeout=60)
+    assert stale.status_code == 409 and "documents changed" in stale.json()["error"]
+    again = httpx.post(f"{url}/api/admin/calibrate", headers=AUTH, timeout=30)
+    assert again.status_code == 409 and "before the documents last changed" in again.json()["error"]
+    assert in_force(url)["certificate"] == now["certificate"]
+    listing = httpx.get(f"{url}/api/admin/questions", headers=AUTH, timeout=30).json()
+    assert listing["stale"] == len(sample_labels())
