@@ -1,8 +1,9 @@
 """Router MLP → ONNX: the tier classifier on the question's retrieval profile, checked with onnxruntime.
 
 ``python -m convert router --checkpoint router.pt --out router.onnx`` (or ``--random-init --seed 0``).
-The graph takes ``features`` (batch, 6) float32 — the profile columns of ``edge_rag.retrieval.route.features``:
-s1, s1 - s5, the score entropy and the term overlap at the top 1 / 3 / 10 hits — and returns ``logits``
+The graph takes ``features`` (batch, 10) float32 — the profile columns of ``edge_rag.retrieval.route.features``:
+s1, s1 - s5, the score entropy, the term overlap at the top 1 / 3 / 10 hits, the terms the top 3 / 10 hits
+cover together, the documents among the top 3 and the question's terms — and returns ``logits``
 (batch, 3) in the order of ``edge_rag.config.TIERS`` (cost order), which is also stored in the model's
 ``labels`` metadata. The input standardisation fitted on the training set is part of the graph
 (``shift``/``scale`` buffers). A checkpoint of another width (an older router that also read the
@@ -169,7 +170,7 @@ def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> d
 
 
 def _parity_rows(rng: np.random.Generator, batch: int, width: int) -> np.ndarray:
-    """Rows like the runtime's: profile values in [0, 1], led by an L2-normalised embedding for a router
+    """Rows like the runtime's: profile values in [0, 1] (counts are wider; parity needs no realism), led by an L2-normalised embedding for a router
     wider than the profile (an older one)."""
     lead = max(width - len(PROFILE), 0)
     emb = rng.standard_normal((batch, lead)).astype(np.float32)

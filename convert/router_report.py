@@ -77,8 +77,9 @@ def _cv_lines(cv: dict) -> list[str]:
     return [f"\n## What the router reads: article-grouped {first['folds']}-fold cross-validation on train + val\n",
             f"{first['n']} labelled questions in {first['groups']} groups (SQuAD articles, HotpotQA buckets); every"
             " fold's accuracy is on articles its router never saw. best = the best epoch (optimistic), last = the"
-            " last.\n",
-            _table(cv, ["majority_accuracy", "best", "best_epoch", "last"]), ""]
+            " last; best <dataset> = that dataset's questions at the best epoch.\n",
+            _table(cv, ["majority_accuracy", "best", "best_epoch", "last", *(k for k in first if k.startswith("best "))]),
+            ""]
 
 
 def write_report(out: Path, report: dict) -> None:
@@ -106,7 +107,8 @@ def write_report(out: Path, report: dict) -> None:
         _table({k: m[k] for k in m}, metric_cols),
         f"\nSelection on val: {', '.join(f'{k} {v:.3f}' for k, v in report['selection'].items())} → kept"
         f" {'weighted' if h['weighted'] else 'unweighted'}, epoch {h['best_epoch']} of {len(h['val_acc'])}"
-        " (val is optimistic for that reason; test is not used for any choice).\n",
+        " (val accuracy averaged over its datasets, every dataset weighing alike in training as well; val is"
+        " optimistic for that reason; test is not used for any choice).\n",
         *_cv_lines(report["cv"]),
         "Test recall per class: " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a"
                                               for k, v in m["test"]["recall"].items()),

@@ -22,8 +22,10 @@
    (``--inputs profile``); ``--cv K`` measures why: article-grouped K-fold cross-validation over train + val
    (SQuAD folds never split an article, HotpotQA folds keep buckets whole) for each input layout. The val
    part is one article and one bucket, too few questions to compare layouts on; the folds hold 18 groups.
-5. Train RouterMLP (AdamW lr 1e-3, wd 1e-4, batch 64, inputs standardised on train) with and without
-   class weights w_c = N / (C·N_c); the epoch and weighting with the best val accuracy are kept.
+5. Train RouterMLP (AdamW lr 1e-3, wd 1e-4, batch 64, inputs standardised on train), each row weighted so
+   every dataset (SQuAD, HotpotQA) weighs alike, with and without class weights w_c = N / (C·N_c); the epoch
+   and weighting with the best val accuracy averaged over the datasets are kept (issue #42: unweighted, 4,381
+   SQuAD labels against 64 HotpotQA ones taught the router SQuAD's rule, and it sent multi-hop questions to k = 1).
 6. Report: test accuracy on genuine labels beside the majority class, per-class recall, confusion matrix,
    the router's tier mix on every test question; ``--agreement N`` also generates answers for N val
    questions at every tier and reports how the context label agrees with generated correctness;
@@ -243,24 +245,50 @@ def class_weights(y: torch.Tensor, n_classes: int = len(TIERS)) -> torch.Tensor:
     return len(y) / (n_classes * counts)
 
 
+def dataset_weights(source: np.ndarray) -> torch.Tensor:
+    """Per row w_d = N / (D·N_d): every dataset weighs as much as the others in the loss. Unweighted, the 4,381
+    SQuAD labels drowned the 64 HotpotQA ones and the router learnt SQuAD's rule (a strong first match is EASY),
+    which sends multi-hop questions, whose first hop matches as strongly, to k = 1."""
+    names, index, counts = np.unique(source, return_inverse=True, return_counts=True)
+    return torch.from_numpy(len(source) / (len(names) * counts[index])).float()
+
+
+def accuracies(pred: torch.Tensor, y: torch.Tensor, source: np.ndarray | None) -> dict[str, float]:
+    """Accuracy per dataset of ``source`` (each row's), or of all rows under "" when None."""
+    right = (pred == y).float().numpy()
+    if source is None:
+        return {"": float(right.mean())}
+    return {str(d): float(right[source == d].mean()) for d in np.unique(source)}
+
+
 def train(x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor,
-          epochs: int = 60, seed: int = 0, weighted: bool = True) -> tuple[RouterMLP, dict]:
-    """AdamW on (optionally class-weighted) cross-entropy; returns the best-val-accuracy epoch's model.
+          epochs: int = 60, seed: int = 0, weighted: bool = True, source: np.ndarray | None = None,
+          source_val: np.ndarray | None = None) -> tuple[RouterMLP, dict]:
+    """AdamW on cross-entropy weighted per row (tier: ``weighted``; dataset: ``source``, each row's dataset);
+    returns the model of the epoch with the best val accuracy (averaged over ``source_val``'s datasets).
     One thread: for a 100k-parameter MLP more only contend (10 s vs 1.3 s an epoch beside a busy job)."""
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     order = torch.Generator().manual_seed(seed)
     model = RouterMLP(in_dim=x.shape[1])
     model.standardise(x)
-    loss_fn = nn.CrossEntropyLoss(weight=class_weights(y) if weighted else None)
+    w = dataset_weights(source) if source is not None else torch.ones(len(y))
+    w_val = dataset_weights(source_val) if source_val is not None else torch.ones(len(y_val))
+    if weighted:
+        tiers = class_weights(y)
+        w, w_val = w * tiers[y], w_val * tiers[y_val]
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return (nn.functional.cross_entropy(logits, target, reduction="none") * weight).sum() / weight.sum()
+
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
-    history: dict = {"train_loss": [], "val_loss": [], "val_acc": [], "weighted": weighted}
+    history: dict = {"train_loss": [], "val_loss": [], "val_acc": [], "val_acc_by": [], "weighted": weighted}
     best_acc, best_state, best_epoch = -1.0, None, 0
     for epoch in range(epochs):
         model.train()
         total = 0.0
         for idx in torch.randperm(len(y), generator=order).split(BATCH):
-            loss = loss_fn(model(x[idx]), y[idx])
+            loss = loss_fn(model(x[idx]), y[idx], w[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -268,10 +296,12 @@ def train(x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Te
         model.eval()
         with torch.no_grad():
             logits = model(x_val)
-        acc = (logits.argmax(1) == y_val).float().mean().item()
+        by = accuracies(logits.argmax(1), y_val, source_val)
+        acc = float(np.mean(list(by.values())))  # over datasets: val holds 168 SQuAD and 28 HotpotQA labels
         history["train_loss"].append(total / len(y))
-        history["val_loss"].append(loss_fn(logits, y_val).item())
+        history["val_loss"].append(loss_fn(logits, y_val, w_val).item())
         history["val_acc"].append(acc)
+        history["val_acc_by"].append(by)
         if acc > best_acc:
             best_acc, best_state, best_epoch = acc, copy.deepcopy(model.state_dict()), epoch + 1
     model.load_state_dict(best_state)
@@ -280,9 +310,10 @@ def train(x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Te
 
 
 def select(x: torch.Tensor, y: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor, epochs: int,
-           seed: int) -> tuple[RouterMLP, dict, dict[str, float]]:
+           seed: int, source: np.ndarray | None = None,
+           source_val: np.ndarray | None = None) -> tuple[RouterMLP, dict, dict[str, float]]:
     """Train with and without class weights; keep the one with the better val accuracy."""
-    runs = {w: train(x, y, x_val, y_val, epochs, seed, w) for w in (True, False)}
+    runs = {w: train(x, y, x_val, y_val, epochs, seed, w, source, source_val) for w in (True, False)}
     scores = {("weighted" if w else "unweighted"): max(h["val_acc"]) for w, (_, h) in runs.items()}
     best = max(runs, key=lambda w: (max(runs[w][1]["val_acc"]), w))
     return *runs[best], scores
@@ -316,22 +347,27 @@ def input_columns(inputs: str, row_width: int) -> slice:
 
 
 def cross_validate(x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int, epochs: int,
-                   seed: int) -> dict:
-    """Article-grouped K-fold accuracy per epoch (unweighted training, every fold's questions pooled): how
-    the router does on articles it never saw, measured on many more of them than val holds."""
-    correct, n = np.zeros(epochs), 0
+                   seed: int, source: np.ndarray | None = None) -> dict:
+    """Article-grouped K-fold accuracy per epoch (unweighted by tier, every fold's questions pooled; rows weighted
+    by ``source``, their dataset, as in training): how the router does on articles it never saw, measured on many
+    more of them than val holds; with ``source`` also per dataset (at the pooled best epoch)."""
+    source = source if source is not None else np.full(len(y), "")
+    correct, n = {d: np.zeros(epochs) for d in np.unique(source)}, 0
     names = np.unique(groups)
     fold_of = {g: i % folds for i, g in enumerate(sorted(names, key=lambda g: _digest(f"{seed}:{g}")))}
     fold = np.array([fold_of[g] for g in groups])
     for k in range(folds):
         held = fold == k
         t = [torch.from_numpy(a) for a in (x[~held], y[~held], x[held], y[held])]
-        _, history = train(*t, epochs=epochs, seed=seed, weighted=False)
-        correct += np.array(history["val_acc"]) * held.sum()
+        _, history = train(*t, epochs=epochs, seed=seed, weighted=False, source=source[~held], source_val=source[held])
+        for d in np.unique(source[held]):
+            correct[d] += np.array([by[str(d)] for by in history["val_acc_by"]]) * np.sum(source[held] == d)
         n += int(held.sum())
-    acc = correct / n
+    acc = sum(correct.values()) / n
+    best = int(acc.argmax())
     return {"n": n, "groups": len(names), "folds": folds, "majority_accuracy": float(np.mean(y == np.bincount(y).argmax())),
-            "best": float(acc.max()), "best_epoch": int(acc.argmax()) + 1, "last": float(acc[-1])}
+            "best": float(acc[best]), "best_epoch": best + 1, "last": float(acc[-1]),
+            **({f"best {d}": float(c[best] / np.sum(source == d)) for d, c in correct.items()} if len(correct) > 1 else {})}
 
 
 # -- the whole run -------------------------------------------------------------------------------
@@ -363,12 +399,14 @@ def train_router(squad: Path, squad_train: Path, hotpot: Path, out: Path, labels
 
     y_all = np.array([TIERS.index(t) if (t := label(r["served"])) else -1 for r in rows])
     part = np.array([r["part"] for r in rows])
+    source = np.array([r["dataset"] for r in rows])  # training weighs each dataset alike (dataset_weights)
     pick = {p: (part == p) & (y_all >= 0) for p in ("train", "val", "test")}
     if not pick["train"].any() or not pick["val"].any():
         raise SystemExit(f"too few labelled questions: {pick['train'].sum()} train, {pick['val'].sum()} val")
     cols = input_columns(inputs, x_all.shape[1])
     t = {p: (torch.from_numpy(x_all[m][:, cols]), torch.from_numpy(y_all[m])) for p, m in pick.items()}
-    model, history, selection = select(*t["train"], *t["val"], epochs, seed)
+    model, history, selection = select(*t["train"], *t["val"], epochs, seed, source[pick["train"]],
+                                       source[pick["val"]])
     onnx_path = out / ROUTER_ASSET.name
     parity = export_router(model, onnx_path, seed=seed)
 
@@ -380,10 +418,10 @@ def train_router(squad: Path, squad_train: Path, hotpot: Path, out: Path, labels
         fit = pick["train"] | pick["val"]
         groups = cv_groups(rows, corpora)[fit]
         cv = {layout: cross_validate(x_all[fit][:, input_columns(layout, x_all.shape[1])], y_all[fit], groups,
-                                     cv_folds, epochs, seed) for layout in INPUTS}
+                                     cv_folds, epochs, seed, source[fit]) for layout in INPUTS}
     metrics = {p: evaluate(picks[pick[p]], y_all[pick[p]], y_all[pick["train"]]) for p in ("val", "test")}
-    for dataset in sorted(set(r["dataset"] for r in rows)):
-        m = pick["test"] & (np.array([r["dataset"] for r in rows]) == dataset)
+    for dataset in sorted(set(source)):
+        m = pick["test"] & (source == dataset)
         metrics[f"test {dataset}"] = evaluate(picks[m], y_all[m], y_all[pick["train"]])
     report = {
         "bundle": str(bundle_dir), "settings_key": key, "config": repr(config), "seed": seed, "epochs": epochs,

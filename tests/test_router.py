@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.experiments.router_tiers import pooled_alone, tiers
 from benchmarks.splits import select
+from benchmarks.systems import bench_config
 from edge_rag.config import TIERS, Config, Tier, TierSpec
 from edge_rag.models import bundle as B
 from edge_rag.models.registry import ROUTER_ASSET
@@ -64,8 +66,32 @@ def test_profile_reads_the_score_shape():
 def test_profile_overlap_finds_where_the_question_terms_are():
     texts = ("Paris is large.", "London has a clock.", "Rome has a river.", "The Eiffel Tower was built in 1889.")
     question = "When was the Eiffel Tower built?"
-    assert profile(question, _hits(0.9, 0.8, 0.7, 0.6, texts=texts))[3:].tolist() == pytest.approx([0, 0, 1])
-    assert profile(question, _hits(0.9, 0.8, texts=texts[2:]))[3:].tolist() == pytest.approx([0, 1, 1])
+    overlaps = slice(PROFILE.index("overlap@1"), PROFILE.index("overlap@10") + 1)
+    assert profile(question, _hits(0.9, 0.8, 0.7, 0.6, texts=texts))[overlaps].tolist() == pytest.approx([0, 0, 1])
+    assert profile(question, _hits(0.9, 0.8, texts=texts[2:]))[overlaps].tolist() == pytest.approx([0, 1, 1])
+
+
+def _docs(*doc_ids: str, texts: tuple[str, ...]) -> list[Passage]:
+    return [Passage(i, d, d, t, score=0.8 - 0.01 * i) for i, (d, t) in enumerate(zip(doc_ids, texts))]
+
+
+def test_profile_sees_a_question_split_over_two_documents():
+    """A multi-hop question's best sentence matches its first hop as well as a one-hop question's answer
+    sentence matches that question; only the coverage of the top hits together, and the documents they come
+    from, tell them apart (the 6-column profile did not: the router sent 89% of HotpotQA to k = 1)."""
+    at = {name: PROFILE.index(name) for name in PROFILE}
+    two_hop = profile("Which river flows through the city of the Eiffel Tower?", _docs(
+        "eiffel", "seine", "rome", texts=("The Eiffel Tower stands in the city of Paris.",
+                                          "The river Seine flows through Paris.", "Rome is old.")))
+    one_hop = profile("Which river flows through Paris?", _docs(
+        "seine", "seine", "rome", texts=("The river Seine flows through Paris.", "The Seine is long.",
+                                         "Rome is old.")))
+    assert two_hop[at["union@3"]] == pytest.approx(1.0)
+    assert two_hop[at["union@3"]] > two_hop[at["overlap@3"]] + 0.3
+    assert one_hop[at["union@3"]] == pytest.approx(one_hop[at["overlap@3"]]) == pytest.approx(1.0)
+    assert (two_hop[at["docs@3"]], one_hop[at["docs@3"]]) == (3, 2)
+    assert (two_hop[at["terms"]], one_hop[at["terms"]]) == (5, 3)  # river flows city eiffel tower; river flows paris
+    assert two_hop[at["union@10"]] >= two_hop[at["union@3"]]
 
 
 def test_search_is_wide_enough_for_every_consumer():
@@ -116,10 +142,34 @@ def test_pipeline_routes_on_the_features_training_uses(squad_default_rag, router
         rag.router = installed
 
 
-@pytest.mark.parametrize("width", [384, 384 + len(PROFILE)])
-def test_an_older_router_gets_the_columns_it_was_trained_on(tmp_path: Path, width: int) -> None:
-    """Older bundles hold a 384-wide router (the embedding alone) or a 390-wide one (embedding, then profile):
-    each is fed the leading columns of the features row."""
+def test_router_sends_multi_hop_questions_past_k1_on_a_corpus_it_never_saw(bundle_dir: Path, hotpot_path: Path,
+                                                                         tmp_path: Path, router: Router) -> None:
+    """The HotpotQA test split's questions over a store of their own ten paragraphs each alone (distractors
+    included; neither questions nor corpus were trained on or chosen on): a context serves one only when it holds
+    both supporting paragraphs, so hardly any is EASY (k = 1 sentence). The router before issue #42 sent 87% of
+    them to EASY (tier accuracy 0.13): its profile read a strong first-hop match as "the answer sentence is found",
+    and SQuAD's 4,381 labels outweighed HotpotQA's 64 in training. Today's: 40% EASY, accuracy 0.50
+    (``python -m benchmarks.experiments.router_tiers``)."""
+    ds = pooled_alone(hotpot_path, "test", tmp_path / "cache")
+    base = bench_config()
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=base) as rag:
+        rag.add_documents(ds.documents)
+    result = tiers(tmp_path / "db", bundle_dir, base, ds.items, router)
+    assert result["asked"] == len(ds.items) >= 50 and result["labelled"] >= 25
+    assert result["label_share"][Tier.EASY.value] <= 0.1  # the premise: multi-hop questions need more than k = 1
+    assert result["router_share"][Tier.EASY.value] <= 0.5
+    assert result["accuracy"] >= 0.4
+
+
+OLD_PROFILE = 6  # the profile before issue #42: s1 ... overlap@10, the leading columns of today's
+
+
+@pytest.mark.parametrize("width, columns", [(384, slice(0, 384)), (384 + OLD_PROFILE, slice(0, 384 + OLD_PROFILE)),
+                                            (OLD_PROFILE, slice(384, 384 + OLD_PROFILE))])
+def test_an_older_router_gets_the_columns_it_was_trained_on(tmp_path: Path, width: int, columns: slice) -> None:
+    """Older bundles hold a 384-wide router (the embedding alone), a 390-wide one (embedding, then the 6-column
+    profile) or a 6-wide one (that profile alone): each is fed the columns it was trained on, which the profile's
+    newer columns, appended after them, leave in place."""
     torch = pytest.importorskip("torch")
     from convert.router import RouterMLP, export_router
 
@@ -129,9 +179,10 @@ def test_an_older_router_gets_the_columns_it_was_trained_on(tmp_path: Path, widt
     vector = np.ones(384, np.float32) / np.sqrt(384)
     hits = _hits(0.9, 0.5)
     row = features(vector, "q?", hits)
-    assert old.width == width
-    assert old(vector, "q?", hits) is TIERS[int(np.argmax(old.logits(row[:width])[0]))]
-    assert np.array_equal(old.logits(row), old.logits(row[:width]))
+    assert old.width == width and PROFILE[:OLD_PROFILE] == ("s1", "s1-s5", "entropy", "overlap@1", "overlap@3",
+                                                            "overlap@10")
+    assert old(vector, "q?", hits) is TIERS[int(np.argmax(old.logits(row[columns])[0]))]
+    assert np.array_equal(old.logits(row), old.logits(row[columns]))
 
 
 # -- choose_tier (EdgeRAG's tier step): router on, off, overridden, missing -----------------------------

@@ -13,8 +13,10 @@ from benchmarks.splits import hotpot_bucket
 from convert.train_router import (
     INPUTS,
     LABELS_FILE,
+    accuracies,
     class_weights,
     cross_validate,
+    dataset_weights,
     evaluate,
     input_columns,
     label_config,
@@ -95,12 +97,16 @@ def test_shipped_labels_are_for_the_current_config(bundle, squad_path, hotpot_pa
     assert settings_key(encoder_sha, label_config().with_(compression_floor=0.5), corpora) != key
 
 
+SQUAD_GIVE = 0.03  # SQuAD tier accuracy the router may give up to always-EASY for multi-hop questions (issue #42)
+
+
 def test_shipped_router_beats_the_majority_on_held_out_labels(bundle, squad_path, hotpot_path, squad_default_rag):
-    """On the test split's genuine SQuAD labels the shipped router is at least as accurate as always-EASY and
-    clearly better balanced (measured with hybrid retrieval k = 2, w = 1 over the context column: accuracy 0.848 vs
-    0.839, balanced accuracy 0.453 vs always-EASY's 1/3; with k = 5, w = 0.75 before it 0.866 vs 0.792): a router whose input learns the training articles' topics — as the query
-    embedding did — falls back to the majority class and fails here. (With dense retrieval EASY was right for 74%
-    of these questions and the margin 0.829 vs 0.740; hybrid puts the answer sentence first more often.)"""
+    """On the test split's genuine SQuAD labels the shipped router is clearly better balanced than always-EASY and
+    about as accurate: a router whose input learns the training articles' topics — as the query embedding did —
+    falls back to the majority class and fails the balance. Before issue #42 it was at least as accurate as
+    always-EASY here (0.860 vs 0.844) because it had learnt SQuAD's rule alone and sent 89% of HotpotQA
+    questions to EASY; weighing both datasets alike it gives a little of that up (0.825 with the hybrid
+    retrieval of today; HotpotQA's test accuracy 0.135 -> 0.568, test_router.py asks it on a corpus of its own)."""
     corpora = load_corpora(squad_path, squad_path.parent / "squad2_train_subset.json", hotpot_path)
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == B.ROLE_ENCODER)
     rows = read_labels(ROUTER_ASSET.parent / LABELS_FILE, settings_key(encoder_sha, label_config(), corpora))
@@ -113,7 +119,7 @@ def test_shipped_router_beats_the_majority_on_held_out_labels(bundle, squad_path
     predicted = Router(ROUTER_ASSET).logits(x).argmax(1)
     accuracy = float(np.mean(predicted == y))
     balanced = float(np.mean([np.mean(predicted[y == c] == c) for c in np.unique(y)]))
-    assert accuracy >= float(np.mean(y == np.bincount(y).argmax()))
+    assert accuracy >= float(np.mean(y == np.bincount(y).argmax())) - SQUAD_GIVE
     assert balanced >= 1 / 3 + 0.05
 
 
@@ -147,6 +153,35 @@ def test_parts_are_disjoint_by_article(squad_path, hotpot_path):
 def test_class_weights_are_inverse_frequency():
     w = class_weights(torch.tensor([0, 0, 1, 2, 2, 2]))
     assert torch.allclose(w, torch.tensor([1.0, 2.0, 6 / 9]))
+
+
+def test_each_dataset_weighs_alike_in_the_loss_and_in_selection():
+    """4,381 SQuAD labels against 64 HotpotQA ones: unweighted, the router learnt SQuAD's rule alone."""
+    source = np.array(["squad"] * 6 + ["hotpotqa"] * 2)
+    w = dataset_weights(source)
+    assert float(w[:6].sum()) == pytest.approx(float(w[6:].sum())) == pytest.approx(4.0)
+    pred, y = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1]), torch.tensor([0, 0, 0, 0, 0, 0, 1, 1])
+    assert accuracies(pred, y, source) == {"hotpotqa": 0.5, "squad": 1.0}
+    assert accuracies(pred, y, None) == {"": 7 / 8}
+
+
+def test_training_learns_a_small_dataset_that_disagrees_with_a_large_one():
+    """A small dataset whose rows lie among the large one's but need another tier (multi-hop questions whose
+    profile looks like SQuAD's EASY ones): weighted by dataset the router learns them; unweighted the large
+    dataset's tier wins there."""
+    rng = np.random.default_rng(0)
+    big, small = rng.uniform(0, 1, (600, 2)), rng.uniform(0, 1, (40, 2))
+    small[:, 0] = 0.5 + small[:, 0] / 2  # all in the right half, where 300 rows of the big one say EASY
+    x = torch.from_numpy(np.vstack([big, small]).astype(np.float32))
+    y = torch.from_numpy(np.r_[np.zeros(600), np.full(40, 2)].astype(np.int64))
+    source = np.array(["big"] * 600 + ["small"] * 40)
+    held = np.r_[np.arange(0, 600, 10), np.arange(600, 640, 4)]
+    fit = np.setdiff1d(np.arange(640), held)
+    args = (x[fit], y[fit], x[held], y[held])
+    _, plain = train(*args, epochs=10, seed=0, weighted=False, source_val=source[held])
+    _, balanced = train(*args, epochs=10, seed=0, weighted=False, source=source[fit], source_val=source[held])
+    assert plain["val_acc_by"][plain["best_epoch"] - 1]["small"] <= 0.2
+    assert balanced["val_acc_by"][balanced["best_epoch"] - 1]["small"] >= 0.8
 
 
 def _toy(seed: int = 0):

@@ -113,22 +113,38 @@ def compress(
     return Context(text, ids, sum(len(g) for g in groups.values()), len(sentences), False)
 
 
-def score_sentences(question: str, passages: Sequence[Passage], prior_weight: float = PRIOR_WEIGHT) -> list[Scored]:
-    """Every sentence of ``passages`` with its relevance to ``question``, in input order:
-    idf-weighted share of the question's terms found in the sentence + prior_weight * clip(cosine, 0, 1)."""
-    q = _terms(question)
+class Terms(NamedTuple):
+    """The question's terms, each weighted by its rarity among the candidate sentences, and those sentences."""
+
+    question: set[str]
+    weight: dict[str, float]
+    units: list[tuple[int, int, str, set[str], float]]  # (passage rank, sentence index, text, terms, cosine prior)
+
+    def share(self, terms: set[str]) -> float:
+        """The weighted share of the question's terms among ``terms``, in [0, 1]."""
+        return sum(self.weight[t] for t in self.question & terms) / (sum(self.weight.values()) or 1.0)
+
+
+def weigh_terms(question: str, passages: Sequence[Passage]) -> Terms:
+    """Every sentence of ``passages`` with its terms, and the question's terms weighted by
+    idf = ln(1 + n / (1 + df)) over those n sentences: a question term found in every candidate (the
+    article's topic) cannot tell them apart."""
     units = [
         (rank, index, " ".join(s.split()), _terms(s), min(max(p.score, 0.0), 1.0))
         for rank, p in enumerate(passages)
         for index, s in enumerate(split_sentences(p.text))
     ]
-    # A question term found in every candidate (the article's topic) cannot tell them apart: weight
-    # each term by its rarity among the candidate sentences, idf = ln(1 + n / (1 + df)).
+    q = _terms(question)
     df = Counter(t for *_, terms, _ in units for t in q & terms)
-    weight = {t: math.log(1 + len(units) / (1 + df[t])) for t in q}
-    total = sum(weight.values()) or 1.0
-    return [Scored(rank, index, s, sum(weight[t] for t in q & terms) / total + prior_weight * prior)
-            for rank, index, s, terms, prior in units]
+    return Terms(q, {t: math.log(1 + len(units) / (1 + df[t])) for t in q}, units)
+
+
+def score_sentences(question: str, passages: Sequence[Passage], prior_weight: float = PRIOR_WEIGHT) -> list[Scored]:
+    """Every sentence of ``passages`` with its relevance to ``question``, in input order:
+    idf-weighted share of the question's terms found in the sentence (``weigh_terms``) + prior_weight * clip(cosine, 0, 1)."""
+    terms = weigh_terms(question, passages)
+    return [Scored(rank, index, s, terms.share(found) + prior_weight * prior)
+            for rank, index, s, found, prior in terms.units]
 
 
 def _terms(text: str) -> set[str]:

@@ -3,14 +3,17 @@
 ``router.onnx`` is one small MLP exported by ``python -m convert router``; its logits are in
 ``config.TIERS`` order. ``features`` builds the row it is trained and run on: the query embedding
 followed by the retrieval profile of the one search the pipeline makes — the cosine profile of the top
-10 hits (s1, s1 - s5, score entropy: does one passage stand out?) and how much of the question the best
+10 hits (s1, s1 - s5, score entropy: does one passage stand out?), how much of the question the best
 of them cover (the compressor's term overlap, without the cosine prior, at the top 1 / 3 / 10 hits: is
-the answer sentence likely among them?). The shipped router reads the profile only: in cross-validation
-over 18 groups of training questions (SQuAD articles, HotpotQA buckets) the embedding made it worse (it learns the topics of the training articles,
-not difficulty; edge_rag/assets/router_report.md). Routers of older bundles read the embedding (384
-wide) or embedding and profile (390): ``Router`` gives each the columns of its width. Training
-(convert/train_router.py) calls the same ``features`` on the same search, so the router sees at run time
-exactly what it was trained on.
+the answer sentence likely among them?), and how much the top 3 / 10 hits cover together, from how many
+documents, for a question of how many terms (does the question need more than one passage? issue #42:
+without these a multi-hop question, whose first hop matches as strongly as a SQuAD answer sentence, read as
+EASY). The shipped router reads the profile only: in cross-validation over 18 groups of training questions
+(SQuAD articles, HotpotQA buckets) the embedding made it worse (it learns the topics of the training articles,
+not difficulty; edge_rag/assets/router_report.md). Routers of older bundles read the embedding (384 wide),
+embedding and the 6-column profile (390) or that profile alone (6): ``Router`` gives each the columns of its
+width. Training (convert/train_router.py) calls the same ``features`` on the same search, so the router sees
+at run time exactly what it was trained on.
 """
 from __future__ import annotations
 
@@ -21,18 +24,25 @@ import numpy as np
 
 from ..config import TIERS, Config, Tier, TierSpec
 from ..types import Passage
-from .compress import score_sentences
+from .compress import weigh_terms
 from .encode import load_session
 
-PROFILE = ("s1", "s1-s5", "entropy", "overlap@1", "overlap@3", "overlap@10")  # input order after the embedding
+# input order after the embedding; a router reads the first columns of it that it was trained on (``columns``)
+PROFILE = ("s1", "s1-s5", "entropy", "overlap@1", "overlap@3", "overlap@10",  # the routers of before issue #42
+           "union@3", "union@10", "docs@3", "terms")
 PROFILE_K = 10  # top hits the profile reads (the search returns at least this many: search_width)
 PROFILE_TEMPERATURE = 0.05  # softmax temperature over cosines: gaps of a few hundredths decide the entropy
 
 
 def profile(question: str, hits: Sequence[Passage]) -> np.ndarray:
     """s1, s1 - s5, the entropy of softmax(top-10 cosines / T) divided by ln 10 (1 = flat, 0 = one hit
-    stands out), then the best term overlap of a sentence of the top 1 / 3 / 10 hits with the question.
-    Fewer hits than 5 use the last one; no hits (no retrieval, empty store) = zeros."""
+    stands out), then the best term overlap of a sentence of the top 1 / 3 / 10 hits with the question;
+    then what one sentence cannot show: the share of the question's terms the top 3 / 10 hits hold together
+    (a multi-hop question's terms are split over two documents: its best sentence matches the first hop as
+    strongly as a SQuAD answer sentence matches its question, but leaves the rest to another document), the
+    number of documents among the top 3 hits, and the question's number of terms. Fewer hits than 5 use the
+    last one; no hits (no retrieval, empty store) = zeros. Overlaps are shares of the question, weighted by
+    rarity among the candidates: the same on any corpus the hits come from."""
     top = list(hits)[:PROFILE_K]
     if not top:
         return np.zeros(len(PROFILE), np.float32)
@@ -40,11 +50,17 @@ def profile(question: str, hits: Sequence[Passage]) -> np.ndarray:
     p = np.exp((s - s.max()) / PROFILE_TEMPERATURE)
     p /= p.sum()
     entropy = -float(np.sum(p * np.log(np.maximum(p, 1e-12)))) / np.log(PROFILE_K)
+    terms = weigh_terms(question, top)
     overlap = [0.0] * len(top)  # best sentence of each hit
-    for sentence in score_sentences(question, top, prior_weight=0.0):
-        overlap[sentence.rank] = max(overlap[sentence.rank], sentence.relevance)
+    found: list[set[str]] = [set() for _ in top]  # every term of each hit
+    for rank, _, _, sentence, _ in terms.units:
+        overlap[rank] = max(overlap[rank], terms.share(sentence))
+        found[rank] |= sentence
     best = [max(overlap[:n]) for n in (1, 3, PROFILE_K)]
-    return np.array([s[0], s[0] - s[min(4, len(s) - 1)], entropy, *best], np.float32)
+    union = [terms.share(set().union(*found[:n])) for n in (3, PROFILE_K)]
+    docs = len({h.doc_id for h in top[:3]})
+    return np.array([s[0], s[0] - s[min(4, len(s) - 1)], entropy, *best, *union, docs, len(terms.question)],
+                    np.float32)
 
 
 def features(vector: np.ndarray, question: str, hits: Sequence[Passage]) -> np.ndarray:
@@ -60,10 +76,14 @@ def search_width(config: Config) -> int:
 
 
 def columns(width: int, row_width: int) -> slice:
-    """The columns of a ``features`` row (``row_width`` wide) that a router with ``width`` inputs reads:
-    the profile (the last ``len(PROFILE)``), else the leading ``width`` — the embedding (384) or the
-    embedding and profile (390) of routers shipped before the profile-only one."""
-    return slice(row_width - len(PROFILE), row_width) if width == len(PROFILE) else slice(0, width)
+    """The columns of a ``features`` row (``row_width`` wide) that a router with ``width`` inputs reads: the
+    first ``width`` of the profile (all of it, or the 6 of the profile-only router before issue #42), else the
+    leading ``width`` — the embedding (384) or the embedding and 6-column profile (390) of older routers. A row
+    no wider than the router is read whole (rows cut to its columns already)."""
+    if width >= row_width:
+        return slice(0, width)
+    start = row_width - len(PROFILE)
+    return slice(start, start + width) if width <= len(PROFILE) else slice(0, width)
 
 
 class Router:
