@@ -177,8 +177,7 @@ class EdgeRAG:
         """llama.cpp model, loaded on first use (the extractive route never needs it)."""
         with self._generator_lock:  # many threads may ask at once: load it exactly once
             if self._generator is None:
-                c = self.config
-                facts = self.bundle.generator
+                c, facts = self.config, self.bundle.generator
                 self._generator = Generator(self.bundle.require(B.ROLE_GENERATOR), n_ctx=c.n_ctx, threads=c.threads,
                                             seed=c.seed, prompt_style=facts.get("prompt_style", "one-shot"),
                                             stop=tuple(facts.get("stop", ())))
