@@ -168,7 +168,8 @@ def export(labels: dict[str, Label], logged: Sequence[tuple[str, str]]) -> list[
     """The labelled questions as ``edge-rag calibrate`` reads them: one entry per time a labelled question was
     asked (``logged``: (question as typed, when), the question log's order), then the labels' imported occurrences
     the log does not hold (a label of a question never asked here: once)."""
-    out, seen = [], Counter()
+    out: list[dict] = []
+    seen: Counter[str] = Counter()
     for question, asked in logged:
         try:
             key = key_of(question)

@@ -93,8 +93,8 @@ def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, jo
             job.passages_done, job.changes = n, job.changes + 1
             yield q
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "calibration.json"
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "calibration.json"
         cal = run(rag, questions, files.questions, out, progress, base=rag.certified.shipped, made_by=MADE_BY)
         content = json.loads(out.read_text(encoding="utf-8"))
     if rag.store.version != version:
