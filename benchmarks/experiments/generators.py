@@ -34,6 +34,7 @@ from edge_rag.decision.certify import Calibration
 from edge_rag.decision.policy import generative
 from edge_rag.models import registry as M
 from edge_rag.models.bundle import Bundle
+from evaluation.datasets import QAItem
 
 from .. import data, splits
 from ..metrics import best_f1, faithfulness, percentiles
@@ -51,20 +52,28 @@ def questions(name: str, n: int, config: Config, cache: Path) -> list[dict]:
     bundle = Bundle.load(M.default_bundle())
     db, items = data.pooled_index(name, data.FILES[name], bundle, config, cache)
     part, eligible_only = SETS[name]
-    floor = Calibration.load().reader(config.reader).ood_distance
-    out: list[dict] = []
     with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-        for q in splits.select(items, part):
-            if eligible_only and not generative(q.question):
-                continue
-            a = rag.decide(q.question)
-            if eligible_only and not a.d_min <= floor:
-                continue
-            out.append({"id": q.id, "question": q.question, "answers": list(q.answers), "answerable": not q.is_impossible,
-                        "context": a.context, "tier": a.tier.value, "route": a.route.value, "d_min": a.d_min,
-                        "max_new_tokens": config.tier(a.tier).max_new_tokens, "candidate": a.candidate})
-            if len(out) >= n:
-                break
+        return decided(rag, splits.select(items, part), eligible_only, n)
+
+
+def decided(rag: EdgeRAG, items: list[QAItem], eligible_only: bool, n: int | None = None) -> list[dict]:
+    """Up to ``n`` of ``items`` as the pipeline decides them (context, tier budget, reader candidate and its score);
+    ``eligible_only``: only the questions the GPT route would take (why/how/describe, within the shipped
+    out-of-domain floor)."""
+    floor = Calibration.load().reader(rag.config.reader).ood_distance
+    out: list[dict] = []
+    for q in items:
+        if eligible_only and not generative(q.question):
+            continue
+        a = rag.decide(q.question)
+        if eligible_only and not a.d_min <= floor:
+            continue
+        out.append({"id": q.id, "question": q.question, "answers": list(q.answers), "answerable": not q.is_impossible,
+                    "context": a.context, "tier": a.tier.value, "route": a.route.value, "d_min": a.d_min,
+                    "max_new_tokens": rag.config.tier(a.tier).max_new_tokens, "candidate": a.candidate,
+                    "score": a.score})
+        if n is not None and len(out) >= n:
+            break
     return out
 
 
