@@ -2,16 +2,20 @@
 waited for (qemu, pip, servers), one file at a time, run exactly as tests/isolated.py runs it.
 
 Wall time on a shared box moves with the other load; CPU seconds barely do, so a change that makes a file cheaper
-shows in both. Usage (from the checkout root): ``python -m benchmarks.experiments.test_cost tests/test_fuzz.py ...``
-(``--durations=10`` and other pytest options after ``--``). One JSON line per file.
+shows in both. Usage (from the checkout root): ``OMP_NUM_THREADS=1 python -m benchmarks.experiments.test_cost
+tests/test_fuzz.py ...`` (the thread budget tests/isolated.py gives each file on two cores; ``--durations=10`` and other
+pytest options after ``--``). One JSON line per file.
 """
 from __future__ import annotations
 
 import json
+import re
 import resource
 import subprocess
 import sys
 import time
+
+DURATION = re.compile(r"\d+\.\d+s (setup|call|teardown) ")
 
 
 def cost(path: str, options: list[str]) -> dict:
@@ -27,12 +31,12 @@ def cost(path: str, options: list[str]) -> dict:
             "sys_s": round(after.ru_stime - before.ru_stime, 1),
             "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 1),
             "exit": done.returncode, "summary": lines[-1] if lines else done.stderr[-500:],
-            "slowest": [line for line in lines if line.split(" ")[0].endswith("s") and " call " in line
-                        or " setup " in line][:12]}
+            "slowest": [line for line in lines if DURATION.match(line)][:12]}  # pytest's --durations lines
 
 
 def main(argv: list[str]) -> int:
-    files, _, options = (argv[: argv.index("--")], None, argv[argv.index("--") + 1:]) if "--" in argv else (argv, None, [])
+    split = argv.index("--") if "--" in argv else len(argv)
+    files, options = argv[:split], argv[split + 1:]
     failed = 0
     for path in files:
         row = cost(path, options)
