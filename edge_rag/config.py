@@ -29,9 +29,9 @@ TIERS: tuple[Tier, ...] = tuple(Tier)  # cost order, and the router's class orde
 
 def default_threads() -> int:
     """Threads for ``threads = 0``: ``OMP_NUM_THREADS`` when set, the usual per-process budget (processes side by
-    side each take their share: `make test` runs two files at a time on two cores, and one onnxruntime or llama.cpp
-    thread each costs ~25% less CPU for the same work than two that wait on each other), else the CPUs this process
-    may run on (a cgroup cpuset or ``taskset`` can leave fewer than the machine has)."""
+    side each take their share: `make test` runs two files at a time on two cores, where one onnxruntime thread each
+    does the same encodes for 0-30% less CPU than two that wait on each other, benchmarks/experiments/thread_cost.py),
+    else the CPUs this process may run on (a cgroup cpuset or ``taskset`` can leave fewer than the machine has)."""
     budget = os.environ.get("OMP_NUM_THREADS", "")
     if budget.isdigit() and int(budget) > 0:
         return int(budget)
