@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from edge_rag.config import default_threads
 from edge_rag.models.bundle import Bundle
 from edge_rag.models.verify import cpu_features
 
@@ -69,7 +70,7 @@ def profile(threads: int, bundle: Bundle) -> dict:
         "cpu_features": cpu_features(),  # what numpy's runtime dispatch finds (CPUID / HWCAP)
         "cores_logical": os.cpu_count(),
         "cores_physical": psutil.cpu_count(logical=False),
-        "threads_used": threads or os.cpu_count(),
+        "threads_used": threads or default_threads(),
         "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "os": platform.platform(),
         "arch": platform.machine(),

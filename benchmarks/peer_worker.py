@@ -7,7 +7,6 @@ one by one (warm latency), and writes ``WORK/STACK.json``.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -15,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.rss import peak_rss_mb
+from edge_rag.config import default_threads
 
 # What a user gets from a LangChain "stuff" chain: the default RetrievalQA prompt over k passages.
 PROMPT = (
@@ -24,7 +24,7 @@ PROMPT = (
 
 
 def _threads(job: dict) -> int:
-    return job["threads"] or (os.cpu_count() or 1)
+    return job["threads"] or default_threads()
 
 
 def build(work: Path, job: dict) -> dict:

@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--answerable", action="store_true",
                    help="answerable questions only: F1 comparisons of generating systems at half the generations")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="0 = all cores")
+    p.add_argument("--threads", type=int, default=0, help="0 = OMP_NUM_THREADS if set, else all cores")
     p.add_argument("--memory-mb", type=int, default=None, help="memory budget for the pipeline")
     p.add_argument("--passages", choices=PASSAGE_MODES, default="sentence",
                    help="passage unit of the pooled corpus: sentences (default, the router's training unit) or paragraphs")

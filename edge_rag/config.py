@@ -6,6 +6,7 @@ gate), the edge-RAG thesis (sentence passages, tier router, correction, rerank s
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
@@ -24,6 +25,17 @@ class Tier(str, Enum):
 
 
 TIERS: tuple[Tier, ...] = tuple(Tier)  # cost order, and the router's class order (its logits' columns)
+
+
+def default_threads() -> int:
+    """Threads for ``threads = 0``: ``OMP_NUM_THREADS`` when set, the usual per-process budget (processes side by
+    side each take their share: `make test` runs two files at a time on two cores, where one onnxruntime thread each
+    does the same encodes for 0-30% less CPU than two that wait on each other, benchmarks/experiments/thread_cost.py),
+    else the CPUs this process may run on (a cgroup cpuset or ``taskset`` can leave fewer than the machine has)."""
+    budget = os.environ.get("OMP_NUM_THREADS", "")
+    if budget.isdigit() and int(budget) > 0:
+        return int(budget)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,7 @@ class Config:
     max_seq_len: int = 256  # tokens per text (sentence-transformers' max_seq_length for MiniLM)
     # Batches are bounded in padded tokens, not rows: ORT's arena grows with batch×seq (1.6 GB at 32×256).
     encode_batch_tokens: int = 2048
-    threads: int = 0  # 0 = all cores (os.cpu_count())
+    threads: int = 0  # 0 = OMP_NUM_THREADS if set, else every core this process may use
 
     # -- chunking
     passage_mode: str = "sentence"  # "sentence" (thesis) or "paragraph"

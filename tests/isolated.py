@@ -6,7 +6,9 @@ every EdgeRAG built late in the run. One process per file keeps each file's figu
 that holds what that file loads, as on a device; resident memory is per process, so files running side by
 side do not change each other's figures. The longest files start first (their wall times in the last run
 here, tests/.cache/durations.json, else the estimates in tests/durations.json), so no long file is left
-running alone at the end. Each file's output is printed whole when it ends.
+running alone at the end. Each file's output is printed whole when it ends. Each file gets its share of the
+cores as its thread budget (``OMP_NUM_THREADS``, unless set: onnxruntime, llama.cpp, torch and numpy's BLAS
+take it), so two files at a time on two cores run one compute thread each instead of two that wait on each other.
 
 Arguments are passed to every pytest run (`make test ARGS="-k store -x"`), except ``--jobs N`` (files at a
 time, default 2); a file with no selected test (exit 5) is not a failure; with ``-x`` no file starts after
@@ -55,6 +57,12 @@ def longest_first(files: list[str], known: dict[str, float]) -> list[str]:
     return sorted(files, key=lambda f: (-known.get(f, 0.0), f))
 
 
+def thread_budget(jobs: int) -> dict[str, str]:
+    """The environment of each file's process: ``OMP_NUM_THREADS`` its share of the cores, unless already set."""
+    share = max(1, (os.cpu_count() or 1) // jobs)
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(share))}
+
+
 def split_jobs(argv: list[str]) -> tuple[int, list[str]]:
     """``--jobs N`` (or ``--jobs=N``) out of ``argv``; the rest is for pytest."""
     jobs, rest, args = JOBS, [], iter(argv)
@@ -78,13 +86,14 @@ def main(argv: list[str]) -> int:
     known = durations()
     stop_on_failure = "-x" in options or "--exitfirst" in options
     stop = threading.Event()
+    env = thread_budget(jobs)
 
     def run(f: str) -> tuple[subprocess.CompletedProcess | None, float]:
         if stop.is_set():
             return None, 0.0
         start = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, f],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=env)
         if done.returncode not in (0, 5) and stop_on_failure:
             stop.set()
         return done, time.monotonic() - start

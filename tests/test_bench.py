@@ -85,7 +85,7 @@ def tiny_run(bundle_dir: Path, squad_path: Path, hotpot_path: Path, tmp_path_fac
     out = tmp / "out"
     results = run.main(["--n", "2", "--squad", str(tmp / "squad.json"), "--hotpot", str(tmp / "hotpot.jsonl"),
                         "--bundle", str(bundle_dir), "--out", str(out), "--index-cache", str(tmp / "index"),
-                        "--skip-peer", "--scale-sizes", "300", "--threads", "2", "--part", "all"])
+                        "--skip-peer", "--scale-sizes", "300", "--threads", "1", "--part", "all"])
     return results, out
 
 

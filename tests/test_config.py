@@ -67,3 +67,21 @@ def test_config_accepts_exactly_the_gates_that_exist() -> None:
     for name in gate.GATES:
         assert gate.evidence_gate([0.9, 0.8], Config(gate=name)).method
     assert GATES == gate.GATES
+
+
+def test_threads_zero_takes_omp_num_threads_else_the_cores_this_process_may_use(monkeypatch) -> None:
+    """`make test` runs two files at a time on two cores with OMP_NUM_THREADS=1 each (tests/isolated.py): the
+    sessions onnxruntime and llama.cpp open for ``threads = 0`` take it; without it, the process's CPUs."""
+    import os
+
+    from edge_rag.config import default_threads
+    from edge_rag.retrieval.encode import session_options
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert default_threads() == 3 and session_options(0).intra_op_num_threads == 3
+    assert session_options(2).intra_op_num_threads == 2  # an explicit count wins
+    for unusable in ("", "0", "4,2", "x"):
+        monkeypatch.setenv("OMP_NUM_THREADS", unusable)
+        assert default_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert default_threads() == len(os.sched_getaffinity(0)) >= 1

@@ -49,10 +49,16 @@ def _fuzz(fn, examples: int) -> dict[str, int]:
     return tally
 
 
-def test_fuzz_decide_2000_cases_no_crash(sample_rag):
-    tally = _fuzz(sample_rag.decide, 2000)
+# Derandomized: every run replays the same cases, ~60 per strategy of QUESTIONS. The crash this file was written for
+# hit 17% of cases (395 of 2,300: ~135 expected here); one that hits 1 case in 200 is met with 98% chance. 2,000 cases
+# cost 2.5x the time for a 1-in-200 defect's last 2%.
+DECIDE_CASES = 800
+
+
+def test_fuzz_decide_no_crash(sample_rag):
+    tally = _fuzz(sample_rag.decide, DECIDE_CASES)
     print("fuzz decide:", tally)
-    assert tally["tried"] >= 2000 and tally["answered"] > 0 and tally["input_error"] > 0
+    assert tally["tried"] >= DECIDE_CASES and tally["answered"] > 0 and tally["input_error"] > 0
 
 
 @pytest.fixture(scope="module")

@@ -86,8 +86,7 @@ def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_r
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(definition)
             conn.execute(f"VACUUM ANALYZE {pgsql.PASSAGES}")
-        graph = reachability.sweep_pg(store)
-        reachability.record_pg(store)  # as an indexing run does at its end (the index was rebuilt by hand here)
+        graph = reachability.record_pg(store)  # as an indexing run does at its end (the index was rebuilt by hand)
         hits = store.search(rag.encoder.encode_one(TICKETS), 10)
         assert hits[0].title == "Tickets and Prices"
         report = check_recall(store, reach=True)

@@ -1,6 +1,7 @@
 """`make test`'s runner (tests/isolated.py): two files at a time, each file's output whole, one summary line."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,15 @@ def test_jobs_option_is_the_runners_own() -> None:
     assert split_jobs(["-x", "--jobs", "3", "-k", "store"]) == (3, ["-x", "-k", "store"])
     assert split_jobs(["--jobs=1"]) == (1, [])
     assert split_jobs(["-q"]) == (2, ["-q"])
+
+
+def test_each_file_gets_its_share_of_the_cores_as_its_thread_budget(tmp_path: Path, monkeypatch) -> None:
+    """Two files at a time on two cores: one compute thread each (OMP_NUM_THREADS, which edge-rag's ``threads = 0``,
+    torch and numpy's BLAS take); a budget the user set is kept."""
+    (tmp_path / "test_t.py").write_text("import os\ndef test_t():\n    print('budget', os.environ['OMP_NUM_THREADS'])\n")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = os.cpu_count() or 1
+    assert f"budget {max(1, cores // 2)}" in _run(tmp_path, "-s", "test_t.py").stdout
+    assert f"budget {cores}" in _run(tmp_path, "--jobs", "1", "-s", "test_t.py").stdout
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert "budget 3" in _run(tmp_path, "-s", "test_t.py").stdout

@@ -89,7 +89,7 @@ def add_common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
     p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
     p.add_argument("--memory-mb", type=positive_mb, help="memory budget for the whole process, MB")
-    p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: OMP_NUM_THREADS, else all cores)")
     p.add_argument("--seed-decision", action="store_true",
                    help="the seeds' answer/refuse decision (generates for open questions; its answers are not "
                         "certified) instead of the certified default")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import default_threads
 from ..documents.text import whole_sentences
 from ..errors import BundleError, InputError
 
@@ -77,7 +78,7 @@ class Generator:
         if not path.is_file():
             raise BundleError(f"generator model missing: {path}")
         try:
-            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or (os.cpu_count() or 1),
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or default_threads(),
                              n_batch=min(512, n_ctx), seed=seed, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc

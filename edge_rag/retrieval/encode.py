@@ -6,7 +6,6 @@ after a batch goes back to the OS instead of staying reserved at the largest bat
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from ..config import default_threads
 from ..errors import BundleError
 
 
@@ -26,7 +26,7 @@ def session_options(threads: int) -> ort.SessionOptions:
     compute (docs/decisions/ort-spinning.md). Outputs do not change, only when the workers sleep."""
     opts = ort.SessionOptions()
     opts.enable_cpu_mem_arena = False
-    opts.intra_op_num_threads = threads or (os.cpu_count() or 1)
+    opts.intra_op_num_threads = threads or default_threads()
     opts.inter_op_num_threads = 1
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.log_severity_level = 3
