@@ -21,7 +21,7 @@ PROMPT = (
     "Use the following pieces of context to answer the question at the end. If you don't know the answer, "
     "just say that you don't know, don't try to make up an answer.\n\n{context}\n\nQuestion: {question}\nHelpful Answer:"
 )
-SPLIT = ("prompt_eval_ms", "prompt_evaluated", "decode_ms")
+SPLIT = ("prompt_eval_ms", "prompt_evaluated", "decode_ms", "decoded")
 
 
 def _threads(job: dict) -> int:
@@ -82,7 +82,8 @@ def llm_split(llm) -> dict:
 
     perf = llama_cpp.llama_perf_context(llm._ctx.ctx)  # llama-cpp-python exposes no public call for this
     llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
-    return {"prompt_eval_ms": perf.t_p_eval_ms, "prompt_evaluated": perf.n_p_eval, "decode_ms": perf.t_eval_ms}
+    return {"prompt_eval_ms": perf.t_p_eval_ms, "prompt_evaluated": perf.n_p_eval, "decode_ms": perf.t_eval_ms,
+            "decoded": perf.n_eval}
 
 
 def edge_answerer(system: str, job: dict) -> Callable[[str], dict]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks.peer import ROOT
 
 STACKS = ("peer", "edge_rag:fixed_k")
-FIELDS = ("ms", "prompt_tokens", "completion_tokens", "prompt_eval_ms", "prompt_evaluated", "decode_ms")
+FIELDS = ("ms", "prompt_tokens", "completion_tokens", "prompt_eval_ms", "prompt_evaluated", "decode_ms", "decoded")
 
 
 def worker(work: Path, stack: str) -> None:
@@ -50,19 +50,30 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser(doc: str) -> argparse.ArgumentParser:
+    """WORK [--questions ROWS] [--n N]: a run's peer folder and which of its questions."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("work", type=Path)
     p.add_argument("--questions", type=Path, help="questions.jsonl of the run (default: the job's questions)")
     p.add_argument("--n", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=1)
-    args = p.parse_args()
+    return p
+
+
+def job_questions(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The run's job.json and the first ``args.n`` of its questions (from ROWS if given, each once)."""
     job = json.loads((args.work / "job.json").read_text(encoding="utf-8"))
     questions = job["questions"]
     if args.questions:
         with open(args.questions, encoding="utf-8") as f:
             questions = list(dict.fromkeys(json.loads(line)["question"] for line in f))
-    questions = questions[: args.n]
+    return job, questions[: args.n]
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--rounds", type=int, default=1)
+    args = p.parse_args()
+    _, questions = job_questions(args)
     # as benchmarks.peer runs its workers, after the systems' run set llama.cpp's passive waiting in its environment
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
