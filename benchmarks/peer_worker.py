@@ -21,6 +21,7 @@ PROMPT = (
     "Use the following pieces of context to answer the question at the end. If you don't know the answer, "
     "just say that you don't know, don't try to make up an answer.\n\n{context}\n\nQuestion: {question}\nHelpful Answer:"
 )
+SPLIT = ("prompt_eval_ms", "prompt_evaluated", "decode_ms", "decoded")
 
 
 def _threads(job: dict) -> int:
@@ -68,9 +69,21 @@ def peer_answerer(work: Path, job: dict) -> Callable[[str], dict]:
         else:
             out = llm.create_completion(prompt, **kw)
             text = out["choices"][0]["text"]
-        return {"answer": text.strip(), "prompt_tokens": out["usage"]["prompt_tokens"], "route": "GPT"}
+        return {"answer": text.strip(), "prompt_tokens": out["usage"]["prompt_tokens"],
+                "completion_tokens": out["usage"]["completion_tokens"], "route": "GPT", **llm_split(llm)}
 
     return answer
+
+
+def llm_split(llm) -> dict:
+    """llama.cpp's own timings of the answer just made (then reset for the next): prompt evaluation and decoding,
+    milliseconds and tokens. Prompt tokens found in the KV cache are not evaluated again, so they are not counted."""
+    import llama_cpp
+
+    perf = llama_cpp.llama_perf_context(llm._ctx.ctx)  # llama-cpp-python exposes no public call for this
+    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+    return {"prompt_eval_ms": perf.t_p_eval_ms, "prompt_evaluated": perf.n_p_eval, "decode_ms": perf.t_eval_ms,
+            "decoded": perf.n_eval}
 
 
 def edge_answerer(system: str, job: dict) -> Callable[[str], dict]:
@@ -82,7 +95,9 @@ def edge_answerer(system: str, job: dict) -> Callable[[str], dict]:
 
     def answer(question: str) -> dict:
         a = rag.ask(question)
-        return {"answer": a.answer, "prompt_tokens": a.prompt_tokens, "route": a.route.value}
+        split = llm_split(rag.generator.llm) if a.prompt_tokens else {}  # no LLM call: nothing to read
+        return {"answer": a.answer, "prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens,
+                "route": a.route.value, **split}
 
     return answer
 
@@ -91,17 +106,21 @@ def serve(work: Path, job: dict, stack: str, t0: float) -> dict:
     answer = peer_answerer(work, job) if stack == "peer" else edge_answerer(stack.split(":", 1)[1], job)
     first = answer(job["questions"][0])
     cold_start_s = time.time() - t0
-    warm, routes, tokens = [], [first["route"]], [first["prompt_tokens"]]
+    warm, answers = [], [first]
     for question in job["questions"][1:]:
         start = time.perf_counter()
-        out = answer(question)
+        answers.append(answer(question))
         warm.append((time.perf_counter() - start) * 1e3)
-        routes.append(out["route"])
-        tokens.append(out["prompt_tokens"])
+    routes = [a["route"] for a in answers]
+    p95 = statistics.quantiles(warm, n=20, method="inclusive")[18] if len(warm) > 1 else None  # as numpy's
+    # where a warm answer's time went, by llama.cpp (answers that called it); tokens in and out of every answer
+    split = {k: statistics.median(v) for k in SPLIT if (v := [a[k] for a in answers[1:] if k in a])}
     return {"cold_start_s": cold_start_s, "p50_ms": statistics.median(warm) if warm else None,
-            "mean_ms": statistics.fmean(warm) if warm else None, "n_warm": len(warm),
-            "peak_rss_mb": peak_rss_mb(), "prompt_tokens": statistics.fmean(tokens),
-            "routes": {r: routes.count(r) for r in sorted(set(routes))}}
+            "p95_ms": p95, "mean_ms": statistics.fmean(warm) if warm else None,
+            "n_warm": len(warm), "peak_rss_mb": peak_rss_mb(),
+            "prompt_tokens": statistics.fmean(a["prompt_tokens"] for a in answers),
+            "completion_tokens": statistics.fmean(a["completion_tokens"] for a in answers),
+            "llm_p50": split, "routes": {r: routes.count(r) for r in sorted(set(routes))}}
 
 
 if __name__ == "__main__":

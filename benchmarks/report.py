@@ -129,15 +129,16 @@ def _peer(peer: dict) -> str:
     rows = []
     for name, s in peer["stacks"].items():
         if "error" in s:
-            rows.append([name, f"failed: {s['error']}", "", "", "", "", ""])
+            rows.append([name, f"failed: {s['error']}", "", "", "", "", "", "", ""])
             continue
         ratio = s.get("peer_over_edge", {})
         rows.append([name, f"{s['cold_start_s']:.2f} s", f"{s['peak_rss_mb']:.0f} MB", _n(s["p50_ms"], 0),
-                     _n(s["prompt_tokens"], 0), ", ".join(f"{k} {v}" for k, v in s["routes"].items()),
+                     _n(s.get("p95_ms"), 0), _n(s["prompt_tokens"], 0), _n(s.get("completion_tokens"), 1),
+                     ", ".join(f"{k} {v}" for k, v in s["routes"].items()),
                      " / ".join(f"{ratio[k]:.2f}×" if ratio.get(k) else "–"
                                 for k in ("cold_start_s", "peak_rss_mb", "p50_ms")) if ratio else "–"])
-    lines.append(_table(["stack", "cold start", "peak RSS", "warm p50 ms", "tokens in", "routes",
-                         "peer ÷ this: cold / RSS / p50"], rows))
+    lines.append(_table(["stack", "cold start", "peak RSS", "warm p50 ms", "warm p95 ms", "tokens in", "tokens out",
+                         "routes", "peer ÷ this: cold / RSS / p50"], rows))
     return "\n".join(lines)
 
 

@@ -51,6 +51,40 @@ def test_temperature_zero_is_deterministic(gemma):
     assert gemma.generate(q, NORMANDY, 16, temperature=0.0).text == gemma.generate(q, NORMANDY, 16, temperature=0.0).text
 
 
+ROLLO = ("Rollo was a Viking who became the first ruler of Normandy. His descendants, the dukes of Normandy, "
+         "conquered England in 1066 under William the Conqueror.")
+
+
+def prompt_tokens_evaluated(gen: Generator, *args, **kw):
+    """The Generation and how many prompt tokens llama.cpp evaluated for it (its own counter)."""
+    import llama_cpp
+
+    llama_cpp.llama_perf_context_reset(gen.llm._ctx.ctx)
+    out = gen.generate(*args, **kw)
+    return out, llama_cpp.llama_perf_context(gen.llm._ctx.ctx).n_p_eval
+
+
+def test_the_template_prefix_is_evaluated_once(gemma):
+    """The instructions and the one-shot example are the same tokens at the same positions in every prompt: kept
+    in the KV cache, each question evaluates only its own context and question, never the previous answer."""
+    gemma.generate("Who was Rollo?", ROLLO, 16, temperature=0.0)
+    gen, evaluated = prompt_tokens_evaluated(gemma, "In what country is Normandy located?", NORMANDY, 16,
+                                             temperature=0.0)
+    assert evaluated <= gen.prompt_tokens - 40  # the one-shot example's 60-odd tokens were not evaluated again
+    assert evaluated == gen.prompt_tokens - len(gemma.prefix)
+
+
+def test_an_answer_does_not_depend_on_what_was_asked_before(gemma, bundle):
+    """Same question at temperature 0: the same Generation as the first question of a freshly loaded model, after
+    any other questions (whose prompts, contexts and answers filled the KV cache around the kept template prefix)."""
+    asked = [("Who was Rollo?", ROLLO), ("Describe the Normans.", NORMANDY),
+             ("When did the Normans conquer England?", NORMANDY + " " + ROLLO)]
+    expected = [Generator(bundle.require(B.ROLE_GENERATOR), bundle.generator["prompt_style"], n_ctx=1024)
+                .generate(q, c, 24, temperature=0.0) for q, c in asked]
+    for _ in range(2):
+        assert [gemma.generate(q, c, 24, temperature=0.0) for q, c in reversed(asked)] == expected[::-1]
+
+
 def test_long_context_is_shortened_to_fit(gemma):
     gen = gemma.generate("Where is Normandy?", NORMANDY * 40, max_new_tokens=8, temperature=0.0)
     assert gen.prompt_tokens + 8 <= gemma.n_ctx

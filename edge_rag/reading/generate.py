@@ -7,8 +7,10 @@ models get their own chat template from the GGUF metadata. Decoding is our own s
 n-gram repetition detector (EverydayGPT §4.3).
 
 One llama.cpp context serves every thread: decoding holds a lock (two threads decoding on one context
-crash llama.cpp), and each question starts from an empty KV cache and a fresh sampler, so the same
-question at temperature 0 gives the same answer whatever was generated before it.
+crash llama.cpp), and each question starts from a fresh sampler and a KV cache that holds only the prompt
+template's fixed prefix (the instructions, the one-shot example: the same tokens at the same positions for every
+question, evaluated on their own once), so the same question at temperature 0 gives the same answer whatever was
+generated before it.
 """
 from __future__ import annotations
 
@@ -88,6 +90,10 @@ class Generator:
         self.n_ctx = n_ctx
         self.stop = frozenset(END_OF_TURN + tuple(stop))
         self._chat = self._chat_formatter() if prompt_style == "chat" else None
+        # the template's tokens before the first field: two prompts that differ in every field share exactly these
+        a, b = self._tokenize(self.prompt("a", "a")), self._tokenize(self.prompt("b", "b"))
+        self.prefix = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]
+        self._prefix_cached = False  # the KV cache holds the prefix as evaluated alone
         self._lock = threading.Lock()  # one decode at a time on the one context
 
     def prompt(self, question: str, context: str) -> str:
@@ -139,7 +145,8 @@ class Generator:
         A token is yielded only once the repetition rule can no longer take it back (it drops the last
         ``repeat_ngram`` tokens of a repeat), so a stream never shows what the answer will not contain."""
         with self._lock:
-            self._reset(seed)
+            self._keep_prefix(prompt)
+            self.llm.set_seed(seed)
             out: list[int] = []
             sent = 0
             cut = False
@@ -187,11 +194,23 @@ class Generator:
     def _tokenize(self, prompt: str) -> list[int]:
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
 
-    def _reset(self, seed: int) -> None:
-        """Forget the previous question: empty KV cache (no prefix reuse), new seed."""
-        self.llm.reset()
-        self.llm._ctx.kv_cache_clear()  # llama-cpp-python exposes no public call for this
-        self.llm.set_seed(seed)
+    def _keep_prefix(self, prompt: list[int]) -> None:
+        """Forget the previous question but the template's prefix, if this prompt starts with it too.
+
+        The prefix is evaluated on its own, once: llama.cpp's numbers for a token depend a little on the batch it
+        was in, so a prefix kept from whichever prompt came first would tie the answer to that prompt, and the same
+        question must get the same logits whatever came before. ``Llama.generate`` then evaluates only the rest
+        (it reuses the KV cache up to ``n_tokens`` and drops what follows)."""
+        n = len(self.prefix)
+        if len(prompt) <= n or prompt[:n] != self.prefix:
+            self.llm.n_tokens = 0  # evaluated from scratch, prefix included
+            self._prefix_cached = False
+            return
+        if not self._prefix_cached:
+            self.llm.reset()
+            self.llm.eval(self.prefix)
+            self._prefix_cached = True
+        self.llm.n_tokens = n
 
     def text(self, tokens: list[int]) -> str:
         """The answer in ``tokens``: the first line, stripped."""
