@@ -26,6 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from edge_rag.config import default_threads
+
 TESTS = Path(__file__).resolve().parent
 COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected)")
 JOBS = 2
@@ -58,8 +60,9 @@ def longest_first(files: list[str], known: dict[str, float]) -> list[str]:
 
 
 def thread_budget(jobs: int) -> dict[str, str]:
-    """The environment of each file's process: ``OMP_NUM_THREADS`` its share of the cores, unless already set."""
-    share = max(1, (os.cpu_count() or 1) // jobs)
+    """The environment of each file's process: ``OMP_NUM_THREADS`` its share of the cores this process may use
+    (``default_threads``, as the runtime counts them), unless already set."""
+    share = max(1, default_threads() // jobs)
     return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(share))}
 
 

@@ -1,12 +1,13 @@
 """`make test`'s runner (tests/isolated.py): two files at a time, each file's output whole, one summary line."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from isolated import longest_first, split_jobs
+
+from edge_rag.config import default_threads
 
 RUNNER = Path(__file__).resolve().parent / "isolated.py"
 # Each file waits for the other to have started: run one after the other, the first would wait in vain and fail.
@@ -75,7 +76,7 @@ def test_each_file_gets_its_share_of_the_cores_as_its_thread_budget(tmp_path: Pa
     torch and numpy's BLAS take); a budget the user set is kept."""
     (tmp_path / "test_t.py").write_text("import os\ndef test_t():\n    print('budget', os.environ['OMP_NUM_THREADS'])\n")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    cores = os.cpu_count() or 1
+    cores = default_threads()  # OMP_NUM_THREADS unset: the CPUs this process may use
     assert f"budget {max(1, cores // 2)}" in _run(tmp_path, "-s", "test_t.py").stdout
     assert f"budget {cores}" in _run(tmp_path, "--jobs", "1", "-s", "test_t.py").stdout
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
