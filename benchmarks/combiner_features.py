@@ -1,11 +1,13 @@
-"""`python -m benchmarks.combiner_features ROWS`: what each input of the certified score adds, on reader-val only.
+"""`python -m benchmarks.combiner_features ROWS`: what each input of the certified score adds, on the validation
+questions only.
 
 ROWS is a per-question rows file of ``python -m convert calibrate --rows-cache DIR`` (``rows-neural-*.json``); only
-its reader-val part is read (the part the combiner is fitted on; calibration and test stay out of every choice).
-For all of ``certify.FEATURES`` and for each one left out, over the reader-val questions with a candidate answer:
-the AUROC of right vs wrong candidates and the right share among the best-scored 25% of all reader-val questions
-(reader_sweep's column), each candidate scored by a combiner fitted on the other folds, averaged over 10 seeded
-5-fold splits. A feature earns its place when leaving it out costs both.
+its validation parts are read (reader-val and the model-selection set: what the combiner is fitted on; calibration
+and test stay out of every choice). Each candidate is scored by a combiner fitted on the other folds (seeded 5-fold
+splits, averaged over SEEDS), and a set of inputs is judged by two figures over all validation questions:
+the AUROC of right vs wrong candidates, and the share of questions answered at the most permissive threshold whose
+error among answered stays <= --alpha (what the certificate trades on). For all of ``certify.FEATURES`` and for
+each one left out: a feature earns its place when leaving it out costs.
 """
 from __future__ import annotations
 
@@ -17,38 +19,50 @@ import numpy as np
 
 from edge_rag.decision.certify import FEATURES
 
-from .reader_sweep import auroc, cross_fitted_scores, top_precision
+from .reader_sweep import auroc, cross_fitted_scores
 
-SEEDS = 10
+SEEDS = 3
+VALIDATION = ("reader_val", "select")  # the parts convert.calibrate fits the combiner on
 
 
-def evaluate(rows: list[dict], names: tuple[str, ...]) -> tuple[float, float]:
-    """Mean cross-fitted (AUROC right/wrong, right share among the best-scored 25%) over SEEDS splits."""
+def coverage_at(score: np.ndarray, wrong: np.ndarray, n_questions: int, alpha: float) -> float:
+    """Share of ``n_questions`` answered at the most permissive score threshold whose error among answered is
+    <= alpha (candidates sorted by score; questions without a candidate never answer)."""
+    order = np.argsort(-score, kind="stable")
+    errors = np.cumsum(wrong[order])
+    ok = np.flatnonzero(errors <= alpha * np.arange(1, len(order) + 1))
+    return float(ok[-1] + 1) / n_questions if ok.size else 0.0
+
+
+def evaluate(rows: list[dict], names: tuple[str, ...], alpha: float) -> tuple[float, float]:
+    """Mean cross-fitted (AUROC right/wrong, coverage at alpha) over SEEDS splits."""
     picked = [r for r in rows if r["candidate"]]
     x = np.array([[r["features"][f] for f in names] for r in picked], dtype=float)
     y = np.array([not r["wrong"] for r in picked], dtype=float)
-    aucs, tops = [], []
+    aucs, covers = [], []
     for seed in range(SEEDS):
         score = cross_fitted_scores(x, y, names, seed)
         aucs.append(auroc(score[y == 1].tolist(), score[y == 0].tolist()))
-        tops.append(top_precision(score, y, len(rows)))
-    return float(np.mean(aucs)), float(np.mean(tops))
+        covers.append(coverage_at(score, y == 0, len(rows), alpha))
+    return float(np.mean(aucs)), float(np.mean(covers))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.combiner_features", description=__doc__.splitlines()[0])
     ap.add_argument("rows", type=Path, help="a rows-<reader>-*.json file of `convert calibrate --rows-cache`")
+    ap.add_argument("--alpha", type=float, default=0.3, help="error among answered the coverage is read at")
     args = ap.parse_args(argv)
-    rows = json.loads(args.rows.read_text(encoding="utf-8"))["reader_val"]
+    parts = json.loads(args.rows.read_text(encoding="utf-8"))
+    rows = [r for part in VALIDATION for r in parts.get(part, [])]
     missing = [f for f in FEATURES if f not in rows[0]["features"]]
     if missing:
         raise SystemExit(f"{args.rows} was collected without {', '.join(missing)}: run `convert calibrate` again")
-    print(f"{len(rows)} reader-val questions, {sum(bool(r['candidate']) for r in rows)} with a candidate")
-    print("| inputs | AUROC right/wrong | right among best-scored 25% |\n|---|---|---|")
+    print(f"{len(rows)} validation questions, {sum(bool(r['candidate']) for r in rows)} with a candidate")
+    print(f"| inputs | AUROC right/wrong | answered at error <= {args.alpha:g} |\n|---|---|---|")
     sets = [("all", FEATURES)] + [(f"without {f}", tuple(g for g in FEATURES if g != f)) for f in FEATURES]
     for label, names in sets:
-        auc, top = evaluate(rows, names)
-        print(f"| {label} | {auc:.3f} | {top:.3f} |")
+        auc, cover = evaluate(rows, names, args.alpha)
+        print(f"| {label} | {auc:.3f} | {cover:.3f} |")
     return 0
 
 

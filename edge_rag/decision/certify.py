@@ -3,7 +3,8 @@ error rate among answered questions is <= alpha with probability >= 1 - delta (L
 
 One score per candidate answer: a logistic combiner of the reader's span score and no-answer margin, the
 retrieval evidence (top cosine, and how much of the question the top hit covers) and whether the question holds
-a negation cue, fitted on the reader-val split only (``python -m convert calibrate``).
+a negation cue, fitted on the validation questions only (reader-val and the model-selection set; ``python -m
+convert calibrate``).
 The calibration split (questions no training or tuning touched) gives, for every threshold of a grid fixed
 before calibration (strict -> permissive), n answered and n errors; an error is an answer with F1 < 0.5 to
 an answerable question, or any answer to an unanswerable one. ``choose`` runs fixed-sequence testing: walk
