@@ -19,19 +19,10 @@ import numpy as np
 
 from edge_rag.decision.certify import FEATURES
 
-from .reader_sweep import auroc, cross_fitted_scores
+from .reader_sweep import auroc, coverage_at, cross_fitted_scores
 
 SEEDS = 3
 VALIDATION = ("reader_val", "select")  # the parts convert.calibrate fits the combiner on
-
-
-def coverage_at(score: np.ndarray, wrong: np.ndarray, n_questions: int, alpha: float) -> float:
-    """Share of ``n_questions`` answered at the most permissive score threshold whose error among answered is
-    <= alpha (candidates sorted by score; questions without a candidate never answer)."""
-    order = np.argsort(-score, kind="stable")
-    errors = np.cumsum(wrong[order])
-    ok = np.flatnonzero(errors <= alpha * np.arange(1, len(order) + 1))
-    return float(ok[-1] + 1) / n_questions if ok.size else 0.0
 
 
 def evaluate(rows: list[dict], names: tuple[str, ...], alpha: float) -> tuple[float, float]:
