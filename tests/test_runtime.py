@@ -110,6 +110,28 @@ def test_sample_questions_are_answered_and_off_topic_ones_refused(sample_rag):
     assert all(answers[q["question"]].route is Route.REFUSE for q in items if not q["answer"])
 
 
+def test_demo_shows_what_the_uncertified_generator_writes(bundle_dir, tmp_path, capsys):
+    """`make demo` answers the sample questions under the certified default, then, since the generator is not
+    certified, shows its unchecked answer to a question the default refused (else one asking for an explanation),
+    labelled as such beside the sample's own answer."""
+    from conftest import sample_store
+
+    from edge_rag.cli.commands import SAMPLE_DIR, main
+    from edge_rag.decision.policy import generative
+
+    db = sample_store(bundle_dir, tmp_path / "db")
+    assert main(["demo", "--db", str(db), "--bundle", str(bundle_dir)]) == 0
+    out = capsys.readouterr().out
+    blocks = {b.split("\n")[0][3:]: b for b in out.split("\n\n") if b.startswith("Q: ")}
+    items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))[:8]
+    assert "The generator is off: its answers are not certified at alpha 0.4" in out
+    shown = out.split("A (generated, not certified): ")[1].split("\n")[0]
+    question = out.split("Config(cgr=False)):\nQ: ")[1].split("\n")[0]
+    assert shown.strip() and question in {i["question"] for i in items}
+    refused = [i["question"] for i in items if i["answer"] and "A: (no answer:" in blocks[i["question"]]]
+    assert question == (refused or [i["question"] for i in items if generative(i["question"])])[0]
+
+
 def test_extractive_answers_cite_the_passage_they_come_from(sample_rag):
     """The rule extractor reads the search's top k, the tier's context may keep fewer passages: an extractive
     answer's sources must still name the passage it was taken from (first, when the context lacked it)."""

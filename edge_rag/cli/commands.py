@@ -9,9 +9,11 @@ from pathlib import Path
 
 from .. import serve
 from ..config import Config
+from ..decision.policy import generative
 from ..errors import EdgeRAGError
 from ..models.registry import PROFILES, default_bundle, home
 from ..storage.dburl import mask_url
+from ..types import Route
 from .options import add_common, add_decision, add_delta, add_wait, open_rag
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample"
@@ -109,15 +111,30 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Index the packaged sample corpus and answer its sample questions."""
+    """Index the packaged sample corpus and answer its sample questions. While the certificate keeps the generator
+    off (the default: its answers are not certified), show what it writes, unchecked, for one of them: the first
+    answerable question the default refused, else the first asking for an explanation."""
     args.db = args.db or str(home() / "demo-db" / args.profile)
-    questions = [q["question"] for q in json.loads((SAMPLE_DIR / "questions.json").read_text())][: args.n]
+    items = json.loads((SAMPLE_DIR / "questions.json").read_text())[: args.n]
+    refused = []
     with open_rag(args) as rag:
         added = rag.add_files([SAMPLE_DOCS], progress=True)
         print(f"sample corpus: {rag.store.count} passages ({added} new) in {mask_url(args.db)}\n")
-        for question in questions:
-            _print_answer(rag.ask(question), as_json=False)
+        for item in items:
+            answer = rag.ask(item["question"])
+            _print_answer(answer, as_json=False)
             print()
+            if answer.route is Route.REFUSE and item["answer"]:
+                refused.append(item)
+        generator_off = rag.config.certified and not rag.certified.gpt_allowed
+    shown = next(iter(refused + [i for i in items if generative(i["question"])]), None)
+    if generator_off and shown:
+        print(f"The generator is off: its answers are not certified at alpha {rag.config.max_error_rate:g}. What it "
+              f"writes when nothing checks it ({args.profile}, Config(cgr=False)):")
+        with open_rag(args, cgr=False) as unchecked:
+            answer = unchecked.ask(shown["question"])
+        print(f"Q: {shown['question']}\nA (generated, not certified): {answer.answer}\n"
+              f"   the sample's answer: {shown['answer']} | {answer.completion_tokens} tokens in {answer.total_ms:.0f} ms")
     return 0
 
 

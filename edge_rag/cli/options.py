@@ -20,11 +20,12 @@ if TYPE_CHECKING:
 FLAG_FIELDS = ("temperature", "max_error_rate", "delta")
 
 
-def open_rag(args: argparse.Namespace, create: bool = True) -> EdgeRAG:
-    """The EdgeRAG a command works on: its store, bundle, calibration and the Config its flags ask for."""
+def open_rag(args: argparse.Namespace, create: bool = True, **config: Any) -> EdgeRAG:
+    """The EdgeRAG a command works on: its store, bundle, calibration and the Config its flags ask for (and the
+    command's own ``config`` fields)."""
     from ..pipeline import EdgeRAG
 
-    changes = {name: getattr(args, name) for name in FLAG_FIELDS if getattr(args, name, None) is not None}
+    changes = {name: getattr(args, name) for name in FLAG_FIELDS if getattr(args, name, None) is not None} | config
     if getattr(args, "memory_mb", None) is not None:
         changes["memory_budget_mb"] = args.memory_mb
     if getattr(args, "threads", None):
