@@ -81,3 +81,13 @@ def test_each_file_gets_its_share_of_the_cores_as_its_thread_budget(tmp_path: Pa
     assert f"budget {cores}" in _run(tmp_path, "--jobs", "1", "-s", "test_t.py").stdout
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert "budget 3" in _run(tmp_path, "-s", "test_t.py").stdout
+
+
+def test_hypothesis_plugin_only_for_files_that_use_hypothesis(tmp_path: Path) -> None:
+    """Hypothesis's pytest plugin imports all of Hypothesis at every session's end (1.4 s of CPU): a file that does
+    not use Hypothesis runs without it; a file that does keeps it (its health checks and failing-example report)."""
+    probe = "def test_{me}(request):\n    print('{me} plugin', request.config.pluginmanager.has_plugin('hypothesispytest'))\n"
+    (tmp_path / "test_plain.py").write_text(probe.format(me="plain"))
+    (tmp_path / "test_prop.py").write_text("from hypothesis import given\n" + probe.format(me="prop"))
+    out = _run(tmp_path, "-s", "test_plain.py", "test_prop.py").stdout
+    assert "plain plugin False" in out and "prop plugin True" in out, out

@@ -14,6 +14,10 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the runner's own rule for its options
+from isolated import plugin_options  # noqa: E402
 
 DURATION = re.compile(r"\d+\.\d+s (setup|call|teardown) ")
 
@@ -22,7 +26,8 @@ def cost(path: str, options: list[str]) -> dict:
     """Run ``path`` in its own pytest process; its wall and CPU seconds, exit code and summary line."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, path],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_options(path), *options,
+                           path],
                           capture_output=True, text=True)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

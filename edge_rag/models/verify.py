@@ -193,8 +193,10 @@ def _sha(bundle: B.Bundle, role: str) -> str:
     return next(f["sha256"] for f in bundle.files() if f["role"] == role)
 
 
-def verdict_for(bundle: B.Bundle, role: str, threads: int = 0, cached: bool = True) -> Verdict | None:
-    """Verify the bundle's ``role`` encoder on this CPU (None when the bundle has no reference set)."""
+def verdict_for(bundle: B.Bundle, role: str, threads: int = 0, cached: bool = True,
+                repeats: int = 20) -> Verdict | None:
+    """Verify the bundle's ``role`` encoder on this CPU (None when the bundle has no reference set); ``repeats``
+    single-sentence runs time a query (an emulated CPU's time means nothing, so its check takes one)."""
     reference = bundle.path(B.ROLE_REFERENCE)
     if reference is None:
         return None
@@ -203,7 +205,7 @@ def verdict_for(bundle: B.Bundle, role: str, threads: int = 0, cached: bool = Tr
 
     def run() -> Verdict:
         return verify_encoder(bundle.require(role), bundle.require(B.ROLE_TOKENIZER), reference, precision,
-                              max_len, threads)
+                              max_len, threads, repeats)
 
     return cached_verdict(home() / "verify", _sha(bundle, role), run, refresh=not cached)
 
