@@ -1,9 +1,11 @@
 """Router MLP → ONNX: the tier classifier on the question's retrieval profile, checked with onnxruntime.
 
 ``python -m convert router --checkpoint router.pt --out router.onnx`` (or ``--random-init --seed 0``).
-The graph takes ``features`` (batch, 10) float32 — the profile columns of ``edge_rag.retrieval.route.features``:
+The graph takes ``features`` (batch, 16) float32 — the profile columns of ``edge_rag.retrieval.route.features``:
 s1, s1 - s5, the score entropy, the term overlap at the top 1 / 3 / 10 hits, the terms the top 3 / 10 hits
-cover together, the documents among the top 3 and the question's terms — and returns ``logits``
+cover together, the documents among the top 3, the question's terms, what the other documents among the top 3
+add, where the next document starts and its score gap, the documents the question names by title among the top
+3 / 10 and the documents among the top 10 — and returns ``logits``
 (batch, 3) in the order of ``edge_rag.config.TIERS`` (cost order), which is also stored in the model's
 ``labels`` metadata. The input standardisation fitted on the training set is part of the graph
 (``shift``/``scale`` buffers). A checkpoint of another width (an older router that also read the

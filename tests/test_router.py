@@ -94,6 +94,23 @@ def test_profile_sees_a_question_split_over_two_documents():
     assert two_hop[at["union@10"]] >= two_hop[at["union@3"]]
 
 
+def test_profile_sees_a_question_reach_past_the_first_document():
+    """Issue #42, second round: with the 10 columns above a short multi-hop question still read as a SQuAD
+    question of its length and went to k = 1. A comparison names two documents and the other one adds the rest
+    of the question; a one-hop question of the same length is held by its one document."""
+    at = {name: PROFILE.index(name) for name in PROFILE}
+    two = profile("Which is longer, the Seine or the Thames?", _docs("Seine", "Seine", "Thames", texts=(
+        "The Seine is 777 km long.", "The Seine flows through Paris.", "The Thames is 346 km long.")))
+    one = profile("How long is the Seine?", _docs("Seine", "Seine", "Rhine", texts=(
+        "The Seine is 777 km long.", "The Seine flows through Paris.", "The Rhine is long.")))
+    assert two[at["rest@3"]] > 0.25 and one[at["rest@3"]] == 0.0  # Thames: only the other document has it
+    assert (two[at["named@3"]], one[at["named@3"]]) == (2, 1)  # titles the question names: Seine, Thames / Seine
+    assert two[at["named@10"]] == 2 and two[at["docs@10"]] == one[at["docs@10"]] == 2
+    assert (two[at["next-doc"]], two[at["next-gap"]]) == pytest.approx((0.2, 0.02))  # the next document: rank 3
+    alone = profile("How long is the Seine?", _docs("Seine", "Seine", texts=("The Seine is long.", "It is.")))
+    assert (alone[at["next-doc"]], alone[at["next-gap"]], alone[at["rest@3"]]) == pytest.approx((1.0, 0.01, 0.0))
+
+
 def test_search_is_wide_enough_for_every_consumer():
     c = Config()
     assert search_width(c) >= max([c.tier(t).k for t in TIERS] + [c.baseline_k]) + c.correction_extra_k
@@ -104,8 +121,9 @@ def test_search_is_wide_enough_for_every_consumer():
 def test_shipped_router_reads_the_profile_only(router: Router, held_out_rows):
     _, rows = held_out_rows
     assert rows.shape[1] == 384 + len(PROFILE) and router.width == len(PROFILE)
-    profile = rows[:, 384:]  # s1 - s5 may be negative: the hybrid list is ordered by fused rank, not cosine
-    assert np.isfinite(rows).all() and (np.delete(profile, PROFILE.index("s1-s5"), axis=1) >= 0).all()
+    profile = rows[:, 384:]  # s1 - s5, next-gap may be negative: the hybrid list is ordered by fused rank, not cosine
+    gaps = [PROFILE.index("s1-s5"), PROFILE.index("next-gap")]
+    assert np.isfinite(rows).all() and (np.delete(profile, gaps, axis=1) >= 0).all()
     other = rows.copy()
     other[:, :384] = other[::-1, :384]  # another question's embedding, the same search profile
     assert np.array_equal(router.logits(rows), router.logits(other))
@@ -148,7 +166,9 @@ def test_router_sends_multi_hop_questions_past_k1_on_a_corpus_it_never_saw(bundl
     included; neither questions nor corpus were trained on or chosen on): a context serves one only when it holds
     both supporting paragraphs, so hardly any is EASY (k = 1 sentence). The router before issue #42 sent 87% of
     them to EASY (tier accuracy 0.13): its profile read a strong first-hop match as "the answer sentence is found",
-    and SQuAD's 4,381 labels outweighed HotpotQA's 64 in training. Today's: 40% EASY, accuracy 0.50
+    and SQuAD's 4,381 labels outweighed HotpotQA's 64 in training; the 10-column one of its first fix 40%
+    (accuracy 0.50): a short multi-hop question read as a SQuAD question of its length. Today's, with the columns
+    that see the question reach past the first document: 21% EASY, accuracy 0.58
     (``python -m benchmarks.experiments.router_tiers``)."""
     ds = pooled_alone(hotpot_path, "test", tmp_path / "cache")
     base = bench_config()
@@ -157,19 +177,21 @@ def test_router_sends_multi_hop_questions_past_k1_on_a_corpus_it_never_saw(bundl
     result = tiers(tmp_path / "db", bundle_dir, base, ds.items, router)
     assert result["asked"] == len(ds.items) >= 50 and result["labelled"] >= 25
     assert result["label_share"][Tier.EASY.value] <= 0.1  # the premise: multi-hop questions need more than k = 1
-    assert result["router_share"][Tier.EASY.value] <= 0.5
-    assert result["accuracy"] >= 0.4
+    assert result["router_share"][Tier.EASY.value] <= 0.3
+    assert result["accuracy"] >= 0.5
 
 
 OLD_PROFILE = 6  # the profile before issue #42: s1 ... overlap@10, the leading columns of today's
+FIRST_42_PROFILE = 10  # issue #42's first router: those and union@3, union@10, docs@3, terms
 
 
 @pytest.mark.parametrize("width, columns", [(384, slice(0, 384)), (384 + OLD_PROFILE, slice(0, 384 + OLD_PROFILE)),
-                                            (OLD_PROFILE, slice(384, 384 + OLD_PROFILE))])
+                                            (OLD_PROFILE, slice(384, 384 + OLD_PROFILE)),
+                                            (FIRST_42_PROFILE, slice(384, 384 + FIRST_42_PROFILE))])
 def test_an_older_router_gets_the_columns_it_was_trained_on(tmp_path: Path, width: int, columns: slice) -> None:
     """Older bundles hold a 384-wide router (the embedding alone), a 390-wide one (embedding, then the 6-column
-    profile) or a 6-wide one (that profile alone): each is fed the columns it was trained on, which the profile's
-    newer columns, appended after them, leave in place."""
+    profile), a 6-wide one (that profile alone) or a 10-wide one (the 10-column profile): each is fed the
+    columns it was trained on, which the profile's newer columns, appended after them, leave in place."""
     torch = pytest.importorskip("torch")
     from convert.router import RouterMLP, export_router
 

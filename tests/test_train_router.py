@@ -98,15 +98,19 @@ def test_shipped_labels_are_for_the_current_config(bundle, squad_path, hotpot_pa
 
 
 SQUAD_GIVE = 0.03  # SQuAD tier accuracy the router may give up to always-EASY for multi-hop questions (issue #42)
+SQUAD_BALANCE_MARGIN = 0.02  # SQuAD balanced accuracy above always-EASY's 1/3 (0.05 before issue #42's second round)
 
 
 def test_shipped_router_beats_the_majority_on_held_out_labels(bundle, squad_path, hotpot_path, squad_default_rag):
-    """On the test split's genuine SQuAD labels the shipped router is clearly better balanced than always-EASY and
+    """On the test split's genuine SQuAD labels the shipped router is better balanced than always-EASY and
     about as accurate: a router whose input learns the training articles' topics — as the query embedding did —
     falls back to the majority class and fails the balance. Before issue #42 it was at least as accurate as
     always-EASY here (0.860 vs 0.844) because it had learnt SQuAD's rule alone and sent 89% of HotpotQA
     questions to EASY; weighing both datasets alike it gives a little of that up (0.825 with the hybrid
-    retrieval of today; HotpotQA's test accuracy 0.135 -> 0.568, test_router.py asks it on a corpus of its own)."""
+    retrieval of today; HotpotQA's test accuracy 0.135 -> 0.568, test_router.py asks it on a corpus of its own).
+    The 16-column router gives up SQuAD balance in turn (0.462 -> 0.366; accuracy 0.825 -> 0.830; HotpotQA
+    0.568 -> 0.784): it sends 94% of SQuAD to EASY and is balanced only a little above always-EASY's 1/3
+    (docs/decisions/router-input.md; a lowered margin, the lead's call)."""
     corpora = load_corpora(squad_path, squad_path.parent / "squad2_train_subset.json", hotpot_path)
     encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == B.ROLE_ENCODER)
     rows = read_labels(ROUTER_ASSET.parent / LABELS_FILE, settings_key(encoder_sha, label_config(), corpora))
@@ -120,7 +124,7 @@ def test_shipped_router_beats_the_majority_on_held_out_labels(bundle, squad_path
     accuracy = float(np.mean(predicted == y))
     balanced = float(np.mean([np.mean(predicted[y == c] == c) for c in np.unique(y)]))
     assert accuracy >= float(np.mean(y == np.bincount(y).argmax())) - SQUAD_GIVE
-    assert balanced >= 1 / 3 + 0.05
+    assert balanced >= 1 / 3 + SQUAD_BALANCE_MARGIN
 
 
 # -- the split -----------------------------------------------------------------------------------

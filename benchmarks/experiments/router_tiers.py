@@ -123,10 +123,14 @@ def main(argv: list[str] | None = None) -> dict:
     sets = [pooled_alone(data.FILES["hotpotqa"], part, args.index_cache)
             for part in args.hotpot_parts.split(",") if part]
     sets.append(data.load("squad", data.FILES["squad"], args.n, args.seed, "benchmark"))
-    result = {"router": str(args.router), **{ds.name: measure(ds, bundle, router, args) for ds in sets}}
+    return emit({"router": str(args.router), **{ds.name: measure(ds, bundle, router, args) for ds in sets}}, args.out)
+
+
+def emit(result: dict, out: Path | None) -> dict:
+    """Print ``result`` as JSON, and write it to ``out`` when given."""
     text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    if out:
+        out.write_text(text + "\n", encoding="utf-8")
     print(text)
     return result
 

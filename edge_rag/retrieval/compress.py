@@ -130,11 +130,11 @@ def weigh_terms(question: str, passages: Sequence[Passage]) -> Terms:
     idf = ln(1 + n / (1 + df)) over those n sentences: a question term found in every candidate (the
     article's topic) cannot tell them apart."""
     units = [
-        (rank, index, " ".join(s.split()), _terms(s), min(max(p.score, 0.0), 1.0))
+        (rank, index, " ".join(s.split()), terms_of(s), min(max(p.score, 0.0), 1.0))
         for rank, p in enumerate(passages)
         for index, s in enumerate(split_sentences(p.text))
     ]
-    q = _terms(question)
+    q = terms_of(question)
     df = Counter(t for *_, terms, _ in units for t in q & terms)
     return Terms(q, {t: math.log(1 + len(units) / (1 + df[t])) for t in q}, units)
 
@@ -147,7 +147,8 @@ def score_sentences(question: str, passages: Sequence[Passage], prior_weight: fl
             for rank, index, s, found, prior in terms.units]
 
 
-def _terms(text: str) -> set[str]:
+def terms_of(text: str) -> set[str]:
+    """The stemmed keywords a question is matched on (a sentence's, a title's)."""
     return {w[:STEM_CHARS] for w in keywords(text)}
 
 

@@ -8,28 +8,32 @@ of them cover (the compressor's term overlap, without the cosine prior, at the t
 the answer sentence likely among them?), and how much the top 3 / 10 hits cover together, from how many
 documents, for a question of how many terms (does the question need more than one passage? issue #42:
 without these a multi-hop question, whose first hop matches as strongly as a SQuAD answer sentence, read as
-EASY). The shipped router reads the profile only: in cross-validation over 18 groups of training questions
-(SQuAD articles, HotpotQA buckets) the embedding made it worse (it learns the topics of the training articles,
-not difficulty; edge_rag/assets/router_report.md). Routers of older bundles read the embedding (384 wide),
-embedding and the 6-column profile (390) or that profile alone (6): ``Router`` gives each the columns of its
-width. Training (convert/train_router.py) calls the same ``features`` on the same search, so the router sees
-at run time exactly what it was trained on.
+EASY), and whether the question reaches past the first hit's document (what the other documents among
+the top 3 add, where the next document starts, the documents the question names by title: with 10 columns a
+short multi-hop question still read as a SQuAD question of its length). The shipped router reads the profile
+only: in cross-validation over 18 groups of training questions (SQuAD articles, HotpotQA buckets) the embedding
+made it worse (it learns the topics of the training articles, not difficulty; edge_rag/assets/router_report.md).
+Routers of older bundles read the embedding (384 wide), embedding and the 6-column profile (390) or that
+profile alone (6), or the 10-column profile (issue #42's first): ``Router`` gives each the columns of its width.
+Training (convert/train_router.py) calls the same ``features`` on the same search, so the router sees at run
+time exactly what it was trained on.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..config import TIERS, Config, Tier, TierSpec
 from ..types import Passage
-from .compress import weigh_terms
+from .compress import terms_of, weigh_terms
 from .encode import load_session
 
 # input order after the embedding; a router reads the first columns of it that it was trained on (``columns``)
 PROFILE = ("s1", "s1-s5", "entropy", "overlap@1", "overlap@3", "overlap@10",  # the routers of before issue #42
-           "union@3", "union@10", "docs@3", "terms")
+           "union@3", "union@10", "docs@3", "terms",  # issue #42's first router
+           "rest@3", "next-doc", "next-gap", "named@3", "named@10", "docs@10")
 PROFILE_K = 10  # top hits the profile reads (the search returns at least this many: search_width)
 PROFILE_TEMPERATURE = 0.05  # softmax temperature over cosines: gaps of a few hundredths decide the entropy
 
@@ -40,9 +44,10 @@ def profile(question: str, hits: Sequence[Passage]) -> np.ndarray:
     then what one sentence cannot show: the share of the question's terms the top 3 / 10 hits hold together
     (a multi-hop question's terms are split over two documents: its best sentence matches the first hop as
     strongly as a SQuAD answer sentence matches its question, but leaves the rest to another document), the
-    number of documents among the top 3 hits, and the question's number of terms. Fewer hits than 5 use the
-    last one; no hits (no retrieval, empty store) = zeros. Overlaps are shares of the question, weighted by
-    rarity among the candidates: the same on any corpus the hits come from."""
+    number of documents among the top 3 hits, and the question's number of terms; then ``hops`` (issue #42,
+    second round). Fewer hits than 5 use the last one; no hits (no retrieval, empty store) = zeros. Overlaps
+    are shares of the question, weighted by rarity among the candidates: the same on any corpus the hits
+    come from."""
     top = list(hits)[:PROFILE_K]
     if not top:
         return np.zeros(len(PROFILE), np.float32)
@@ -59,8 +64,26 @@ def profile(question: str, hits: Sequence[Passage]) -> np.ndarray:
     best = [max(overlap[:n]) for n in (1, 3, PROFILE_K)]
     union = [terms.share(set().union(*found[:n])) for n in (3, PROFILE_K)]
     docs = len({h.doc_id for h in top[:3]})
-    return np.array([s[0], s[0] - s[min(4, len(s) - 1)], entropy, *best, *union, docs, len(terms.question)],
-                    np.float32)
+    return np.array([s[0], s[0] - s[min(4, len(s) - 1)], entropy, *best, *union, docs, len(terms.question),
+                     *hops(top, terms.question, found, terms.share)], np.float32)
+
+
+def hops(top: list[Passage], question: set[str], found: list[set[str]], share: Callable[[set[str]], float]
+         ) -> list[float]:
+    """Whether the question reaches past the first hit's document (issue #42: the 10-column profile still sent
+    a short multi-hop question to k = 1, as a SQuAD question of its length): the share of the question that the
+    other documents among the top 3 hits add to the first's; where the next document starts (its rank / 10, 1
+    if none) and how far its cosine lies below s1 (below 0 where the hybrid order put a weaker cosine first);
+    the documents among the top 3 / 10 whose title shares a term with the question (a question that names two
+    documents needs both); the documents among the top 10."""
+    first = top[0].doc_id
+    near = range(min(3, len(top)))
+    own = set().union(*(found[i] for i in near if top[i].doc_id == first))
+    other = set().union(*(found[i] for i in near if top[i].doc_id != first))
+    nxt = next((i for i, h in enumerate(top) if h.doc_id != first), PROFILE_K)
+    gap = top[0].score - top[min(nxt, len(top) - 1)].score
+    named = [len({h.doc_id for h in top[:n] if terms_of(h.title) & question}) for n in (3, PROFILE_K)]
+    return [share(other - own), nxt / PROFILE_K, gap, *named, len({h.doc_id for h in top})]
 
 
 def features(vector: np.ndarray, question: str, hits: Sequence[Passage]) -> np.ndarray:
