@@ -68,12 +68,6 @@ def coverage_at(score: np.ndarray, wrong: np.ndarray, n_questions: int, alpha: f
     return float(ok[-1] + 1) / n_questions if ok.size else 0.0
 
 
-def cross_fitted_precision(features: list[list[float]], right: list[bool], n_questions: int) -> float:
-    """Right share among the best-scored COVERAGE of all questions, cross-fitted (cross_fitted_scores)."""
-    x, y = np.asarray(features, dtype=float), np.asarray(right, dtype=float)
-    return top_precision(cross_fitted_scores(x, y), y, n_questions)
-
-
 def measure(rag: EdgeRAG, items: list, label: str, alpha: float) -> dict:
     f1s, right, margins, read_ms, features = [], [], {True: [], False: []}, [], []
     for q in tqdm(items, desc=label, unit="q"):

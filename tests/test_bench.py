@@ -191,8 +191,12 @@ def test_scale_sizes_accept_what_help_shows():
 def test_reader_sweep_precision_is_cross_fitted():
     """The sweep's 'right among the best-scored 25%' ranks by a combiner fitted on the other folds: a feature
     that decides rightness gives 1.0 when rightness is common enough, and pure noise gives about the base rate."""
-    from benchmarks.reader_sweep import cross_fitted_precision
+    from benchmarks.reader_sweep import cross_fitted_scores, top_precision
     from edge_rag.decision.certify import FEATURES
+
+    def cross_fitted_precision(features: list[list[float]], right: list[bool], n: int) -> float:
+        y = np.asarray(right, dtype=float)
+        return top_precision(cross_fitted_scores(np.asarray(features, dtype=float), y), y, n)
 
     rng = np.random.default_rng(1)
     right = rng.random(400) < 0.4
@@ -201,6 +205,18 @@ def test_reader_sweep_precision_is_cross_fitted():
     assert cross_fitted_precision(informative, list(right), 400) == 1.0
     noise = [[rng.standard_normal() for _ in FEATURES] for _ in right]
     assert abs(cross_fitted_precision(noise, list(right), 400) - right.mean()) < 0.15
+
+
+def test_coverage_at_is_the_most_permissive_prefix_within_alpha():
+    """Questions answered best-scored first; the share of all questions answered at the last prefix whose error
+    among answered is <= alpha (a later prefix counts even when an earlier one went over)."""
+    from benchmarks.reader_sweep import coverage_at
+
+    score, wrong = np.array([3.0, 2.0, 1.0, 0.0]), np.array([False, True, False, True])
+    assert coverage_at(score, wrong, 5, 0.5) == 0.8  # all four: 2 wrong of 4
+    assert coverage_at(score, wrong, 5, 0.4) == 0.6  # three: 1 of 3; the second alone was 1 of 2
+    assert coverage_at(score, wrong, 5, 0.0) == 0.2
+    assert coverage_at(score[1:2], wrong[1:2], 5, 0.3) == 0.0
 
 
 def test_combiner_features_shows_what_leaving_a_feature_out_costs(tmp_path, capsys):
