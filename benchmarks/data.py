@@ -89,7 +89,7 @@ def pooled_index(name: str, path: Path, bundle: Bundle, config: Config, cache: P
     """The pooled index of every context of ``path`` (built once, then reused) and all of the file's questions:
     the corpus the calibration and the reader sweep run over."""
     ds = load(name, path, None, 0, "all")
-    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    encoder_sha = bundle.sha256(ROLE_ENCODER)
     return open_index(ds, bundle.root, encoder_sha, config, cache)[0], ds.items
 
 

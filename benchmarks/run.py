@@ -103,15 +103,6 @@ def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> li
     return rows
 
 
-def may_generate(rag: EdgeRAG) -> bool:
-    """False for a certified system whose calibration does not certify the GPT route: it never loads llama.cpp,
-    so neither should the benchmark (its peak RSS is the device's)."""
-    c = rag.config
-    if not (c.cgr and c.certified):
-        return True
-    return rag.certified.gpt_allowed
-
-
 def summarise(rows: list[dict], base: list[dict] | None, seed: int) -> dict:
     """A system's aggregate over its rows, with paired deltas against the baseline's rows."""
     ans = [r for r in rows if r["answerable"]]
@@ -192,7 +183,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
     """All systems on one dataset; returns its results, its index folder and, for the scale test, its passages
     (vectors and texts) and questions (embeddings and texts)."""
     base = bench_config(args.threads, args.memory_mb, args.passages)
-    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    encoder_sha = bundle.sha256(ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
     with EdgeRAG(db, bundle=bundle.root, config=base) as rag:
         qvecs = rag.encoder.encode_alone([q.question for q in ds.items])  # as `ask` encodes them
@@ -208,7 +199,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
         config = preset(base, system)
         try:
             with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-                if may_generate(rag):
+                if rag.may_generate:
                     _ = rag.generator  # load before timing: cold start is measured in the peer section
                 rag.ask(WARMUP_QUESTION)
                 rows_by_system[system] = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")

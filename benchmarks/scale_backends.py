@@ -380,7 +380,7 @@ def main(argv: list[str]) -> None:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     bundle = Bundle.load(args.bundle or default_bundle(args.profile))
-    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    encoder_sha = bundle.sha256(ROLE_ENCODER)
     config = bench_config(args.threads)
     vectors, queries, texts, questions = [], [], [], []
     for name, path in data.FILES.items():

@@ -158,14 +158,10 @@ def _current(dest: Path) -> bool:
             print(f"rebuilding: {exc}")
         return False
     stale = [role for role, src in M.SHIPPED_ASSETS.items()
-             if src.is_file() and _sha(bundle, role) != sha256_file(src)]
+             if src.is_file() and (bundle.path(role) is None or bundle.sha256(role) != sha256_file(src))]
     if stale:
         print(f"rebuilding: the shipped {', '.join(stale)} differs from the bundle's")
     return not stale
-
-
-def _sha(bundle: B.Bundle, role: str) -> str | None:
-    return next((f["sha256"] for f in bundle.files() if f["role"] == role), None)
 
 
 def archive(bundle_dir: Path, out: Path) -> Path:

@@ -383,7 +383,7 @@ def train_router(squad: Path, squad_train: Path, hotpot: Path, out: Path, labels
     labels = Path(labels or out / LABELS_FILE)
     out.mkdir(parents=True, exist_ok=True)
     corpora = load_corpora(squad, squad_train, hotpot)
-    encoder_sha = next(f["sha256"] for f in B.Bundle.load(bundle_dir).files() if f["role"] == B.ROLE_ENCODER)
+    encoder_sha = B.Bundle.load(bundle_dir).sha256(B.ROLE_ENCODER)
     key = settings_key(encoder_sha, config, corpora)
     cached = read_labels(labels, key)
     dbs = {c.name: data.open_index(c.dataset, bundle_dir, encoder_sha, bench_config(), home() / "bench")[0]

@@ -1,12 +1,15 @@
 """Errors a user can act on: each names the file, component or input at fault."""
 import contextlib
 import errno
+import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
+MAX_QUESTION_CHARS = 2000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as white space in a question
 
 
 class EdgeRAGError(Exception):
@@ -66,3 +69,13 @@ def check_str(value: object, what: str) -> str:
     except UnicodeEncodeError as exc:
         raise InputError(f"{what} is not valid Unicode text (lone surrogate at character {exc.start})") from None
     return value
+
+
+def check_question(question: object) -> str:
+    """A usable question, or InputError saying why not (wrong type, not valid Unicode, empty, too long)."""
+    question = " ".join(_CONTROL.sub(" ", check_str(question, "the question")).split())
+    if not question:
+        raise InputError("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"the question is {len(question)} characters; the limit is {MAX_QUESTION_CHARS}")
+    return question

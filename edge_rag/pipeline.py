@@ -5,7 +5,6 @@ is recorded in the Answer, which is built once, at the end.
 """
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -20,7 +19,7 @@ from .decision.outcome import Decision, Stages
 from .decision.policy import decide
 from .documents.chunk import read_files
 from .documents.indexing import Progress, Todo, as_document, index, plan_changes
-from .errors import BudgetError, InputError, check_str
+from .errors import BudgetError, InputError, check_question
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
 from .models import bundle as B
@@ -38,9 +37,6 @@ from .storage.cache import AnswerCache
 from .storage.dburl import is_remote
 from .storage.stores import open_store
 from .types import Answer, Document, Route
-
-MAX_QUESTION_CHARS = 2000
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as white space in a question
 
 
 class EdgeRAG:
@@ -67,15 +63,11 @@ class EdgeRAG:
         # the certified decision's calibration: the shipped one, or one made on this device's own questions
         self.certified = CertifiedPath(self.bundle, self.config, Path(calibration) if calibration else None,
                                        remote)
-        info = self.bundle.encoder
-        encoder_path = self._encoder_path = select_encoder(self.bundle, self.config.threads)  # verified here
-        self.encoder = Encoder(
-            encoder_path,
-            self.bundle.require(B.ROLE_TOKENIZER),
-            max_seq_len=min(self.config.max_seq_len, int(info.get("max_seq_len", 256))),
-            batch_tokens=self.config.encode_batch_tokens,
-            threads=self.config.threads,
-        )
+        c, encoder_path = self.config, select_encoder(self.bundle, self.config.threads)  # verified here
+        self._encoder_path = encoder_path
+        self.encoder = Encoder(encoder_path, self.bundle.require(B.ROLE_TOKENIZER),
+                               min(c.max_seq_len, int(self.bundle.encoder.get("max_seq_len", 256))),
+                               c.encode_batch_tokens, c.threads)
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
         self.certified.check_store(self.store)
@@ -163,7 +155,7 @@ class EdgeRAG:
                 raise BudgetError(f"{exc} — at least: counting stopped after {total} new passages, more than the "
                                   f"{room} that fit") from None
             raise
-        with tqdm(total=total, unit="passage", disable=progress is not True, desc="indexing") as bar:
+        with tqdm(total=total, unit="passage", disable=progress is not True or not total, desc="indexing") as bar:
             def report(done: int, planned: int) -> None:
                 bar.update(done - bar.n)
                 if callable(progress):
@@ -172,6 +164,19 @@ class EdgeRAG:
             return index(self.store, encoder or self.encoder, self.config, todo, remove, report)
 
     # -- answering -----------------------------------------------------------------------------
+    @property
+    def may_generate(self) -> bool:
+        """Whether a question can take the GPT route (not under a certificate that leaves generation off)."""
+        return not (self.config.cgr and self.config.certified) or self.certified.gpt_allowed
+
+    def warm_up(self) -> None:
+        """Load now what the first question would (the certified reader; llama.cpp where a question may be
+        generated): the kiosk and the demo call it first, whose first read took ~10× a warm one."""
+        if self.config.cgr and self.config.certified and self.config.reader == "neural":
+            self.certified.neural_reader()
+        if self.may_generate:
+            _ = self.generator
+
     @property
     def generator(self) -> Generator:
         """llama.cpp model, loaded on first use (the extractive route never needs it)."""
@@ -289,12 +294,3 @@ class EdgeRAG:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def check_question(question: object) -> str:
-    """A usable question, or InputError saying why not (wrong type, not valid Unicode, empty, too long)."""
-    question = " ".join(_CONTROL.sub(" ", check_str(question, "the question")).split())
-    if not question:
-        raise InputError("the question is empty")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InputError(f"the question is {len(question)} characters; the limit is {MAX_QUESTION_CHARS}")
-    return question

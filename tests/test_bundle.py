@@ -33,6 +33,14 @@ def test_manifest_describes_the_bundle(bundle):
     assert m["encoder"]["parity"]["passed"] and m["generator"]["license"]
 
 
+def test_a_roles_sha256_is_its_files_and_a_missing_role_is_named(bundle):
+    from edge_rag.storage.fileio import sha256_file
+
+    assert bundle.sha256(B.ROLE_ROUTER) == sha256_file(bundle.require(B.ROLE_ROUTER))
+    with pytest.raises(BundleError, match="no no-such-role file"):
+        bundle.sha256("no-such-role")
+
+
 def test_copy_verifies(bundle_copy):
     assert B.Bundle.load(bundle_copy).require(B.ROLE_ENCODER).name == "encoder.onnx"
 

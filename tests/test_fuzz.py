@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from test_threads import GPT_QUESTIONS
 
 from edge_rag.config import Config
-from edge_rag.errors import InputError
-from edge_rag.pipeline import MAX_QUESTION_CHARS, EdgeRAG
+from edge_rag.errors import MAX_QUESTION_CHARS, InputError
+from edge_rag.pipeline import EdgeRAG
 from edge_rag.types import Answer, Route
 
 ANY_CHAR = st.characters(codec=None, categories=None)  # every code point, lone surrogates included

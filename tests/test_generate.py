@@ -97,3 +97,12 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path):
     bad.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(BundleError, match="llama.cpp cannot load"):
         Generator(bad)
+
+
+def test_llama_cpp_notices_stay_out_of_the_output(bundle, capfd):
+    """Only llama.cpp's errors reach stderr: Gemma-3's KV-cache notice (a warning) passed llama-cpp-python's
+    verbose=False into the demo's and the server's output."""
+    capfd.readouterr()
+    Generator(bundle.require(B.ROLE_GENERATOR), bundle.generator["prompt_style"], n_ctx=512)
+    out = capfd.readouterr()
+    assert out.err == "" and out.out == "", out

@@ -22,9 +22,11 @@ httpx = pytest.importorskip("httpx", reason="httpx is in the dev extra: pip inst
 pytest.importorskip("starlette", reason="the serve extra is not installed: pip install 'edge-rag[serve]'")
 pytest.importorskip("pypdfium2", reason="the ingest extra is not installed: pip install 'edge-rag[ingest]'")
 
+import serving  # noqa: E402
 from docmaker import HTML_PAGE, pdf_bytes  # noqa: E402
-from serving import OFF_TOPIC, WRITE, iter_sse, sse_events, wait_job  # noqa: E402
+from serving import OFF_TOPIC, WRITE, iter_sse, running_server, sse_events, wait_job  # noqa: E402
 
+from edge_rag import Config, EdgeRAG  # noqa: E402
 from edge_rag.serve import _bind  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,6 +207,20 @@ def test_upload_pdf_and_html_then_ask(served, tmp_path):
     assert a["sources"][0]["title"] == "Ferry Guide — p. 2"
     h = httpx.post(f"{url}/api/ask", json={"question": "How long is the shark tunnel?"}, timeout=T).json()
     assert any(s["title"] == "Harbour Aquarium — Shark tunnel" for s in h["sources"])
+
+
+@pytest.mark.parametrize("name", ["certified default", "seeds' decision"])
+def test_the_models_are_loaded_before_the_first_visitor_asks(bundle_dir, sample_db, tmp_path, name):
+    """Once the server has started, the models its routes use are loaded (the first question no longer waits for
+    the reader's load, ~10× a warm read): the certified default's reader, not llama.cpp (its answers are not
+    certified, so it never generates); the seeds' decision's llama.cpp, not the reader it never reads with."""
+    config = Config() if name == "certified default" else serving.test_config()
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config)
+    assert rag.certified._neural is None and rag._generator is None  # both load on first use
+    with running_server(rag):
+        loaded = (rag.certified._neural is not None, rag._generator is not None)
+    assert loaded == ((True, False) if config.certified else (False, True)), name
 
 
 def test_cli_serve_token_timeout_and_sigterm(bundle_dir, sample_db, tmp_path):

@@ -98,7 +98,7 @@ def _labelled(x: np.ndarray, y: list[int], cond: list[str], fold: list[int]) -> 
 
 
 def _encoder_sha(bundle_dir: Path) -> str:
-    return next(f["sha256"] for f in B.Bundle.load(bundle_dir).files() if f["role"] == B.ROLE_ENCODER)
+    return B.Bundle.load(bundle_dir).sha256(B.ROLE_ENCODER)
 
 
 def _digest(text: str) -> str:

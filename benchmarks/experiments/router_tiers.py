@@ -95,7 +95,7 @@ def answers(db: Path, bundle: Path, config: Config, items: list[QAItem], router:
 
 def measure(ds: data.Dataset, bundle: Bundle, router: Router, args: argparse.Namespace) -> dict:
     base = bench_config()
-    encoder_sha = next(f["sha256"] for f in bundle.files() if f["role"] == ROLE_ENCODER)
+    encoder_sha = bundle.sha256(ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
     out = {"questions": ds.part, "passages": corpus["passages"],
            "tiers": tiers(db, bundle.root, base, ds.items, router),

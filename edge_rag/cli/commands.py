@@ -120,6 +120,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with open_rag(args) as rag:
         added = rag.add_files([SAMPLE_DOCS], progress=True)
         print(f"sample corpus: {rag.store.count} passages ({added} new) in {mask_url(args.db)}\n")
+        rag.warm_up()  # each question's time below is its own, not the first one's model load
         for item in items:
             answer = rag.ask(item["question"])
             _print_answer(answer, as_json=False)
@@ -132,6 +133,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"The generator is off: its answers are not certified at alpha {rag.config.max_error_rate:g}. What it "
               f"writes when nothing checks it ({args.profile}, Config(cgr=False)):")
         with open_rag(args, cgr=False) as unchecked:
+            unchecked.warm_up()
             answer = unchecked.ask(shown["question"])
         print(f"Q: {shown['question']}\nA (generated, not certified): {answer.answer}\n"
               f"   the sample's answer: {shown['answer']} | {answer.completion_tokens} tokens in {answer.total_ms:.0f} ms")

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BundleError, InputError, check_str
-from ..pipeline import EdgeRAG, check_question
+from ..errors import BundleError, InputError, check_question, check_str
+from ..pipeline import EdgeRAG
 from ..storage.fileio import atomic_write_text, sha256_file
 from .calibrated_config import encoder_identity
 from .certified import reader_sha256

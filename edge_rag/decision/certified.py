@@ -138,11 +138,15 @@ class CertifiedPath:
         c = self.config
         if c.reader == "rules":
             return read_rules(question, context_passages)
+        return self.neural_reader()(question, paragraphs(passages, store, c.reader_passages, c.reader_window))
+
+    def neural_reader(self) -> NeuralReader:
+        """The trained reader, loaded on first use (EdgeRAG.warm_up loads it before the first question)."""
         with self._neural_lock:  # the server's questions arrive on many threads: load it exactly once
             if self._neural is None:
                 self._neural = NeuralReader(reader_path(self.bundle), self.bundle.require(B.ROLE_TOKENIZER),
-                                            threads=c.threads, batch_tokens=c.encode_batch_tokens)
-        return self._neural(question, paragraphs(passages, store, c.reader_passages, c.reader_window))
+                                            threads=self.config.threads, batch_tokens=self.config.encode_batch_tokens)
+            return self._neural
 
     def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:
         """Score the candidate with the calibrated combiner and route it against the certified threshold."""

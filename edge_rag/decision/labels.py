@@ -24,8 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EdgeRAGError, InputError, check_str
-from ..pipeline import check_question
+from ..errors import EdgeRAGError, InputError, check_question, check_str
 from .calibrate import LabelledQuestion, load_questions
 
 FILE = "labels.sqlite"

@@ -102,6 +102,11 @@ class Bundle:
                 return self.root / entry["name"]
         return None
 
+    def sha256(self, role: str) -> str:
+        """The manifest's sha256 of the file with this role (BundleError when the bundle has none)."""
+        self.require(role)
+        return next(str(f["sha256"]) for f in self.files() if f["role"] == role)
+
     def require(self, role: str) -> Path:
         path = self.path(role)
         if path is None:

@@ -189,10 +189,6 @@ def _verdict(data: object) -> Verdict | None:
     return Verdict(**data) if data["precision"] in THRESHOLDS else None
 
 
-def _sha(bundle: B.Bundle, role: str) -> str:
-    return next(f["sha256"] for f in bundle.files() if f["role"] == role)
-
-
 def verdict_for(bundle: B.Bundle, role: str, threads: int = 0, cached: bool = True,
                 repeats: int = 20) -> Verdict | None:
     """Verify the bundle's ``role`` encoder on this CPU (None when the bundle has no reference set); ``repeats``
@@ -207,7 +203,7 @@ def verdict_for(bundle: B.Bundle, role: str, threads: int = 0, cached: bool = Tr
         return verify_encoder(bundle.require(role), bundle.require(B.ROLE_TOKENIZER), reference, precision,
                               max_len, threads, repeats)
 
-    return cached_verdict(home() / "verify", _sha(bundle, role), run, refresh=not cached)
+    return cached_verdict(home() / "verify", bundle.sha256(role), run, refresh=not cached)
 
 
 def verify_bundle(bundle: B.Bundle, threads: int = 0, cached: bool = False) -> list[Verdict]:

@@ -14,7 +14,9 @@ generated before it.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import threading
 from collections import abc, deque
 from collections.abc import Iterator
@@ -65,6 +67,29 @@ class RepetitionDetector:
         return any(tuple(seq[i : i + self.n]) == last for i in range(len(seq) - self.n))
 
 
+
+GGML_LOG_ERROR, GGML_LOG_CONT = 4, 5  # ggml_log_level of the llama.cpp that llama-cpp-python 0.3.36 builds
+_log_callback = None  # the ctypes callback llama.cpp holds: it must outlive every model
+_last_log_level = 0
+
+
+def _llama_errors_only() -> None:
+    """Let only llama.cpp's errors through to stderr. llama-cpp-python's own filter reads ggml's log levels one
+    off (a WARN passes as an ERROR), so its ``verbose=False`` let a KV-cache notice into the demo's output."""
+    global _log_callback
+    import llama_cpp
+
+    if _log_callback is None:
+        @llama_cpp.llama_log_callback
+        def errors_only(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+            global _last_log_level
+            _last_log_level = _last_log_level if level == GGML_LOG_CONT else level
+            if _last_log_level >= GGML_LOG_ERROR:
+                sys.stderr.write(text.decode("utf-8", "replace"))
+
+        _log_callback = errors_only
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
 class Generator:
     """A GGUF model loaded once; ``generate`` answers a question from a context."""
 
@@ -76,6 +101,7 @@ class Generator:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from llama_cpp import Llama  # imported here: the RAG route never needs llama.cpp
 
+        _llama_errors_only()
         path = Path(gguf_path)
         if not path.is_file():
             raise BundleError(f"generator model missing: {path}")

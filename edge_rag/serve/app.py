@@ -36,9 +36,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..documents.parse_child import Parser
-from ..errors import EdgeRAGError
+from ..errors import EdgeRAGError, check_question
 from ..events import Final
-from ..pipeline import EdgeRAG, check_question
+from ..pipeline import EdgeRAG
 from ..storage.doctor import check_recall
 from ..types import Answer
 from .admin import Admin
@@ -76,6 +76,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
+        await asyncio.to_thread(rag.warm_up)  # the first visitor's question does not wait for a model to load
         yield
         parser.stop()  # a parse in progress does not hold the shutdown
         jobs.close()
