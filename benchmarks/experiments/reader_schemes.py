@@ -1,13 +1,15 @@
 """The reader's int8 schemes side by side (issue #44): read latency of the same inputs, interleaved in one process.
 
     python -m benchmarks.experiments.reader_schemes --fp32 RUN/reader.fp32.onnx [--schemes quint8,qint8]
-        [--repeats 40] [--threads 2]
+        [--repeats 40] [--threads 2] [--layers 12]
 
 Each scheme of ``convert.quantize`` is made from the reader's fp32 export (``make reader`` leaves it in its run
 folder), then every scheme reads the same reader-val question over the same 1, 3 and 5 paragraphs in turn, the order
 alternating per repeat, so a busy box slows every scheme alike: read the ratios. Their agreement with torch is the
 export's parity check (``python -m convert.reader``). Prints JSON: p50 ms per scheme and paragraph count, the ratio
-of each to the first scheme, and the load average.
+of each to the first scheme, and the load average. ``--layers N`` adds a reader N layers deep of the same width,
+in the last scheme, with random weights: what a deeper base (issue #44 item 3: multilingual-e5-small, 12 layers of
+MiniLM's 384 × 1536 shape) would cost to read, before training one (int8 kernels take as long whatever the values).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from convert import reader_data as D
 from convert.quantize import quantize_int8
+from convert.reader import export_fp32
 from edge_rag.models.registry import default_bundle
 from edge_rag.reading.reader import Reader
 from edge_rag.types import Passage
@@ -35,15 +38,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schemes", default="quint8,qint8", help="comma-separated convert.quantize schemes")
     p.add_argument("--repeats", type=int, default=40)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--layers", type=int, default=0, help="also a reader this many layers deep (random weights)")
     args = p.parse_args(argv)
-    schemes = args.schemes.split(",")
+    names = args.schemes.split(",")
     tokenizer = default_bundle() / "tokenizer.json"
     val = D.reader_val()
     paragraphs = list(dict.fromkeys((q.title, q.context) for q in val))
-    times: dict[str, dict[int, list[float]]] = {s: {n: [] for n in PARAGRAPHS} for s in schemes}
     with tempfile.TemporaryDirectory() as tmp:
-        readers = {s: Reader(quantize_int8(args.fp32, Path(tmp) / f"reader.{s}.onnx", s), tokenizer,
-                             threads=args.threads) for s in schemes}
+        models = {s: quantize_int8(args.fp32, Path(tmp) / f"reader.{s}.onnx", s) for s in names}
+        if args.layers:
+            deep = export_fp32(deeper_reader(args.layers), Path(tmp) / "deep.fp32.onnx")
+            models[f"{names[-1]}, {args.layers} layers"] = quantize_int8(deep, Path(tmp) / "deep.onnx", names[-1])
+        schemes = list(models)
+        times: dict[str, dict[int, list[float]]] = {s: {n: [] for n in PARAGRAPHS} for s in schemes}
+        readers = {s: Reader(path, tokenizer, threads=args.threads) for s, path in models.items()}
         for r in range(args.repeats):
             question = val[(r * 7) % len(val)].question
             for n in PARAGRAPHS:
@@ -57,6 +65,16 @@ def main(argv: list[str] | None = None) -> int:
                                                         for s in schemes},
                       "threads": args.threads, "load_avg_1min": os.getloadavg()[0]}, indent=1))
     return 0
+
+
+def deeper_reader(layers: int):
+    """A torch SpanReader ``layers`` deep, of the bundle encoder's width, with random weights."""
+    from transformers import AutoConfig, AutoModel
+
+    from convert.reader_model import SpanReader, model_dir
+
+    config = AutoConfig.from_pretrained(model_dir(), local_files_only=True, num_hidden_layers=layers)
+    return SpanReader(AutoModel.from_config(config, attn_implementation="eager"))
 
 
 if __name__ == "__main__":
