@@ -223,6 +223,26 @@ def test_the_models_are_loaded_before_the_first_visitor_asks(bundle_dir, sample_
     assert loaded == ((True, False) if config.certified else (False, True)), name
 
 
+def test_a_model_that_fails_to_load_at_start_leaves_the_server_up(bundle_dir, sample_db, tmp_path, caplog):
+    """The start-up load is a warm-up, not a gate: a generator that cannot load (here its GGUF is damaged after the
+    bundle was verified) is logged, the server serves its page and health, and a generated question fails alone,
+    saying why."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundle_dir, bundle, ignore=shutil.ignore_patterns("generator.gguf"))
+    (bundle / "generator.gguf").symlink_to(bundle_dir / "generator.gguf")
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle, config=serving.test_config())
+    question = serving.gpt_questions(rag, 1)[0]
+    (bundle / "generator.gguf").unlink()
+    (bundle / "generator.gguf").write_bytes(b"GGUF" + bytes(64))
+    with caplog.at_level("WARNING", logger="edge_rag"), running_server(rag) as url:
+        assert httpx.get(f"{url}/api/health", timeout=T).status_code == 200
+        assert httpx.post(f"{url}/api/ask", json={"question": RAG_QUESTION}, timeout=T).status_code == 200
+        failed = httpx.post(f"{url}/api/ask", json={"question": question}, timeout=T)
+    assert "a model did not load" in caplog.text and "llama.cpp cannot load" in caplog.text
+    assert failed.status_code >= 500 and "llama.cpp cannot load" in failed.json()["error"], failed.text
+
+
 def test_cli_serve_token_timeout_and_sigterm(bundle_dir, sample_db, tmp_path):
     """The real command: refuses a public interface without a token; with --token, uploads need it;
     --timeout bounds GPT questions (504) but not extractive ones; SIGTERM stops it cleanly."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from .suggest import suggestions
 from .uploads import parse, remove_stale_folders, save_files, source_of, upload_folder
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
+log = logging.getLogger("edge_rag")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # The page runs only its own script and style and talks only to this server: text a visitor types, an uploaded
 # document or a question log that found its way into an answer cannot load or run anything else, and no other
@@ -76,7 +78,10 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
-        await asyncio.to_thread(rag.warm_up)  # the first visitor's question does not wait for a model to load
+        try:  # the first visitor's question does not wait for a model to load
+            await asyncio.to_thread(rag.warm_up)
+        except EdgeRAGError as exc:  # the page and health still serve; the questions that need it fail saying why
+            log.warning("a model did not load: %s", exc)
         yield
         parser.stop()  # a parse in progress does not hold the shutdown
         jobs.close()
