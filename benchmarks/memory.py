@@ -13,6 +13,7 @@ from pathlib import Path
 
 from edge_rag.cli.commands import SAMPLE_DIR
 from edge_rag.config import Config, Tier
+from edge_rag.decision.certified import CertifiedPath
 from edge_rag.documents.chunk import chunk, iter_files, read_documents
 from edge_rag.memory import peak_rss_mb, plan, rss_mb
 from edge_rag.models import bundle as B
@@ -27,7 +28,8 @@ def measure(db: str | Path, bundle_dir: str | Path | None = None, config: Config
     """Plan, build EdgeRAG within the plan, index ``corpus`` ("sample" or a SQuAD JSON path), load
     the generator (before indexing if ``generator_first``: the worst order), ``ask`` the questions,
     then generate for the first ``hard`` of them from a HARD-tier context (the config's HARD budget)
-    so llama.cpp's largest prompt runs whatever route ``ask`` took. Returns the plan, RSS after each
+    so llama.cpp's largest prompt runs whatever route ``ask`` took. A config that never generates (the certified
+    default) plans no generator and loads none: its steps are skipped. Returns the plan, RSS after each
     stage and the peak (MB)."""
     config = config or Config(temperature=0.0)
     if corpus == "sample":
@@ -39,11 +41,12 @@ def measure(db: str | Path, bundle_dir: str | Path | None = None, config: Config
         qs = [q.question for q in qa if q.answers]
     n = sum(len(chunk(d, config.passage_mode, config.min_sentence_chars)) for d in docs)
     bundle = B.Bundle.load(bundle_dir or default_bundle())
-    p = plan(bundle, config, passages=n)
+    generates = CertifiedPath(bundle, config).may_generate  # as EdgeRAG decides whether llama.cpp is planned
+    p = plan(bundle, config, passages=n, generator=generates)
     stages = {"start": rss_mb()}
     rag = EdgeRAG(db, bundle=bundle.root, config=p.apply(config))
     stages["encoder + store"] = rss_mb()
-    steps = [("generator", lambda: rag.generator), ("index", lambda: rag.add_documents(docs))]
+    steps = [("generator", lambda: rag.generator)] * generates + [("index", lambda: rag.add_documents(docs))]
     for name, step in steps if generator_first else steps[::-1]:
         step()
         stages[name] = rss_mb()
@@ -51,16 +54,17 @@ def measure(db: str | Path, bundle_dir: str | Path | None = None, config: Config
         rag.ask(q)
     stages["ask"] = rss_mb()
     spec = config.tier(Tier.HARD)
-    for q in qs[:hard]:
+    for q in qs[:hard] if generates else []:
         passages = rag.store.search(rag.encoder.encode_one(q), spec.k)
         context = build_context(passages)[: spec.context_chars]
         rag.generator.generate(q, context, spec.max_new_tokens, temperature=0.0)
-    stages["HARD generations"] = rss_mb()
+        stages["HARD generations"] = rss_mb()
     rag.close()
     return {"plan": {"budget_mb": p.budget_mb, "n_ctx": p.n_ctx, "encode_batch_tokens": p.encode_batch_tokens,
                      "passages": p.passages, "total_mb": round(p.total_mb, 1),
                      **{c.name: round(c.mb, 1) for c in p.components}},
-            "generator_first": generator_first, "questions": min(questions, len(qs)), "hard": min(hard, len(qs)),
+            "generator_first": generator_first, "questions": min(questions, len(qs)),
+            "hard": min(hard, len(qs)) if generates else 0,
             "rss_mb": {k: round(v, 1) for k, v in stages.items()}, "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
@@ -77,10 +81,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hard", type=int, default=3, help="of those, how many also generate from a HARD context")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--generator-first", action="store_true", help="load llama.cpp before indexing (worst order)")
+    ap.add_argument("--seed-decision", action="store_true",
+                    help="the seeds' decision (certified=False), which loads llama.cpp; default: the certified default")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     config = Config(temperature=0.0, memory_budget_mb=args.budget, n_ctx=args.n_ctx,
-                    encode_batch_tokens=args.batch_tokens, passage_mode=args.mode, threads=args.threads)
+                    encode_batch_tokens=args.batch_tokens, passage_mode=args.mode, threads=args.threads,
+                    certified=not args.seed_decision)
     with tempfile.TemporaryDirectory() as db:
         result = measure(db, args.bundle, config, args.corpus, args.questions, args.hard,
                          args.generator_first)
@@ -89,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     p = result["plan"]
     print(f"plan: n_ctx {p['n_ctx']}, encode_batch_tokens {p['encode_batch_tokens']}, {p['passages']} passages; "
-          + ", ".join(f"{k} {p[k]:.0f}" for k in ("runtime base", "generator", "encoder", "index")) + " MB")
+          + ", ".join(f"{k} {p[k]:.0f}" for k in ("runtime base", "generator", "encoder", "reader", "index") if k in p)
+          + " MB")
     print("RSS after: " + ", ".join(f"{k} {v:.0f}" for k, v in result["rss_mb"].items()) + " MB")
     print(f"peak RSS {result['peak_rss_mb']:.0f} MB vs plan {p['total_mb']:.0f} MB "
           f"({p['total_mb'] / result['peak_rss_mb'] - 1:+.0%}); budget {p['budget_mb']} MB")

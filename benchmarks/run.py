@@ -199,7 +199,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
         config = preset(base, system)
         try:
             with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-                if rag.may_generate:
+                if rag.certified.may_generate:
                     _ = rag.generator  # load before timing: cold start is measured in the peer section
                 rag.ask(WARMUP_QUESTION)
                 rows_by_system[system] = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")

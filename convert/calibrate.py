@@ -263,10 +263,12 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
                      "ood": (rag, ood)}
             rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, parts, reader), args.backend)
             if gpt is None and args.gpt_sample:
-                # generations are cached with the rows: re-fitting after a default change does not generate again
-                measure = partial(measure_gpt, rag, rows["calibration"], by_id, rows["ood"], rows["reader_val"],
-                                  args.gpt_sample)
-                gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}", bundle, measure, args.backend))
+                # generations are cached with the rows: re-fitting after a default change does not generate again.
+                # The certified config never generates, so its plan holds no llama.cpp: the seeds' decision does.
+                with EdgeRAG(db, bundle=bundle.root, config=config.with_(certified=False)) as generating:
+                    measure = partial(measure_gpt, generating, rows["calibration"], by_id, rows["ood"],
+                                      rows["reader_val"], args.gpt_sample)
+                    gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}", bundle, measure, args.backend))
         validation = rows["reader_val"] + rows["select"]
         fit = [r for r in validation if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))

@@ -56,13 +56,15 @@ class EdgeRAG:
         self.bundle = B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
-        config = config or Config()
+        # llama.cpp is in it only if a question may be generated, as the calibration says (read twice: the
+        # certified path is then built on the planned config).
+        config, cal = config or Config(), Path(calibration) if calibration else None
         remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
-        self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote)
+        self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote,
+                         generator=CertifiedPath(self.bundle, config, cal, remote).may_generate)
         self.config = self.plan.apply(config)
         # the certified decision's calibration: the shipped one, or one made on this device's own questions
-        self.certified = CertifiedPath(self.bundle, self.config, Path(calibration) if calibration else None,
-                                       remote)
+        self.certified = CertifiedPath(self.bundle, self.config, cal, remote)
         c, encoder_path = self.config, select_encoder(self.bundle, self.config.threads)  # verified here
         self._encoder_path = encoder_path
         self.encoder = Encoder(encoder_path, self.bundle.require(B.ROLE_TOKENIZER),
@@ -164,17 +166,12 @@ class EdgeRAG:
             return index(self.store, encoder or self.encoder, self.config, todo, remove, report)
 
     # -- answering -----------------------------------------------------------------------------
-    @property
-    def may_generate(self) -> bool:
-        """Whether a question can take the GPT route (not under a certificate that leaves generation off)."""
-        return not (self.config.cgr and self.config.certified) or self.certified.gpt_allowed
-
     def warm_up(self) -> None:
         """Load now what the first question would (the certified reader; llama.cpp where a question may be
         generated): the kiosk and the demo call it first, whose first read took ~10× a warm one."""
         if self.config.cgr and self.config.certified and self.config.reader == "neural":
             self.certified.neural_reader()
-        if self.may_generate:
+        if self.certified.may_generate:
             _ = self.generator
 
     @property
@@ -182,6 +179,9 @@ class EdgeRAG:
         """llama.cpp model, loaded on first use (the extractive route never needs it)."""
         with self._generator_lock:  # many threads may ask at once: load it exactly once
             if self._generator is None:
+                if not self.plan.generator:
+                    raise BudgetError("llama.cpp is not in this EdgeRAG's memory plan: its calibration does not certify "
+                                      "generated answers, so no question is generated (Config(certified=False) does)")
                 c, facts = self.config, self.bundle.generator
                 self._generator = Generator(self.bundle.require(B.ROLE_GENERATOR), n_ctx=c.n_ctx, threads=c.threads,
                                             seed=c.seed, prompt_style=facts.get("prompt_style", "one-shot"),
@@ -232,8 +232,11 @@ class EdgeRAG:
 
     def use_calibration(self, calibration: Path, max_error_rate: float) -> None:
         """Decide the next questions under ``calibration`` at ``max_error_rate`` (CertifiedPath.swapped)."""
-        self.certified = self.certified.swapped(calibration, max_error_rate, self.store)
-        self.config = self.certified.config
+        new = self.certified.swapped(calibration, max_error_rate, self.store)
+        if new.may_generate and not self.plan.generator:
+            raise BudgetError(f"{calibration} certifies generated answers at {max_error_rate}, but llama.cpp is not in "
+                              "this EdgeRAG's memory plan: open a new EdgeRAG with it")
+        self.certified, self.config = new, new.config
 
     def _decide(self, question: str, stage: Stages, certified: CertifiedPath) -> Decision:
         """The stages up to the route, timed into ``stage``, by ``certified``; what they decided, not yet an Answer."""

@@ -18,6 +18,7 @@ from edge_rag.documents.chunk import chunk, iter_files, read_documents
 from edge_rag.errors import BudgetError, BundleError
 from edge_rag.memory import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
 from edge_rag.models import bundle as B
+from edge_rag.pipeline import EdgeRAG
 from edge_rag.reading.reader import reader_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,16 +188,16 @@ def test_stored_passages(tmp_path: Path) -> None:
 
 # -- a real run inside the planned budget -------------------------------------------------------
 def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: Path, sample_passages: int) -> None:
-    """Budget = the plan at n_ctx 1024 (+10 MB slack); config asks for 2048. Worst order: llama.cpp
-    loaded before indexing, then the 20 answerable sample questions at temperature 0 and 3 HARD-tier
+    """Budget = the plan at n_ctx 1024 (+10 MB slack); config asks for 2048. The seeds' decision, which generates,
+    in the worst order: llama.cpp loaded before indexing, then the 20 answerable sample questions at temperature 0 and 3 HARD-tier
     generations. Invariants, whatever this machine's RSS: peak RSS ≤ plan ≤ budget, and the plan keeps
     2048 exactly when 2048 fits by its own estimate at the encoder batch it chose (with the runtime base
     the subprocess measured: where that base is higher, the batch shrinks before n_ctx does)."""
-    at_1024 = fixed_plan(bundle, Config(memory_budget_mb=100_000), sample_passages)
+    at_1024 = fixed_plan(bundle, Config(memory_budget_mb=100_000, certified=False), sample_passages)
     budget_mb = math.ceil(at_1024.total_mb) + 10
     code = "import sys; from benchmarks.memory import main; main(sys.argv[1:])"
     args = ["--json", "--bundle", str(bundle_dir), "--budget", str(budget_mb), "--n-ctx", "2048",
-            "--questions", "20", "--hard", "3", "--generator-first"]
+            "--questions", "20", "--hard", "3", "--generator-first", "--seed-decision"]
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -205,8 +206,8 @@ def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: 
     assert result["peak_rss_mb"] <= budget_mb, result
     assert result["peak_rss_mb"] <= p["total_mb"], result
     # the encoder batch is chosen first (largest that fits), then n_ctx: compare at the batch it chose
-    at_2048 = plan(bundle, Config(memory_budget_mb=100_000, n_ctx=2048, encode_batch_tokens=p["encode_batch_tokens"]),
-                   p["passages"], base_mb=p["runtime base"])
+    at_2048 = plan(bundle, Config(memory_budget_mb=100_000, n_ctx=2048, encode_batch_tokens=p["encode_batch_tokens"],
+                                  certified=False), p["passages"], base_mb=p["runtime base"])
     assert (p["n_ctx"] == 2048) == (at_2048.total_mb <= budget_mb), (p, at_2048.total_mb)
 
 
@@ -220,12 +221,13 @@ from edge_rag.cli.commands import main
 db, bundle, tight, fits = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 out = {}
 try:
-    EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=tight))
+    EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=tight, certified=False))
 except BudgetError as exc:
     out["error"] = str(exc)
 out["peak_after_refusal"] = peak_rss_mb()
-out["cli_exit"] = main(["ask", "When does the museum open?", "--db", db, "--bundle", bundle, "--memory-mb", str(tight)])
-rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=fits))
+out["cli_exit"] = main(["ask", "When does the museum open?", "--db", db, "--bundle", bundle, "--memory-mb", str(tight),
+                        "--seed-decision"])
+rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=fits, certified=False))
 docs = [Document(f"d{i}", f"t{i}", f"Passage number {i} talks about a topic of its own.") for i in range(20000)]
 try:
     rag.add_documents(docs)
@@ -238,10 +240,11 @@ print(json.dumps(out))
 
 def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, bundle_dir: Path,
                                                              tmp_path: Path) -> None:
-    """In a fresh process: a budget below the generator's needs raises BudgetError from EdgeRAG() (and
-    exit 2 from the CLI) while peak RSS is still far below the models' sizes, so nothing large was loaded;
-    a budget that fits the models but not 20k more passages refuses the add before encoding any of them."""
-    fits = math.ceil(fixed_plan(bundle, Config(memory_budget_mb=100_000)).total_mb) + 20
+    """In a fresh process, on the seeds' decision (which generates): a budget below the generator's needs raises
+    BudgetError from EdgeRAG() (and exit 2 from the CLI) while peak RSS is still far below the models' sizes, so
+    nothing large was loaded; a budget that fits the models but not 20k more passages refuses the add before
+    encoding any of them."""
+    fits = math.ceil(fixed_plan(bundle, Config(memory_budget_mb=100_000, certified=False)).total_mb) + 20
     out = subprocess.run([sys.executable, "-c", REFUSE_SCRIPT, str(tmp_path / "db"), str(bundle_dir), "200", str(fits)],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -251,3 +254,24 @@ def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, b
     assert result["cli_exit"] == 2 and "generator needs ~" in out.stderr
     assert result["index_error"].startswith("index needs ~") and "for 20000 passages" in result["index_error"]
     assert result["stored"] == 0
+
+
+def test_the_certified_default_plans_no_generator_and_runs_where_it_would_not_fit(bundle: B.Bundle, bundle_dir: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The shipped calibration certifies no generated answer at the default alpha, so the default never loads
+    llama.cpp and its plan leaves it out: in a budget just below the smallest plan that holds the generator (which
+    the seeds' decision, generating, is refused), the default opens, indexes the sample and answers; asking it for
+    the generator is a BudgetError, not an unplanned load."""
+    smallest = plan(bundle, Config(memory_budget_mb=100_000, certified=False, n_ctx=MIN_N_CTX,
+                                   encode_batch_tokens=256))
+    assert smallest.generator and not plan(bundle, Config(), generator=False).generator
+    budget = math.floor(smallest.total_mb) - 1
+    with pytest.raises(BudgetError, match=r"after runtime base \d+, generator \d+"):
+        EdgeRAG(tmp_path / "seeds", bundle=bundle_dir, config=Config(memory_budget_mb=budget, certified=False))
+    with EdgeRAG(tmp_path / "default", bundle=bundle_dir, config=Config(memory_budget_mb=budget)) as rag:
+        assert not rag.plan.generator and rag.plan.total_mb <= budget
+        rag.add_files([SAMPLE_DOCS])
+        answer = rag.ask("How much does an adult ticket cost?")
+        assert answer.route.value == "RAG" and answer.answer == "£16", answer
+        with pytest.raises(BudgetError, match="not in this EdgeRAG's memory plan"):
+            _ = rag.generator

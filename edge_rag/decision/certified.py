@@ -103,6 +103,12 @@ class CertifiedPath:
         return self._state.gpt_allowed
 
     @property
+    def may_generate(self) -> bool:
+        """Whether a question can take the GPT route: always on the seeds' decision (or none), else only where this
+        calibration certifies generated answers at the config's alpha (EdgeRAG plans and loads llama.cpp only then)."""
+        return not (self.config.cgr and self.config.certified) or self.gpt_allowed
+
+    @property
     def uncertified(self) -> str | None:
         return self._state.uncertified
 

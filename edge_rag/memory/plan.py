@@ -3,7 +3,9 @@
 ``plan`` estimates every component from what is cheap to know up front (file sizes, the GGUF header,
 the config), picks the largest ``n_ctx`` and encoder batch that fit ``memory_budget_mb``, and otherwise
 raises a BudgetError naming the component that does not fit. The total is a sum: the worst order is
-generator loaded first, then indexing on top of it, and users can do that.
+generator loaded first, then indexing on top of it, and users can do that. llama.cpp is planned only where a
+question may be generated: the certified default, whose calibration does not certify generated answers, never
+loads it.
 """
 from __future__ import annotations
 
@@ -42,6 +44,11 @@ class Plan:
     remote_index: bool = False  # the store is on PostgreSQL: its index is not counted on the device
 
     @property
+    def generator(self) -> bool:
+        """Whether llama.cpp is planned (EdgeRAG loads it only then)."""
+        return any(c.name == "generator" for c in self.components)
+
+    @property
     def total_mb(self) -> float:
         return sum(c.mb for c in self.components)
 
@@ -71,7 +78,7 @@ class Plan:
 
 
 def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | None = None,
-         remote_index: bool = False) -> Plan:
+         remote_index: bool = False, generator: bool = True) -> Plan:
     """Largest encode_batch_tokens, then largest n_ctx, that fit ``config.memory_budget_mb``.
 
     Loads nothing: stats files and reads the GGUF header. n_ctx candidates are config.n_ctx and the
@@ -84,6 +91,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     (fixed costs first, largest first, so the message names what dominates, and a store too big names the index).
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
     ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
+    ``generator``: whether llama.cpp is loaded at all (without it, n_ctx stays config.n_ctx, unused).
     """
     info = read_gguf(bundle.require(B.ROLE_GENERATOR))
     onnx_bytes = sum(p.stat().st_size for p in (bundle.path(B.ROLE_ENCODER), bundle.path(B.ROLE_ROUTER)) if p)
@@ -102,10 +110,11 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
         encoder = encoder_estimate(onnx_bytes, dim, batch, seq, int(enc.get("heads", ENCODER_HEADS)),
                                    enc.get("ffn"))
         reader_part = (reader_estimate(reader_bytes, dim, batch, READER_SEQ_LEN),) if reader_bytes else ()
-        return base, generator_estimate(info, n_ctx), encoder, *reader_part, index  # errors name the first over
+        llm = (generator_estimate(info, n_ctx),) if generator else ()
+        return base, *llm, encoder, *reader_part, index  # errors name the first over
 
     budget = config.memory_budget_mb
-    ctxs = _n_ctx_candidates(config.n_ctx, info.context_length)
+    ctxs = _n_ctx_candidates(config.n_ctx, info.context_length) if generator else [config.n_ctx]
     batches = _batch_candidates(config.encode_batch_tokens, seq)
     for batch in batches:
         for n_ctx in ctxs:
