@@ -2,7 +2,10 @@
 dotprod) on every `make test`: the runtime installed for aarch64 from the registries (no torch, no
 llama.cpp: the RAG route never loads it), the bundle archive installed as on a device (its int8 encoder
 gated on onnxruntime's ARM kernels), a few sample documents indexed and their questions answered exactly
-as on x86. `make pi-check` runs the whole check (llama.cpp for aarch64, the GPT route, the reader, tests)."""
+as on x86. `make pi-check` runs the whole check (llama.cpp for aarch64, the GPT route, the reader, tests).
+
+Three documents (46 passages) and their three questions: every emulated passage costs ~0.85 s of CPU to embed
+(five documents, 84 passages, took 71 s of the index step), and three questions still compare answered ones."""
 from __future__ import annotations
 
 import json
@@ -15,8 +18,7 @@ from benchmarks import pi_check
 from convert import aarch64
 from convert.bundle import archive
 
-DOCS = ("02-opening-hours.md", "03-tickets-and-prices.md", "09-founder-margaret-hollins.md",
-        "10-engine-hall-big-mary.md", "19-observatory.md")
+DOCS = ("02-opening-hours.md", "09-founder-margaret-hollins.md", "10-engine-hall-big-mary.md")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,6 @@ def test_bundle_archive_installs_and_answers_as_on_x86(env: aarch64.Env, bundle_
                                       [q["question"] for q in questions])
     installed = result["steps"]["install aarch64"].out
     assert "int8 encoder on aarch64 ASIMD" in installed and ": PASS" in installed, installed
-    assert len(result["aarch64"]) == len(questions) and sum(a["answer"] is not None for a in result["x86"]) >= 3
+    assert len(result["aarch64"]) == len(questions) and sum(a["answer"] is not None for a in result["x86"]) >= 2
     assert result["differences"] == []  # answer, route, tier and refusal reason
     assert result["steps"]["ask aarch64"].peak_rss_mb > 0
