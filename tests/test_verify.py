@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import reference_share
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from edge_rag.cli.commands import main
@@ -22,7 +23,6 @@ from edge_rag.models.verify import (
     Verdict,
     cache_key,
     load_reference,
-    save_reference,
     select_encoder,
     verdict_for,
     verify_bundle,
@@ -138,23 +138,21 @@ verdict = verify_encoder(bundle.require(B.ROLE_ENCODER), bundle.require(B.ROLE_T
                          bundle.encoder["precision"], int(bundle.encoder["max_seq_len"]), threads=1, repeats=1)
 print(json.dumps(asdict(verdict)))
 """
-EMULATED_SHARE = 4  # every 4th reference sentence: 16 of 64, a quarter of the emulated arithmetic
 
 
 def test_verify_under_an_emulated_avx2_only_cpu(bundle: B.Bundle, tmp_path: Path) -> None:
     """The AVX2-only kernel path (no AVX-512/VNNI) on every run: qemu-user emulates a Haswell CPU, where the bundle's
-    int8 encoder re-embeds every 4th reference sentence (spread over the set; all 64 cost ~165 s of CPU under qemu,
-    ~2.6 s each) and must pass the int8 thresholds. A per-tensor int8 encoder fails them on these 16 (cosine mean
-    0.961, min 0.941), as on all 64."""
+    int8 encoder re-embeds a share of the reference sentences (``reference_share``) and must pass the int8
+    thresholds."""
     qemu = shutil.which("qemu-x86_64")
     if qemu is None:
         pytest.skip("qemu-x86_64 not installed (`make test` installs qemu-user via apt when run as root)")
-    texts, vectors = load_reference(bundle.require(B.ROLE_REFERENCE))
-    share = save_reference(tmp_path / "reference.npz", texts[::EMULATED_SHARE], vectors[::EMULATED_SHARE])
+    share = reference_share(bundle, tmp_path / "reference.npz")
     env = {**os.environ, "EDGE_RAG_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     cmd = [qemu, "-cpu", "Haswell", sys.executable, "-c", EMULATED_VERIFY, str(bundle.root), str(share)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     verdict = Verdict(**json.loads(out.stdout.strip().splitlines()[-1]))
-    assert verdict.cpu == "x86_64 AVX2" and verdict.precision == "int8" and verdict.sentences == 16, verdict
+    assert verdict.cpu == "x86_64 AVX2" and verdict.precision == "int8", verdict
+    assert verdict.sentences == len(load_reference(share)[0]) == 16, verdict
     assert verdict.passed, verdict.summary()
