@@ -9,7 +9,8 @@ are cross-compiled with Debian's ``aarch64-linux-gnu`` toolchain: llama.cpp for 
 Cortex-A78AE (Jetson Orin) all run; ggml's per-CPU variants need ``GGML_BACKEND_DL``, whose backend
 folder is an absolute build-time path that a wheel cannot carry. qemu-user runs the interpreter as
 one of ``CPUS``. All builds are cached under ``~/.cache/edge-rag/aarch64`` (``EDGE_RAG_AARCH64``),
-keyed by what they were built from; the runtime itself is installed afresh on every run, as on a device.
+keyed by what they were built from, and so are the pinned dependencies once installed (~11 s of CPU a run); edge-rag
+itself is installed afresh on every run, as on a device.
 
 qemu-user 7.2 shows the guest the host's x86 ``/proc/cpuinfo``, and onnxruntime's cpuinfo crashes on
 it (SIGSEGV at import), so every run bind-mounts the emulated CPU's cpuinfo over ``/proc/cpuinfo`` in a
@@ -156,11 +157,12 @@ def _one_wheel(folder: Path) -> Path:
 
 @dataclass(frozen=True)
 class Env:
-    """The emulated device: Debian's arm64 python3.11 under qemu-aarch64 with ``site`` on its path."""
+    """The emulated device: Debian's arm64 python3.11 under qemu-aarch64 with ``site`` (then ``deps``) on its path."""
 
     root: Path
     site: Path
     cpu: str = "cortex-a72"
+    deps: Path | None = None  # the dependencies' site, after ``site`` on the path
 
     def command(self, *args: str, cpu: str | None = None) -> list[str]:
         """``python3.11 ARGS`` on the emulated ``cpu`` (default ``self.cpu``), in a mount namespace whose
@@ -172,19 +174,25 @@ class Env:
 
     def environ(self, **extra: str) -> dict[str, str]:
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        return {**keep, "PYTHONPATH": str(self.site), "PYTHONNOUSERSITE": "1", **extra}
+        path = os.pathsep.join(str(p) for p in (self.site, self.deps) if p)
+        return {**keep, "PYTHONPATH": path, "PYTHONNOUSERSITE": "1", **extra}
 
 
 def install(site: Path, llama: bool, extra: tuple[str, ...] = ()) -> Env:
-    """Install the device side (edge-rag from this checkout, no torch) for aarch64 into ``site``, with the
-    cross-built wheels; ``llama=False`` leaves out llama-cpp-python (the RAG route never loads it)."""
+    """Install the device side (edge-rag from this checkout, no torch) for aarch64 into ``site``, its pinned
+    dependencies, the cross-built wheels and ``extra`` into a site cached per that list; ``llama=False`` leaves out
+    llama-cpp-python (the RAG route never loads it)."""
     root, ours = sysroot(), site.with_name(site.name + "-wheel")
     edge_rag = checkout_wheel(ours)
-    target = ["install", "-q", "--target", str(site), "--python-version", "3.11", "--implementation", "cp",
-              "--only-binary=:all:", *[f"--platform={p}" for p in PLATFORMS]]
-    _pip(*target, "--no-deps", str(edge_rag))
-    pins = [f"{name}=={_version(name)}" for name in RUNTIME if name != "hnswlib"]
-    wheels = [hnswlib_wheel(root), *([llama_wheel()] if llama else [])]
-    _pip(*target, "--upgrade", *pins, *map(str, wheels), *extra)
+
+    def target(folder: Path) -> list[str]:
+        return ["install", "-q", "--target", str(folder), "--python-version", "3.11", "--implementation", "cp",
+                "--only-binary=:all:", *[f"--platform={p}" for p in PLATFORMS]]
+
+    _pip(*target(site), "--no-deps", str(edge_rag))
     shutil.rmtree(ours)
-    return Env(root, site)
+    pins = [f"{name}=={_version(name)}" for name in RUNTIME if name != "hnswlib"]
+    wheels = [str(w) for w in (hnswlib_wheel(root), *([llama_wheel()] if llama else []))]
+    deps = _cached(CACHE / f"deps-{_key(pins, wheels, extra, PLATFORMS)}",
+                   lambda tmp: _pip(*target(tmp / "site"), *pins, *wheels, *extra))
+    return Env(root, site, deps=deps / "site")

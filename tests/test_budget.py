@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import subprocess
 import sys
@@ -101,6 +102,24 @@ def test_gguf_missing_its_last_byte_is_a_bundle_error(gguf: Path, tmp_path: Path
         f.truncate(size - 1)
     with pytest.raises(BundleError, match="truncated"):
         read_gguf(bad)
+
+
+def test_a_gguf_header_is_read_once_per_file_version(gguf: Path, tmp_path: Path) -> None:
+    """Every EdgeRAG open plans memory from the header (~0.3 s to skip gemma's vocabulary): read once per process
+    while the file stays as it was; an edit that keeps its size and restores its mtime is read again."""
+    assert read_gguf(gguf) is read_gguf(gguf)
+    copy = tmp_path / "copy.gguf"
+    _copy_header(gguf, copy, 8 << 20)
+    with open(copy, "r+b") as f:
+        f.truncate(gguf.stat().st_size)
+    first = read_gguf(copy)
+    assert read_gguf(copy) is first
+    times = copy.stat()
+    with open(copy, "r+b") as f:
+        f.write(b"GGML")
+    os.utime(copy, ns=(times.st_atime_ns, times.st_mtime_ns))
+    with pytest.raises(BundleError, match="bad magic"):
+        read_gguf(copy)
 
 
 @pytest.mark.parametrize("payload", [

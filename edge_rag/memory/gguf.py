@@ -1,10 +1,12 @@
 """GGUF header (KV section + tensor infos) read with struct only, for the memory plan.
 
 llama.cpp's vocab_only load costs +44 MB RSS and ~1 s for gemma's 262k vocab; this costs a few MB of
-mmapped pages for ~0.1 s. Layout and type codes as gguf-py's GGUFReader / GGML_QUANT_SIZES.
+mmapped pages for ~0.3 s (skipping the vocabulary's strings), once per file version in a process: the plan
+reads it at every EdgeRAG open. Layout and type codes as gguf-py's GGUFReader / GGML_QUANT_SIZES.
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
 from dataclasses import dataclass, field
@@ -97,37 +99,44 @@ class _Cursor:
 
 
 def read_gguf(path: str | Path) -> GGUFInfo:
-    """Header of a GGUF file without loading weights; BundleError if it is not one, or truncated."""
+    """Header of a GGUF file without loading weights; BundleError if it is not one, or truncated. Parsed once
+    per file version (size, times, inode) in a process; a changed file is read again."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            cur = _Cursor(buf)
-            if cur.read("4s") != GGUF_MAGIC:
-                raise ValueError("not a GGUF file (bad magic)")
-            version = cur.read("I")
-            if version not in (2, 3):
-                raise ValueError(f"GGUF version {version} is not supported")
-            n_tensors, n_kv = cur.read("QQ")
-            meta = {}
-            for _ in range(n_kv):
-                key = cur.string()
-                meta[key] = cur.value(cur.read("I"))
-            end = 0
-            for _ in range(n_tensors):
-                cur.string()
-                dims = cur.read("Q" * cur.read("I"))
-                dims = (dims,) if isinstance(dims, int) else dims
-                ttype, offset = cur.read("IQ")
-                count = 1
-                for d in dims:
-                    count *= d
-                block, nbytes = GGML_BLOCKS.get(ttype, (1, 0))  # unknown type: check its offset only
-                end = max(end, offset + count // block * nbytes)
-            align = int(meta.get("general.alignment", 32))
-            data_start = -(-cur.pos // align) * align
+        stat = path.stat()
+        return _read_gguf(path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
     except (OSError, ValueError, struct.error) as exc:
         raise BundleError(f"cannot read GGUF header of {path}: {exc}; rebuild the bundle") from exc
+
+
+@functools.lru_cache(maxsize=8)  # an error is raised, never cached
+def _read_gguf(path: Path, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> GGUFInfo:
+    """The header of ``path``; the file's size, times and inode key the cache."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        cur = _Cursor(buf)
+        if cur.read("4s") != GGUF_MAGIC:
+            raise ValueError("not a GGUF file (bad magic)")
+        version = cur.read("I")
+        if version not in (2, 3):
+            raise ValueError(f"GGUF version {version} is not supported")
+        n_tensors, n_kv = cur.read("QQ")
+        meta = {}
+        for _ in range(n_kv):
+            key = cur.string()
+            meta[key] = cur.value(cur.read("I"))
+        end = 0
+        for _ in range(n_tensors):
+            cur.string()
+            dims = cur.read("Q" * cur.read("I"))
+            dims = (dims,) if isinstance(dims, int) else dims
+            ttype, offset = cur.read("IQ")
+            count = 1
+            for d in dims:
+                count *= d
+            block, nbytes = GGML_BLOCKS.get(ttype, (1, 0))  # unknown type: check its offset only
+            end = max(end, offset + count // block * nbytes)
+        align = int(meta.get("general.alignment", 32))
+        data_start = -(-cur.pos // align) * align
     if data_start + end > size:
         raise BundleError(
             f"GGUF {path} is truncated: its tensors need {data_start + end} bytes, the file has {size};"
