@@ -46,7 +46,7 @@ def measure(db: str | Path, bundle_dir: str | Path | None = None, config: Config
     stages = {"start": rss_mb()}
     rag = EdgeRAG(db, bundle=bundle.root, config=p.apply(config))
     stages["encoder + store"] = rss_mb()
-    steps = [("generator", lambda: rag.generator)] * generates + [("index", lambda: rag.add_documents(docs))]
+    steps = ([("generator", lambda: rag.generator)] if generates else []) + [("index", lambda: rag.add_documents(docs))]
     for name, step in steps if generator_first else steps[::-1]:
         step()
         stages[name] = rss_mb()

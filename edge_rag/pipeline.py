@@ -56,15 +56,15 @@ class EdgeRAG:
         self.bundle = B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
-        # llama.cpp is in it only if a question may be generated, as the calibration says (read twice: the
-        # certified path is then built on the planned config).
-        config, cal = config or Config(), Path(calibration) if calibration else None
+        # llama.cpp is in it only if a question may be generated, as the certified decision's calibration says
+        # (the shipped one, or one made on this device's own questions).
+        config = config or Config()
         remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
+        certified = CertifiedPath(self.bundle, config, Path(calibration) if calibration else None, remote)
         self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote,
-                         generator=CertifiedPath(self.bundle, config, cal, remote).may_generate)
+                         generator=certified.may_generate)
         self.config = self.plan.apply(config)
-        # the certified decision's calibration: the shipped one, or one made on this device's own questions
-        self.certified = CertifiedPath(self.bundle, self.config, cal, remote)
+        self.certified = certified.planned(self.config)
         c, encoder_path = self.config, select_encoder(self.bundle, self.config.threads)  # verified here
         self._encoder_path = encoder_path
         self.encoder = Encoder(encoder_path, self.bundle.require(B.ROLE_TOKENIZER),

@@ -308,3 +308,16 @@ def test_the_reader_is_loaded_once_when_the_first_questions_arrive_together(samp
     for t in threads:
         t.join()
     assert len(loads) == 1 and len(spans) == 6 and len({s.text for s in spans}) == 1
+
+
+def test_the_planned_path_keeps_its_certificate_and_keys_answers_by_the_planned_config(sample_rag):
+    """EdgeRAG builds its certified path before the memory plan (whether it may generate decides the plan) and then
+    hands it the planned config: the certificate stays, the answer cache's key follows the config, and a config that
+    changes a decision input is refused rather than certified by a certificate chosen for another."""
+    path = sample_rag.certified
+    smaller = path.planned(path.config.with_(encode_batch_tokens=256, n_ctx=2048))
+    assert smaller.certificate == path.certificate and smaller.may_generate == path.may_generate
+    assert smaller.cache_version(sample_rag.store) != path.cache_version(sample_rag.store)
+    assert path.planned(path.config).cache_version(sample_rag.store) == path.cache_version(sample_rag.store)
+    with pytest.raises(ValueError, match="only in n_ctx and encode_batch_tokens"):
+        path.planned(path.config.with_(max_error_rate=0.5))
