@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from convert.calibrate import fit_combiner, selection_file
+from convert.calibrate import selection_file
+from convert.logistic import fit_combiner
 from edge_rag import Config, EdgeRAG
 from edge_rag.decision.certify import F1_CORRECT, FEATURES
 from edge_rag.models.bundle import Bundle

@@ -86,7 +86,7 @@ def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> li
             "f1": M.best_f1(pred, item.answers) if answerable else None,
             "route": d["route"], "tier": d["tier"], "tier_fallback": d.get("tier_fallback"),
             "confidence": d.get("confidence"), "lower_bound": d.get("lower_bound"), "d_min": d.get("d_min"),
-            "candidate": d.get("candidate"), "score": d.get("score"), "alpha": d.get("alpha"),
+            "candidate": d.get("candidate"), "score": d.get("score"), "alpha": d.get("alpha"), "kind": d.get("kind"),
             "refusal_reason": d.get("refusal_reason"), "corrected": d.get("corrected"),
             "cache_hit": d.get("cache_hit"), "prompt_tokens": d["prompt_tokens"],
             "completion_tokens": d["completion_tokens"], "context_chars": d["context_chars"],

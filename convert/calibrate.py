@@ -23,6 +23,10 @@ by ts_rank_cd instead of BM25, written to edge_rag/assets/calibration-pgvector.j
    errors among them (F1 < 0.5, or any answer to an unanswerable question).
 5. GPT route: up to --gpt-sample why/how/describe calibration questions within the floor are generated
    (temperature 0); their counts decide at runtime whether generation is certified at the asked alpha.
+6. Kinds of question (edge_rag.decision.kind): a model of P(multi-hop) from the question's form, fitted on training
+   questions of both kinds (convert.question_kind); the calibration split's questions and HotpotQA's calibration
+   bucket (over a store of every HotpotQA context) are each counted under their kind's table, so a multi-hop
+   question is decided by a threshold certified on multi-hop questions.
 Writes the JSON, a risk-coverage plot and a short report beside it; prints the figures.
 """
 from __future__ import annotations
@@ -45,6 +49,8 @@ from benchmarks.pgserver import admin_url
 from benchmarks.scale_backends import fresh_database
 from convert import reader_data
 from convert.calibrate_report import report
+from convert.logistic import fit_combiner
+from convert.question_kind import choose_cut, fit_kind_model, kind_of, training_questions
 from edge_rag import Config, EdgeRAG
 from edge_rag.config import Tier
 from edge_rag.decision.calibrate import wrong as answer_wrong
@@ -58,6 +64,7 @@ from edge_rag.decision.certify import (
     answer_score,
     shipped_calibration,
 )
+from edge_rag.decision.kind import Kind
 from edge_rag.decision.policy import generative
 from edge_rag.models.bundle import Bundle
 from edge_rag.models.registry import default_bundle, home
@@ -72,7 +79,6 @@ GRID_POINTS = 200  # thresholds in the fixed sequence
 # answers a handful of calibration questions cannot certify any useful alpha, and fixed-sequence testing
 # stops at its first failure. The start is fixed on validation, before calibration is looked at.
 GRID_START_COVERAGE = 0.1
-L2 = 1.0  # ridge on the standardised combiner weights
 ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7)  # reported in the summary
 # Config().max_error_rate is the smallest alpha of ALPHAS certified (delta 0.05) while answering at least this share
 # of the calibration questions: about half of its answerable ones (half of SQuAD-2's questions have no answer).
@@ -104,11 +110,12 @@ def collect_all(parts: dict[str, tuple[EdgeRAG, list[QAItem]]], reader: str) -> 
 def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[[], dict],
                 backend: str = "embedded") -> dict:
     """The per-question rows, kept in ``cache`` so re-fitting is cheap. Keyed by reader model, bundle, splits, the
-    combiner's features and the store's kind only: use a fresh cache folder after changing the Config or --ood-sample."""
+    combiner's features, the parts and the store's kind only: use a fresh cache folder after changing the Config or --ood-sample."""
     if cache is None:
         return make()
     model = reader_sha256(bundle) if reader == "neural" else ""
     key = hashlib.sha1(json.dumps([reader, *([model] if model else []), sorted(f["sha256"] for f in bundle.files()),
+                                   "hotpotqa_calibration",  # the rows' parts since HotpotQA was counted
                                    Path(CALIBRATION_ASSET).with_name("splits.json").read_text(), FEATURES,
                                    *([backend] if backend != "embedded" else [])]).encode())
     path = cache / f"rows-{reader}-{key.hexdigest()[:12]}.json"
@@ -118,23 +125,6 @@ def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[
     cache.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rows))
     return rows
-
-
-def fit_combiner(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50,
-                 features: tuple[str, ...] = FEATURES) -> Combiner:
-    """Logistic regression by Newton's method on standardised features (numpy; a few hundred rows); the
-    columns of ``x`` are ``features``."""
-    mean, scale = x.mean(axis=0), x.std(axis=0)
-    scale[scale == 0] = 1.0
-    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
-    w = np.zeros(z.shape[1])
-    ridge = np.diag([l2] * (z.shape[1] - 1) + [0.0])
-    for _ in range(steps):
-        p = 1 / (1 + np.exp(-z @ w))
-        grad = z.T @ (p - y) + ridge @ w
-        hess = z.T @ (z * (p * (1 - p))[:, None]) + ridge
-        w -= np.linalg.solve(hess, grad)
-    return Combiner(tuple(map(float, w[:-1])), float(w[-1]), tuple(map(float, mean)), tuple(map(float, scale)), features)
 
 
 def _matrix(rows: list[dict]) -> np.ndarray:
@@ -216,22 +206,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: calibrating {used}, which differs from the shipped {READER_ASSET} "
               "(after `make reader`, run `make models` or `make calibrate` so the bundle holds the new reader)")
     base = Config(temperature=0.0, cache_size=0, certified=True)
-    with (calibration_store(args, bundle, base, args.squad, "edge_rag_calibrate") as (db, items),
-          calibration_store(args, bundle, base, selection_file(args.index_cache), "edge_rag_select") as select):
-        return calibrate(args, bundle, base, db, items, select)
+    with (calibration_store(args, bundle, base, "squad", args.squad, "edge_rag_calibrate") as (db, items),
+          calibration_store(args, bundle, base, "squad", selection_file(args.index_cache), "edge_rag_select") as select,
+          calibration_store(args, bundle, base, "hotpotqa", args.hotpotqa, "edge_rag_hotpot") as hotpot):
+        return calibrate(args, bundle, base, db, items, select, hotpot)
 
 
 @contextlib.contextmanager
-def calibration_store(args: argparse.Namespace, bundle: Bundle, base: Config, squad: Path,
+def calibration_store(args: argparse.Namespace, bundle: Bundle, base: Config, dataset: str, path: Path,
                       name: str) -> Iterator[tuple[str, list[QAItem]]]:
-    """Every context of the SQuAD file ``squad`` in one store of ``args.backend``, and the file's questions: the
+    """Every context of the ``dataset`` file ``path`` in one store of ``args.backend``, and the file's questions: the
     embedded pooled index (built once, then reused), or a fresh PostgreSQL database ``name`` (``$EDGE_RAG_PG_URL``'s
     server, else a throw-away one) indexed with the same documents."""
     if args.backend == "embedded":
-        db, items = data.pooled_index("squad", squad, bundle, base, args.index_cache)
+        db, items = data.pooled_index(dataset, path, bundle, base, args.index_cache)
         yield str(db), items
         return
-    ds = data.load("squad", squad, None, 0, "all")  # what pooled_index indexes, and its questions
+    ds = data.load(dataset, path, None, 0, "all")  # what pooled_index indexes, and its questions
     with admin_url() as admin:
         url = fresh_database(admin, name)
         with EdgeRAG(url, bundle=bundle.root, config=base) as rag:
@@ -240,27 +231,34 @@ def calibration_store(args: argparse.Namespace, bundle: Bundle, base: Config, sq
 
 
 def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, items: list[QAItem],
-              select: tuple[str, list[QAItem]]) -> int:
-    """Steps 1-5 of the module docstring over the store ``db`` (and the model-selection set's store and questions,
-    ``select``); writes ``args.out`` and its report."""
+              select: tuple[str, list[QAItem]], hotpot: tuple[str, list[QAItem]]) -> int:
+    """Steps 1-6 of the module docstring over the store ``db`` (and the model-selection set's and HotpotQA's
+    stores and questions, ``select`` and ``hotpot``); writes ``args.out`` and its report."""
     val, cal = splits.select(items, "reader_val"), splits.select(items, "calibration")
+    hotpot_cal = splits.select(hotpot[1], "calibration")
+    kind_model = fit_kind_model(*training_questions(select[1]))
+    cut = choose_cut(kind_model, [q.question for q in val])
+    questions = {q.id: q.question for q in cal + hotpot_cal}
+    hotpot_ids = {q.id for q in hotpot_cal}
     ood = splits.ood_questions("calibration", data.OOD_FILE)
     ood = [ood[i] for i in sorted(np.random.default_rng(SEED).permutation(len(ood))[: args.ood_sample])]
     by_id = {q.id: q for q in cal}
     out: dict = {"readers": {}, "source": {
         "command": "python -m convert calibrate" + (f" --backend {args.backend}" if args.backend != "embedded" else ""),
         "backend": args.backend, "splits": "edge_rag/assets/splits.json", "corpus": str(args.squad),
-        "n_reader_val": len(val), "n_select": len(select[1]), "n_calibration": len(cal), "n_ood_calibration": len(ood),
+        "n_reader_val": len(val), "n_select": len(select[1]), "n_calibration": len(cal),
+        "n_hotpotqa_calibration": len(hotpot_cal), "n_ood_calibration": len(ood),
         "ood_refuse_target": OOD_REFUSE, "config": repr(base), "encoder": encoder_identity(bundle)}}
     gpt: tuple[int, int] | None = None
     for reader in args.readers:
         config = base.with_(reader=reader)
         with EdgeRAG(db, bundle=bundle.root, config=config) as rag, \
-                EdgeRAG(select[0], bundle=bundle.root, config=config) as select_rag:
-            rag.certified.record_only()
-            select_rag.certified.record_only()
+                EdgeRAG(select[0], bundle=bundle.root, config=config) as select_rag, \
+                EdgeRAG(hotpot[0], bundle=bundle.root, config=config) as hotpot_rag:
+            for each in (rag, select_rag, hotpot_rag):
+                each.certified.record_only()
             parts = {"reader_val": (rag, val), "select": (select_rag, select[1]), "calibration": (rag, cal),
-                     "ood": (rag, ood)}
+                     "ood": (rag, ood), "hotpotqa_calibration": (hotpot_rag, hotpot_cal)}
             rows = cached_rows(args.rows_cache, reader, bundle, partial(collect_all, parts, reader), args.backend)
             if gpt is None and args.gpt_sample:
                 # generations are cached with the rows: re-fitting after a default change does not generate again.
@@ -273,18 +271,27 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
         fit = [r for r in validation if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))
         floor = choose_floor(rows["ood"], validation, combiner)
-        cal_in, thresholds = rows["calibration"], grid(scores(validation, combiner, math.inf))
+        thresholds = grid(scores(validation, combiner, math.inf))
+        by_kind = {kind: [r for r in rows["calibration"] + rows["hotpotqa_calibration"]
+                          if kind_of(kind_model, cut, questions[r["id"]]) is kind] for kind in Kind}
+        cal_in = by_kind[Kind.SINGLE_HOP]
         cal_scores, cal_wrong = scores(cal_in, combiner, floor), np.array([r["wrong"] for r in cal_in])
         table = RiskTable.count(cal_scores, cal_wrong, thresholds)
         unanswerable = np.array([not r["answerable"] for r in cal_in])
+        kind_tables = {kind.value: RiskTable.count(scores(kind_rows, combiner, floor),
+                                                   np.array([r["wrong"] for r in kind_rows]), thresholds)
+                       for kind, kind_rows in by_kind.items() if kind is not Kind.SINGLE_HOP}
         out["readers"][reader] = {
-            "combiner": {"features": list(combiner.features), "weights": list(combiner.weights), "bias": combiner.bias,
-                         "mean": list(combiner.mean), "scale": list(combiner.scale)},
-            "table": {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
-                      "n_errors": list(table.n_errors), "n_cal": table.n_cal,
+            "combiner": _combiner_json(combiner),
+            "table": {**_table_json(table),
                       # of n_errors, answers to unanswerable questions (the rest: wrong answers to answerable ones)
                       "n_errors_unanswerable": list(RiskTable.count(cal_scores, cal_wrong & unanswerable,
                                                                     thresholds).n_errors)},
+            # step 6: each kind of question its own counts (the single-hop ones are "table")
+            "kinds": {"model": _combiner_json(kind_model), "cut": cut,
+                      "tables": {kind: _table_json(t) for kind, t in kind_tables.items()},
+                      "hotpotqa_by_kind": {kind.value: sum(r["id"] in hotpot_ids for r in kind_rows)
+                                           for kind, kind_rows in by_kind.items()}},
             "ood_distance": floor,
             "model_sha256": reader_sha256(bundle) if reader == "neural" else None,  # the bundle manifest's hash
             "gpt": {"n": gpt[0] if gpt else 0, "errors": gpt[1] if gpt else 0,
@@ -302,11 +309,22 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
     return 0
 
 
+def _combiner_json(c: Combiner) -> dict:
+    return {"features": list(c.features), "weights": list(c.weights), "bias": c.bias, "mean": list(c.mean),
+            "scale": list(c.scale)}
+
+
+def _table_json(t: RiskTable) -> dict:
+    return {"thresholds": list(t.thresholds), "n_answered": list(t.n_answered), "n_errors": list(t.n_errors),
+            "n_cal": t.n_cal}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="fit the answer score and certify its threshold (calibration.json)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--readers", default="rules,neural", type=lambda s: [r for r in s.split(",") if r])
     p.add_argument("--squad", type=Path, default=data.FILES["squad"])
+    p.add_argument("--hotpotqa", type=Path, default=data.FILES["hotpotqa"])
     p.add_argument("--backend", choices=("embedded", "pgvector"), default="embedded",
                    help="the store the calibration counts decisions on (pgvector: its full-text half ranks otherwise)")
     p.add_argument("--out", type=Path, default=None,

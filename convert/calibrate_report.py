@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_rag.decision.certify import Calibration, clopper_pearson_upper
+from edge_rag.decision.kind import Kind
 
 
 def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: float,
@@ -13,7 +14,8 @@ def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: fl
     cal = Calibration.load(path)
     lines = ["# Calibration of the certified decision layer", "",
              f"`{out['source']['command']}`; splits `{out['source']['splits']}`; "
-             f"{out['source']['n_calibration']} calibration questions, {out['source']['n_reader_val']} reader-val + "
+             f"{out['source']['n_calibration']} SQuAD + {out['source'].get('n_hotpotqa_calibration', 0)} HotpotQA "
+             f"calibration questions, {out['source']['n_reader_val']} reader-val + "
              f"{out['source'].get('n_select', 0)} model-selection (validation), "
              f"{out['source']['n_ood_calibration']} OOD-calibration.", ""]
     for name, rc in cal.readers.items():
@@ -33,6 +35,7 @@ def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: fl
                 to_none = table["n_errors_unanswerable"][table["thresholds"].index(c.threshold)] if c.n_answered else 0
                 lines.append(f"| {alpha:g} | {delta:g} | {c.threshold:.3f} | {c.coverage:.1%} | {c.error:.1%} "
                              f"| {c.upper:.3f} | {to_none} / {c.n_errors - to_none} |")
+        lines += kind_lines(out["readers"][name], rc, alphas, design_alpha)
         useful = [a for a in alphas if rc.table.choose(a, 0.05).coverage >= useful_coverage]
         lines += ["", f"Smallest alpha certified at delta 0.05 while answering >= {useful_coverage:.0%} of calibration: "
                       f"{useful[0] if useful else 'none'} (the default Config().max_error_rate is "
@@ -43,6 +46,27 @@ def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: fl
     text = "\n".join(lines) + "\n"
     path.with_name(f"{path.stem}_report.md").write_text(text, encoding="utf-8")
     return text
+
+
+def kind_lines(raw: dict, rc, alphas: tuple[float, ...], design_alpha: float) -> list[str]:
+    """The table above counts single-hop questions; each other kind's certificate, in a line, and what the
+    single-hop threshold of the default alpha would do to that kind's questions."""
+    if "kinds" not in raw:
+        return []
+    hotpot = raw["kinds"]["hotpotqa_by_kind"]
+    lines = ["", f"The table counts the {rc.table.n_cal} questions the kind model calls single-hop "
+                 f"({hotpot[Kind.SINGLE_HOP.value]} of them HotpotQA's)."]
+    for kind, table in rc.kind_tables.items():
+        certified = [(a, table.choose(a, 0.05)) for a in alphas]
+        shown = ", ".join(f"{a:g}: {c.coverage:.1%}" for a, c in certified if c.n_answered) or "none"
+        lines.append(f"{kind.value}: {table.n_cal} calibration questions ({hotpot[kind.value]} HotpotQA); "
+                     f"coverage certified at delta 0.05 by alpha: {shown}.")
+        single = rc.table.choose(design_alpha, 0.05).threshold
+        if single in table.thresholds:  # the same grid; inf (nothing certified) is not on it
+            at = table.thresholds.index(single)
+            lines[-1] += (f" At the single-hop threshold of alpha {design_alpha:g} they would be answered "
+                          f"{table.n_answered[at]} times, {table.n_errors[at]} of them wrongly.")
+    return lines
 
 
 def plot(cal, png: Path) -> None:

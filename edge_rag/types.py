@@ -91,6 +91,7 @@ class Answer:
     n_cal: int = 0  # calibration questions the certificate was counted on
     cal_coverage: float = float("nan")  # share of them answered at the threshold
     cal_error: float = float("nan")  # error among those answered
+    kind: str = ""  # the question's kind (single-hop / multi-hop) whose certificate decided it; "" when none did
 
     @property
     def confident(self) -> bool:

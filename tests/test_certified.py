@@ -10,6 +10,7 @@ import pytest
 from benchmarks import data, splits
 from edge_rag.config import Config
 from edge_rag.decision.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
+from edge_rag.decision.kind import Kind
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.serve.health import decision
 from edge_rag.types import Route
@@ -59,9 +60,11 @@ def test_lower_alpha_answers_a_subset(by_alpha):
 
 
 def test_answers_carry_the_certificate(by_alpha):
+    """Each answer carries the certificate of its kind of question (edge_rag.decision.kind)."""
+    rc = Calibration.load(CALIBRATION_ASSET).reader(FAST.reader)
     for alpha, answers in by_alpha.items():
         for a in answers:
-            assert a.alpha == alpha and a.delta == FAST.delta and a.n_cal > 1000
+            assert a.alpha == alpha and a.delta == FAST.delta and a.n_cal == rc.table_of(Kind(a.kind)).n_cal
             assert "read" in a.timings_ms and "certify" in a.timings_ms
             if a.route is Route.RAG:
                 assert a.answer == a.candidate and a.score >= a.score_threshold
@@ -69,7 +72,7 @@ def test_answers_carry_the_certificate(by_alpha):
             else:
                 assert a.answer is None and a.refusal_reason
             d = a.to_dict()
-            assert {"score", "alpha", "delta", "score_threshold", "n_cal", "cal_coverage", "cal_error"} <= set(d)
+            assert {"score", "alpha", "delta", "score_threshold", "n_cal", "cal_coverage", "cal_error", "kind"} <= set(d)
             assert all(not (isinstance(v, float) and math.isnan(v)) for v in d.values())
 
 

@@ -14,7 +14,7 @@ id), so scoring again generates only what is missing. ``--from`` scores the answ
 (its generators.json): their SQuAD calibration-split rows as calibration, their HotpotQA reader_val rows as validation.
 
 Scores of a non-empty answer (generators.judge): ``support``, ``agreement``, ``logprob`` and ``combined``, a logistic
-combination of the three fitted on validation (convert.calibrate.fit_combiner). An empty answer is not an answer: it
+combination of the three fitted on validation (convert.logistic.fit_combiner). An empty answer is not an answer: it
 is never counted, as ``convert calibrate`` counts. For each score a grid of thresholds (validation quantiles, strict
 to permissive) is fixed on validation; on calibration RiskTable.count / choose (Clopper-Pearson, fixed sequence) give
 the certified threshold at each alpha and delta 0.05, on two populations: every eligible question ("eligible"), and
@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from convert.calibrate import fit_combiner, selection_file
+from convert.calibrate import selection_file
+from convert.logistic import fit_combiner
 from edge_rag import Config, EdgeRAG
 from edge_rag.decision.certify import Combiner, RiskTable, clopper_pearson_upper
 from edge_rag.models import registry as M

@@ -150,6 +150,7 @@ def calibration(base: Path, reader: str, model_sha256: str | None, measured: Seq
     entry["gpt"] = {"n": 0, "errors": 0}
     entry["model_sha256"] = model_sha256
     entry.pop("floor_refuses", None)  # measured on the shipped calibration's questions, not these
+    entry.pop("kinds", None)  # these questions are the device's own kind: every one is counted in the one table
     return {"readers": {reader: entry}, "source": {**source, "base_calibration_sha256": sha256_file(base)}}
 
 

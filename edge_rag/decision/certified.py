@@ -20,17 +20,19 @@ from ..storage.stores import PassageStore
 from ..types import Passage, Route
 from .calibrated_config import config_change, encoder_change, store_change
 from .certify import Calibration, Certificate, ReaderCalibration, shipped_calibration
+from .kind import Kind
 from .policy import decide_certified
 
 
 @dataclass(frozen=True)
 class State:
-    """What certifies this path's answers: the certificate (None: nothing), whether generated answers are certified
-    too, and why every question is refused when nothing is."""
+    """What certifies this path's answers: the single-hop questions' certificate (None: nothing), whether generated
+    answers are certified too, why every question is refused when nothing is, and each kind's certificate."""
 
     certificate: Certificate | None
     gpt_allowed: bool
     uncertified: str | None
+    by_kind: dict[Kind, Certificate] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,10 @@ class CertifiedPath:
             self._measured = State(None, False, why)
         else:
             rc = cal.reader(config.reader)
+            by_kind = {kind: rc.table_of(kind).choose(config.max_error_rate, config.delta) for kind in Kind}
             # whether generated answers are certified at this alpha too: a bisection, once, here
-            self._measured = State(rc.table.choose(config.max_error_rate, config.delta), rc.gpt_allowed(
-                config.max_error_rate, config.delta, bundle.generator.get("name")), None)
+            self._measured = State(by_kind[Kind.SINGLE_HOP], rc.gpt_allowed(
+                config.max_error_rate, config.delta, bundle.generator.get("name")), None, by_kind)
         self._state = self._measured
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
@@ -165,19 +168,22 @@ class CertifiedPath:
             return self._neural
 
     def decide(self, question: str, d_min: float, candidate: Candidate, passages: list[Passage]) -> Verdict:
-        """Score the candidate with the calibrated combiner and route it against the certified threshold."""
+        """Score the candidate with the calibrated combiner and route it against the threshold certified for the
+        question's kind (kind.py)."""
         c, state = self.config, self._state  # one snapshot: check_store may move it meanwhile
-        cert, features = state.certificate, candidate.features(question, passages)
-        if cert is None or self.calibration is None:
+        features = candidate.features(question, passages)
+        if state.certificate is None or self.calibration is None:
             return Verdict(candidate, Route.REFUSE, state.uncertified, {"features": features})
         rc = self.calibration.reader(c.reader)
+        kind = rc.kind(question)
+        cert = state.by_kind[kind]
         score = rc.combiner(features) if candidate.text else math.nan
         route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score, cert,
-                                         state.gpt_allowed)
+                                         state.gpt_allowed, kind)
         return Verdict(candidate, route, reason, {
             "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
             "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,
-            "cal_error": cert.error})
+            "cal_error": cert.error, "kind": kind.value})
 
 
 def _cache_key(config: Config, calibration_sha256: str | None) -> str:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import BundleError
+from .kind import Kind, form
 
 CALIBRATION_ASSET = Path(__file__).resolve().parent.parent / "assets" / "calibration.json"
 # A PostgreSQL store ranks its full-text half by ts_rank_cd, not BM25, so its fused lists, candidates and scores
@@ -189,6 +190,21 @@ class ReaderCalibration:
     gpt_errors: int
     model_sha256: str | None = None  # the reader ONNX the table was measured with (None: rules, or an old file)
     gpt_generator: str | None = None  # the generator model those answers came from (None: an old file, unchecked)
+    # P(multi-hop) of a question from its form (kind.py); None: one table for every question (an own calibration,
+    # an older file). With it, ``table`` holds the single-hop calibration questions and ``kind_tables`` the others.
+    kind_model: Combiner | None = None
+    kind_cut: float = 0.5  # P(multi-hop) at or above which a question is multi-hop
+    kind_tables: dict[Kind, RiskTable] = field(default_factory=dict)
+
+    def kind(self, question: str) -> Kind:
+        """The question's kind, whose certificate decides it (single-hop when the file has no kind model)."""
+        if self.kind_model is None or self.kind_model(form(question)) < self.kind_cut:
+            return Kind.SINGLE_HOP
+        return Kind.MULTI_HOP
+
+    def table_of(self, kind: Kind) -> RiskTable:
+        """The calibration counts of questions of ``kind``."""
+        return self.kind_tables.get(kind, self.table)
 
     def gpt_allowed(self, alpha: float, delta: float, generator: str | None) -> bool:
         """The GPT route may answer only if its measured error is certified <= alpha too, and only with the
@@ -212,12 +228,11 @@ class Calibration:
             raw = json.loads(path.read_text(encoding="utf-8"))
             readers = {
                 name: ReaderCalibration(
-                    Combiner(tuple(r["combiner"]["weights"]), r["combiner"]["bias"], tuple(r["combiner"]["mean"]),
-                             tuple(r["combiner"]["scale"]), tuple(r["combiner"]["features"])),
-                    RiskTable(tuple(r["table"]["thresholds"]), tuple(r["table"]["n_answered"]),
-                              tuple(r["table"]["n_errors"]), r["table"]["n_cal"]),
-                    float(r["ood_distance"]), r["gpt"]["n"], r["gpt"]["errors"], r.get("model_sha256"),
-                    r["gpt"].get("generator"))
+                    _combiner(r["combiner"]), _table(r["table"]), float(r["ood_distance"]), r["gpt"]["n"],
+                    r["gpt"]["errors"], r.get("model_sha256"), r["gpt"].get("generator"),
+                    _combiner(r["kinds"]["model"]) if "kinds" in r else None,
+                    float(r["kinds"]["cut"]) if "kinds" in r else 0.5,
+                    {Kind(k): _table(t) for k, t in r["kinds"]["tables"].items()} if "kinds" in r else {})
                 for name, r in raw["readers"].items()
             }
             return cls(readers, raw.get("source", {}))
@@ -230,3 +245,11 @@ class Calibration:
             raise BundleError(f"no calibration for reader {name!r} (have {', '.join(self.readers)}); "
                               "run `python -m convert calibrate`")
         return self.readers[name]
+
+
+def _combiner(raw: dict) -> Combiner:
+    return Combiner(tuple(raw["weights"]), raw["bias"], tuple(raw["mean"]), tuple(raw["scale"]), tuple(raw["features"]))
+
+
+def _table(raw: dict) -> RiskTable:
+    return RiskTable(tuple(raw["thresholds"]), tuple(raw["n_answered"]), tuple(raw["n_errors"]), raw["n_cal"])

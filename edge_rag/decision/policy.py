@@ -25,6 +25,7 @@ from ..reading.extract.question import negated
 from ..types import Route
 from .certify import Certificate
 from .gate import GateResult
+from .kind import Kind
 
 # Questions whose answer is an explanation, not a span: the extractive reader cannot answer them.
 _GENERATIVE = re.compile(
@@ -40,8 +41,10 @@ def generative(question: str) -> bool:
 
 
 def decide_certified(question: str, d_min: float, ood_distance: float, answer: str | None, score: float,
-                     cert: Certificate, gpt_allowed: bool) -> tuple[Route, str | None]:
-    """The certified route and, for REFUSE, why."""
+                     cert: Certificate, gpt_allowed: bool,
+                     kind: Kind = Kind.SINGLE_HOP) -> tuple[Route, str | None]:
+    """The certified route and, for REFUSE, why; ``cert`` is the certificate of the question's ``kind``."""
+    counted = f"{cert.n_cal} calibration questions" + ("" if kind is Kind.SINGLE_HOP else f" of its kind ({kind.value})")
     if not d_min <= ood_distance:  # also catches NaN: nothing retrieved
         return Route.REFUSE, (f"out of domain: nearest passage at squared distance {d_min:.3f} > "
                               f"{ood_distance:.3f} (floor calibrated on out-of-domain questions)")
@@ -51,12 +54,15 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
         return Route.GPT, None
     if cert.threshold == float("inf"):
         why = (f"no score threshold keeps the error among answered <= {cert.alpha:g} at confidence "
-               f"{1 - cert.delta:g} on {cert.n_cal} calibration questions")
+               f"{1 - cert.delta:g} on {counted}")
+        if kind is Kind.MULTI_HOP:
+            why += ("; a question that asks about something it names through something else needs facts from two "
+                    "passages, and the reader reads one")
     elif not answer:
         why = "the reader found no answer in the retrieved passages"
     else:
         why = (f"not sure enough: score {score:.2f} < {cert.threshold:.2f}, the threshold that keeps the error "
-               f"among answered <= {cert.alpha:g} (confidence {1 - cert.delta:g}, {cert.n_cal} calibration questions)")
+               f"among answered <= {cert.alpha:g} (confidence {1 - cert.delta:g}, {counted})")
         if negated(question):
             why += "; a question with a negation (not, never, ...) scores lower: the reader often answers it as if " \
                    "the negation were not there"
