@@ -30,6 +30,9 @@ GPT_CANDIDATES = (
     "What facilities are there for disabled visitors?",
 )
 OFF_TOPIC = "How do I bake sourdough bread?"
+# The form of a multi-hop question (edge_rag.decision.kind) about the sample corpus: no multi-hop answer is certified.
+MULTI_HOP = ("What is the county seat of the county where the museum that holds Big Mary, the steam engine built in "
+             "1889 by the company which also built the pumping station, is located?")
 TOKEN = "test-write-token"  # the API token of the test servers (writes need it)
 WRITE = {"authorization": f"Bearer {TOKEN}"}
 

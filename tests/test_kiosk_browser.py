@@ -14,7 +14,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
 httpx = pytest.importorskip("httpx")
 
 from browsing import WAIT_MS, ask, open_page, shot  # noqa: E402
-from serving import OFF_TOPIC, running_server  # noqa: E402
+from serving import MULTI_HOP, OFF_TOPIC, running_server  # noqa: E402
 
 from edge_rag.documents.text import split_sentences, whole_sentences  # noqa: E402
 
@@ -188,6 +188,11 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
                 assert unsure, f"none of {asked} is refused as not sure on the sample corpus"
                 ask(page, unsure[0])
                 assert page.inner_text("#badge") == "Not sure" and page.inner_text("#answer") == "I don't know."
+                # a multi-hop question: no answer to its kind is certified, and the visitor is told how to ask instead
+                ask(page, MULTI_HOP)
+                assert page.inner_text("#badge") == "Not sure"
+                assert page.inner_text("#reason").startswith("This question links two facts")
+                assert page.get_attribute("#reason", "title").startswith("a multi-hop question")
             else:  # every question refused: in plain words, the technical reason in the tooltip
                 ask(page, LONG_ANSWER)
                 assert page.inner_text("#answer") == "I don't know." and page.inner_text("#badge") == "Not sure"

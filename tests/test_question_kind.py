@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from serving import MULTI_HOP
 
 from benchmarks import data, splits
 from convert.logistic import fit_combiner
@@ -18,8 +19,6 @@ from edge_rag.reading.read import Candidate
 from edge_rag.types import Route
 
 SINGLE = "Who designed the pumping station?"
-MULTI = ("What is the county seat of the county where the museum that holds Big Mary, the steam engine built in "
-         "1889 by the company which also built the pumping station, is located?")
 NEURAL = Config(temperature=0.0, certified=True, reader="neural")
 CONFIDENT = Candidate("Ada Lovelace", 0, 30.0, -30.0, 60.0)  # a span far above "no answer"
 
@@ -67,9 +66,9 @@ def test_shipped_calibrations_count_every_calibration_question_under_one_kind(as
 def test_a_multi_hop_question_is_decided_by_the_certificate_of_its_kind(sample_rag):
     path = CertifiedPath(sample_rag.bundle, NEURAL)
     rc = path.calibration.reader("neural")
-    assert (rc.kind(SINGLE), rc.kind(MULTI)) == (Kind.SINGLE_HOP, Kind.MULTI_HOP)
+    assert (rc.kind(SINGLE), rc.kind(MULTI_HOP)) == (Kind.SINGLE_HOP, Kind.MULTI_HOP)
     passages = sample_rag.store.passages([0, 1])
-    single, multi = (path.decide(q, 0.1, CONFIDENT, passages) for q in (SINGLE, MULTI))
+    single, multi = (path.decide(q, 0.1, CONFIDENT, passages) for q in (SINGLE, MULTI_HOP))
     assert (single.fields["kind"], multi.fields["kind"]) == ("single-hop", "multi-hop")
     assert single.fields["n_cal"] == rc.table.n_cal
     assert multi.fields["n_cal"] == rc.table_of(Kind.MULTI_HOP).n_cal
@@ -86,7 +85,7 @@ def test_an_asked_multi_hop_question_says_its_kind_and_why_it_was_refused(sample
         NEURAL.max_error_rate, NEURAL.delta)
     if math.isfinite(cert.threshold):
         pytest.skip("the shipped calibration certifies some multi-hop answers at the default alpha")
-    answer = sample_rag.ask(MULTI)
+    answer = sample_rag.ask(MULTI_HOP)
     assert answer.to_dict()["kind"] == "multi-hop" and answer.route is Route.REFUSE
     assert "multi-hop" in answer.refusal_reason
 
@@ -100,8 +99,8 @@ def test_a_calibration_without_kinds_decides_every_question_by_its_one_table(sam
     old.write_text(json.dumps(raw), encoding="utf-8")
     path = CertifiedPath(sample_rag.bundle, NEURAL, old)
     rc = path.calibration.reader("neural")
-    assert rc.kind(MULTI) is Kind.SINGLE_HOP and not rc.kind_tables
-    verdict = path.decide(MULTI, 0.1, CONFIDENT, sample_rag.store.passages([0, 1]))
+    assert rc.kind(MULTI_HOP) is Kind.SINGLE_HOP and not rc.kind_tables
+    verdict = path.decide(MULTI_HOP, 0.1, CONFIDENT, sample_rag.store.passages([0, 1]))
     assert verdict.fields["n_cal"] == rc.table.n_cal and verdict.fields["kind"] == "single-hop"
 
 

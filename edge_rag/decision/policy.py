@@ -44,7 +44,7 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
                      cert: Certificate, gpt_allowed: bool,
                      kind: Kind = Kind.SINGLE_HOP) -> tuple[Route, str | None]:
     """The certified route and, for REFUSE, why; ``cert`` is the certificate of the question's ``kind``."""
-    counted = f"{cert.n_cal} calibration questions" + ("" if kind is Kind.SINGLE_HOP else f" of its kind ({kind.value})")
+    counted = f"{cert.n_cal} calibration questions" + ("" if kind is Kind.SINGLE_HOP else " of its kind")
     if not d_min <= ood_distance:  # also catches NaN: nothing retrieved
         return Route.REFUSE, (f"out of domain: nearest passage at squared distance {d_min:.3f} > "
                               f"{ood_distance:.3f} (floor calibrated on out-of-domain questions)")
@@ -55,9 +55,6 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
     if cert.threshold == float("inf"):
         why = (f"no score threshold keeps the error among answered <= {cert.alpha:g} at confidence "
                f"{1 - cert.delta:g} on {counted}")
-        if kind is Kind.MULTI_HOP:
-            why += ("; a question that asks about something it names through something else needs facts from two "
-                    "passages, and the reader reads one")
     elif not answer:
         why = "the reader found no answer in the retrieved passages"
     else:
@@ -68,6 +65,9 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
                    "the negation were not there"
     if generative(question):
         why += "; generated answers are not certified at this error rate"
+    if kind is Kind.MULTI_HOP:
+        why = ("a multi-hop question (it asks about something it names through something else, so its answer needs "
+               f"facts from two passages, and the reader reads one): {why}")
     return Route.REFUSE, why
 
 

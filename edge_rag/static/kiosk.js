@@ -22,6 +22,7 @@ function plainReason(reason) {
   if (reason.startsWith("not calibrated")) return "This kiosk is not set up to give answers it can vouch for yet, so it gives none.";
   if (reason.startsWith("the generated answer was cut off")) return "The answer I began was too long to finish here, so I give none rather than half of one.";
   if (reason.startsWith("no score threshold")) return "No answer here can be given within this kiosk's error limit.";
+  if (reason.startsWith("a multi-hop question")) return "This question links two facts, and I answer only what one passage says. Try asking each part on its own.";
   return reason;
 }
 
