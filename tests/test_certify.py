@@ -127,3 +127,33 @@ def test_malformed_calibration_names_the_file(tmp_path):
         Calibration.load(bad)
     with pytest.raises(BundleError, match="missing"):
         Calibration.load(tmp_path / "absent.json")
+
+
+def test_each_kind_s_certificate_holds_its_alpha_where_one_pooled_certificate_does_not():
+    """Monte Carlo over calibration draws (what the per-kind certificate of edge_rag.decision.kind rests on). A
+    large kind whose answers are wrong less often the higher they score, and a small one wrong 60% of the time at
+    every score (as multi-hop answers were). Certified per kind, each kind's true error among answered exceeds
+    alpha in <= delta of the draws; certified on the pooled counts, most draws certify a threshold, and at every one
+    of them the small kind's error exceeds alpha."""
+    rng = np.random.default_rng(1)
+    alpha, trials, grid = 0.3, 200, np.linspace(0.95, 0.0, 20)
+
+    def true_error(kind: str, t: float) -> float:  # over scores uniform on [t, 1]
+        return 0.4 * (1 - t) if kind == "single" else 0.6  # P(wrong | s) = 0.8 (1 - s), or 0.6
+
+    def draw(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        s = rng.random(n)
+        return s, rng.random(n) < (0.8 * (1 - s) if kind == "single" else 0.6)
+
+    missed, pooled_certified = {"single": 0, "multi": 0, "pooled, multi": 0}, 0
+    for _ in range(trials):
+        drawn = {"single": draw("single", 400), "multi": draw("multi", 60)}
+        for kind, (s, w) in drawn.items():
+            cert = RiskTable.count(s, w, grid).choose(alpha, DELTA)
+            missed[kind] += math.isfinite(cert.threshold) and true_error(kind, cert.threshold) > alpha
+        pooled = RiskTable.count(*(np.concatenate(x) for x in zip(*drawn.values())), grid).choose(alpha, DELTA)
+        pooled_certified += math.isfinite(pooled.threshold)
+        missed["pooled, multi"] += math.isfinite(pooled.threshold) and true_error("multi", pooled.threshold) > alpha
+    allowed = DELTA + 3 * math.sqrt(DELTA * (1 - DELTA) / trials)
+    assert missed["single"] / trials <= allowed and missed["multi"] / trials <= allowed
+    assert missed["pooled, multi"] == pooled_certified > trials / 2
