@@ -50,7 +50,7 @@ from benchmarks.scale_backends import fresh_database
 from convert import reader_data
 from convert.calibrate_report import report
 from convert.logistic import fit_combiner
-from convert.question_kind import choose_cut, fit_kind_model, kind_of, training_questions
+from convert.question_kind import choose_cut, fit_kind_model, training_questions
 from edge_rag import Config, EdgeRAG
 from edge_rag.config import Tier
 from edge_rag.decision.calibrate import wrong as answer_wrong
@@ -64,7 +64,7 @@ from edge_rag.decision.certify import (
     answer_score,
     shipped_calibration,
 )
-from edge_rag.decision.kind import Kind
+from edge_rag.decision.kind import Kind, kind_of
 from edge_rag.decision.policy import generative
 from edge_rag.models.bundle import Bundle
 from edge_rag.models.registry import default_bundle, home
@@ -282,14 +282,14 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
                                                    np.array([r["wrong"] for r in kind_rows]), thresholds)
                        for kind, kind_rows in by_kind.items() if kind is not Kind.SINGLE_HOP}
         out["readers"][reader] = {
-            "combiner": _combiner_json(combiner),
-            "table": {**_table_json(table),
+            "combiner": combiner.to_json(),
+            "table": {**table.to_json(),
                       # of n_errors, answers to unanswerable questions (the rest: wrong answers to answerable ones)
                       "n_errors_unanswerable": list(RiskTable.count(cal_scores, cal_wrong & unanswerable,
                                                                     thresholds).n_errors)},
             # step 6: each kind of question its own counts (the single-hop ones are "table")
-            "kinds": {"model": _combiner_json(kind_model), "cut": cut,
-                      "tables": {kind: _table_json(t) for kind, t in kind_tables.items()},
+            "kinds": {"model": kind_model.to_json(), "cut": cut,
+                      "tables": {kind: t.to_json() for kind, t in kind_tables.items()},
                       "hotpotqa_by_kind": {kind.value: sum(r["id"] in hotpot_ids for r in kind_rows)
                                            for kind, kind_rows in by_kind.items()}},
             "ood_distance": floor,
@@ -307,16 +307,6 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
     summary = report(out, args.out, ALPHAS, USEFUL_COVERAGE, DESIGN_ALPHA)
     print(summary)
     return 0
-
-
-def _combiner_json(c: Combiner) -> dict:
-    return {"features": list(c.features), "weights": list(c.weights), "bias": c.bias, "mean": list(c.mean),
-            "scale": list(c.scale)}
-
-
-def _table_json(t: RiskTable) -> dict:
-    return {"thresholds": list(t.thresholds), "n_answered": list(t.n_answered), "n_errors": list(t.n_errors),
-            "n_cal": t.n_cal}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

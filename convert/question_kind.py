@@ -15,7 +15,7 @@ import numpy as np
 from benchmarks import data, splits
 from convert.logistic import fit_combiner
 from edge_rag.decision.certify import Combiner
-from edge_rag.decision.kind import FORM, Kind, form
+from edge_rag.decision.kind import FORM, form
 from evaluation.datasets import QAItem
 
 MAX_SINGLE_AS_MULTI = 0.05  # share of single-hop validation questions the cut may call multi-hop
@@ -42,8 +42,3 @@ def choose_cut(model: Combiner, single_val: list[str]) -> float:
     """The smallest cut of CUTS calling at most MAX_SINGLE_AS_MULTI of ``single_val`` multi-hop."""
     p = np.array([model(form(q)) for q in single_val])
     return float(next((c for c in CUTS if np.mean(p >= c) <= MAX_SINGLE_AS_MULTI), CUTS[-1]))
-
-
-def kind_of(model: Combiner, cut: float, question: str) -> Kind:
-    """What the runtime assigns (``ReaderCalibration.kind``), for calibration rows."""
-    return Kind.MULTI_HOP if model(form(question)) >= cut else Kind.SINGLE_HOP

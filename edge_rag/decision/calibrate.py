@@ -145,8 +145,7 @@ def calibration(base: Path, reader: str, model_sha256: str | None, measured: Seq
     raw = json.loads(Path(base).read_text(encoding="utf-8"))
     entry = dict(raw["readers"][reader])
     table = risk_table(measured, entry["table"]["thresholds"])
-    entry["table"] = {"thresholds": list(table.thresholds), "n_answered": list(table.n_answered),
-                      "n_errors": list(table.n_errors), "n_cal": table.n_cal}
+    entry["table"] = table.to_json()
     entry["gpt"] = {"n": 0, "errors": 0}
     entry["model_sha256"] = model_sha256
     entry.pop("floor_refuses", None)  # measured on the shipped calibration's questions, not these

@@ -29,10 +29,13 @@ class State:
     """What certifies this path's answers: the single-hop questions' certificate (None: nothing), whether generated
     answers are certified too, why every question is refused when nothing is, and each kind's certificate."""
 
-    certificate: Certificate | None
+    by_kind: dict[Kind, Certificate]  # empty: nothing is certified
     gpt_allowed: bool
     uncertified: str | None
-    by_kind: dict[Kind, Certificate] = field(default_factory=dict)
+
+    @property
+    def certificate(self) -> Certificate | None:
+        return self.by_kind.get(Kind.SINGLE_HOP)
 
 
 @dataclass(frozen=True)
@@ -70,16 +73,16 @@ class CertifiedPath:
         self._cache_key = _cache_key(config, self.calibration_sha256)
         # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
         if cal is None:
-            self._measured = State(None, False, "not calibrated: run `python -m convert calibrate"
+            self._measured = State({}, False, "not calibrated: run `python -m convert calibrate"
                                                  f"{' --backend pgvector' if remote else ''}`")
         elif (why := self._mismatch(cal, bundle, config)) is not None:
-            self._measured = State(None, False, why)
+            self._measured = State({}, False, why)
         else:
             rc = cal.reader(config.reader)
             by_kind = {kind: rc.table_of(kind).choose(config.max_error_rate, config.delta) for kind in Kind}
             # whether generated answers are certified at this alpha too: a bisection, once, here
-            self._measured = State(by_kind[Kind.SINGLE_HOP], rc.gpt_allowed(
-                config.max_error_rate, config.delta, bundle.generator.get("name")), None, by_kind)
+            self._measured = State(by_kind, rc.gpt_allowed(
+                config.max_error_rate, config.delta, bundle.generator.get("name")), None)
         self._state = self._measured
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
@@ -133,13 +136,13 @@ class CertifiedPath:
         cal = self.calibration  # None only once nothing is certified (record_only)
         if version != self._store_version and self._measured.certificate is not None and cal is not None:
             why = store_change(cal.source, store.passage_kinds)
-            self._state, self._store_version = (self._measured if why is None else State(None, False, why)), version
+            self._state, self._store_version = (self._measured if why is None else State({}, False, why)), version
 
     def record_only(self) -> None:
         """Refuse every question but keep its candidate and features: what calibrating and sweeping the reader
         record, with no certificate deciding."""
         self.calibration = None
-        self._measured = self._state = State(None, False, "recording candidates only (no certificate)")
+        self._measured = self._state = State({}, False, "recording candidates only (no certificate)")
 
     def _mismatch(self, cal: Calibration, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its

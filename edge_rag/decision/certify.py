@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BundleError
-from .kind import Kind, form
+from .kind import Kind, kind_of
 
 CALIBRATION_ASSET = Path(__file__).resolve().parent.parent / "assets" / "calibration.json"
 # A PostgreSQL store ranks its full-text half by ts_rank_cd, not BM25, so its fused lists, candidates and scores
@@ -107,6 +107,14 @@ class Combiner:
     scale: tuple[float, ...]
     features: tuple[str, ...] = FEATURES
 
+    @classmethod
+    def from_json(cls, raw: dict) -> Combiner:
+        return cls(tuple(raw["weights"]), raw["bias"], tuple(raw["mean"]), tuple(raw["scale"]), tuple(raw["features"]))
+
+    def to_json(self) -> dict:
+        return {"features": list(self.features), "weights": list(self.weights), "bias": self.bias,
+                "mean": list(self.mean), "scale": list(self.scale)}
+
     def __call__(self, features: dict[str, float]) -> float:
         x = (np.array([features[f] for f in self.features]) - np.array(self.mean)) / np.array(self.scale)
         z = float(np.dot(self.weights, x) + self.bias)
@@ -151,6 +159,14 @@ class RiskTable:
     n_answered: tuple[int, ...]
     n_errors: tuple[int, ...]
     n_cal: int
+
+    @classmethod
+    def from_json(cls, raw: dict) -> RiskTable:
+        return cls(tuple(raw["thresholds"]), tuple(raw["n_answered"]), tuple(raw["n_errors"]), raw["n_cal"])
+
+    def to_json(self) -> dict:
+        return {"thresholds": list(self.thresholds), "n_answered": list(self.n_answered),
+                "n_errors": list(self.n_errors), "n_cal": self.n_cal}
 
     @classmethod
     def count(cls, scores: np.ndarray, wrong: np.ndarray, grid: np.ndarray) -> RiskTable:
@@ -198,9 +214,7 @@ class ReaderCalibration:
 
     def kind(self, question: str) -> Kind:
         """The question's kind, whose certificate decides it (single-hop when the file has no kind model)."""
-        if self.kind_model is None or self.kind_model(form(question)) < self.kind_cut:
-            return Kind.SINGLE_HOP
-        return Kind.MULTI_HOP
+        return kind_of(self.kind_model, self.kind_cut, question)
 
     def table_of(self, kind: Kind) -> RiskTable:
         """The calibration counts of questions of ``kind``."""
@@ -228,11 +242,9 @@ class Calibration:
             raw = json.loads(path.read_text(encoding="utf-8"))
             readers = {
                 name: ReaderCalibration(
-                    _combiner(r["combiner"]), _table(r["table"]), float(r["ood_distance"]), r["gpt"]["n"],
-                    r["gpt"]["errors"], r.get("model_sha256"), r["gpt"].get("generator"),
-                    _combiner(r["kinds"]["model"]) if "kinds" in r else None,
-                    float(r["kinds"]["cut"]) if "kinds" in r else 0.5,
-                    {Kind(k): _table(t) for k, t in r["kinds"]["tables"].items()} if "kinds" in r else {})
+                    Combiner.from_json(r["combiner"]), RiskTable.from_json(r["table"]), float(r["ood_distance"]),
+                    r["gpt"]["n"], r["gpt"]["errors"], r.get("model_sha256"), r["gpt"].get("generator"),
+                    **_kinds(r.get("kinds")))
                 for name, r in raw["readers"].items()
             }
             return cls(readers, raw.get("source", {}))
@@ -247,9 +259,9 @@ class Calibration:
         return self.readers[name]
 
 
-def _combiner(raw: dict) -> Combiner:
-    return Combiner(tuple(raw["weights"]), raw["bias"], tuple(raw["mean"]), tuple(raw["scale"]), tuple(raw["features"]))
-
-
-def _table(raw: dict) -> RiskTable:
-    return RiskTable(tuple(raw["thresholds"]), tuple(raw["n_answered"]), tuple(raw["n_errors"]), raw["n_cal"])
+def _kinds(raw: dict | None) -> dict:
+    """ReaderCalibration's kind fields from a file's "kinds" entry (none: its defaults, one table for all)."""
+    if raw is None:
+        return {}
+    return {"kind_model": Combiner.from_json(raw["model"]), "kind_cut": float(raw["cut"]),
+            "kind_tables": {Kind(k): RiskTable.from_json(t) for k, t in raw["tables"].items()}}

@@ -12,6 +12,7 @@ kinds alike.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from enum import Enum
 
 
@@ -44,3 +45,9 @@ def form(question: str) -> dict[str, float]:
         "or_than": float(bool(_OR_THAN.search(question))),
         "numbers": float(sum(1 for w in words if any(ch.isdigit() for ch in w))),
     }
+
+
+def kind_of(model: Callable[[dict[str, float]], float] | None, cut: float, question: str) -> Kind:
+    """The question's kind: multi-hop when ``model``'s P(multi-hop) of its form is at least ``cut``; single-hop
+    without a model (a calibration that counts every question in one table)."""
+    return Kind.MULTI_HOP if model is not None and model(form(question)) >= cut else Kind.SINGLE_HOP
