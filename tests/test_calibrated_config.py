@@ -50,7 +50,7 @@ def test_the_shipped_calibrations_record_the_encoder_and_generator_make_models_b
 
 @pytest.mark.parametrize("changes,named", [
     ({"retrieval": "dense"}, "retrieval: calibrated 'hybrid', now 'dense'"),
-    ({"reader_window": 1, "reader_passages": 2}, "reader_passages: calibrated 1, now 2; reader_window: calibrated 3"),
+    ({"reader_window": 1, "reader_passages": 2}, "reader_passages: calibrated 1, now 2; reader_window: calibrated 2"),
     ({"lexical_weight": 0.8}, "lexical_weight"),
     ({"hnsw_ef_search": 200}, "hnsw_ef_search"),
     ({"passage_mode": "paragraph"}, "passage_mode: calibrated 'sentence', now 'paragraph'"),  # what a passage is
