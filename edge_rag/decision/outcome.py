@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..config import Tier
-from ..memory import peak_rss_mb, rss_mb
+from ..memory import rss_mb, usage_mb
 from ..reading.extract import Extraction
 from ..reading.generate import Generation
 from ..types import Answer, Passage, PassageRef, Route
@@ -103,5 +103,6 @@ class Stages:
 
     def finish(self) -> dict:
         """The Answer fields that measure the run: timings, RSS and the process's peak RSS."""
-        rss = self.rss if self.per_stage else {"end": rss_mb()}
-        return {"timings_ms": dict(self.timings), "rss_mb": dict(rss), "peak_rss_mb": peak_rss_mb()}
+        now, peak = usage_mb()  # one read of /proc/self/status
+        rss = self.rss if self.per_stage else {"end": now}
+        return {"timings_ms": dict(self.timings), "rss_mb": dict(rss), "peak_rss_mb": peak}

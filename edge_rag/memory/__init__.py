@@ -6,9 +6,9 @@ The measurement harness that checks the plan against the real pipeline is ``pyth
 from .estimate import MIN_N_CTX, RUNTIME_BASE_MB, Estimate
 from .gguf import GGUFInfo, read_gguf
 from .plan import Plan, plan, stored_passages
-from .rss import peak_rss_mb, rss_mb
+from .rss import peak_rss_mb, rss_mb, usage_mb
 
 __all__ = [
     "MIN_N_CTX", "RUNTIME_BASE_MB", "Estimate", "GGUFInfo", "Plan", "peak_rss_mb", "plan", "read_gguf",
-    "rss_mb", "stored_passages",
+    "rss_mb", "stored_passages", "usage_mb",
 ]
