@@ -57,7 +57,9 @@ def test_lru_evicts_least_recently_used():
     cache.put("c?", _answer("c?", "c"), V1)
     assert len(cache) == 2 and cache.get("b", V1) is None
     assert cache.get("a", V1).answer == "a?" and cache.get("c", V1).answer == "c"
-    assert AnswerCache(_small(0)).get("a", V1) is None  # size 0: caching off
+    off = AnswerCache(_small(0))  # size 0: caching off
+    off.put("a?", _answer("a?", "a"), V1)
+    assert off.get("a", V1) is None and len(off) == 0
 
 
 def test_hits_are_copies():
