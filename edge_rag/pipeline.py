@@ -240,13 +240,14 @@ class EdgeRAG:
 
     def _decide(self, question: str, stage: Stages, certified: CertifiedPath) -> Decision:
         """The stages up to the route, timed into ``stage``, by ``certified``; what they decided, not yet an Answer."""
-        c = self.config
-        with stage("encode"):
+        c = self.config  # one search wide enough for any tier (the router reads its profile), begun before encoding:
+        search = retrieve.begin(self.store, question, search_width(c), c) if c.retrieval != "none" else None
+        with stage("encode"):  # its lexical half runs meanwhile (retrieve.begin)
             vector = self.encoder.encode_one(question)
         found = Retrieved([], None)
-        if c.retrieval != "none":  # one search wide enough for any tier: the router reads its score profile
+        if search is not None:
             with stage("retrieve"):
-                found = retrieve.search(self.store, vector, question, search_width(c), c)
+                found = search.finish(vector)
         hits = found.passages
         scores = [p.score for p in hits]
         with stage("route"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -49,20 +50,42 @@ def search(store: PassageStore, vector: np.ndarray, question: str, k: int, confi
     with no indexable word, or whose words match nothing, is answered from the dense list alone. The lexical
     search runs in a thread beside the dense one (hnswlib and SQLite both let go of the GIL while they search):
     a hybrid search costs the slower of the two, not their sum."""
-    mode = config.retrieval
-    terms = query_terms(question) if mode != "dense" else []
-    pending = beside(store.search_text, terms, k, config.lexical_budget) if terms else None
-    dense = store.search(vector, k)  # lexical mode: only its nearest, unless no word matches
-    lexical = dict(pending.result()) if pending is not None else {}
-    nearest = dense[0] if dense else None
-    if not lexical:
-        return Retrieved(dense, nearest)
-    known = with_cosines(store, vector, dense, lexical)
-    order = ([] if mode == "lexical" else [p.id for p in dense]) + list(lexical)  # ties keep this order
-    cosines = {pid: 0.0 if mode == "lexical" else known[pid].score for pid in order if pid in known}
-    ranked = fuse(cosines, list(lexical), config.fusion_k, config.lexical_weight)[:k]
-    return Retrieved([replace(known[pid], lexical=lexical.get(pid, 0.0), fused=score) for pid, score in ranked],
-                     nearest)
+    return begin(store, question, k, config).finish(vector)
+
+
+def begin(store: PassageStore, question: str, k: int, config: Config) -> Search:
+    """``search`` begun before the question's vector is known: its lexical search needs the question's words only,
+    so the pipeline begins it first and it runs beside the question's encoding, off the critical path where a core is
+    free. On a busy 2-core x86 (load 2.5-4.5, the encoder's two threads taking both cores) a question's encode +
+    retrieve p50 took 0.91-1.02× as long as encoding, then searching (four runs of 400-865 SQuAD questions,
+    ``python -m benchmarks.experiments.route_costs``)."""
+    terms = query_terms(question) if config.retrieval != "dense" else []
+    return Search(store, k, config, beside(store.search_text, terms, k, config.lexical_budget) if terms else None)
+
+
+@dataclass(frozen=True)
+class Search:
+    """A search whose lexical half (``pending``; None: no query words, or dense mode) runs beside the caller."""
+
+    store: PassageStore
+    k: int
+    config: Config
+    pending: Future[list[tuple[int, float]]] | None
+
+    def finish(self, vector: np.ndarray) -> Retrieved:
+        """The dense search for ``vector``, fused with the lexical one's hits."""
+        store, k, mode = self.store, self.k, self.config.retrieval
+        dense = store.search(vector, k)  # lexical mode: only its nearest, unless no word matches
+        lexical = dict(self.pending.result()) if self.pending is not None else {}
+        nearest = dense[0] if dense else None
+        if not lexical:
+            return Retrieved(dense, nearest)
+        known = with_cosines(store, vector, dense, lexical)
+        order = ([] if mode == "lexical" else [p.id for p in dense]) + list(lexical)  # ties keep this order
+        cosines = {pid: 0.0 if mode == "lexical" else known[pid].score for pid in order if pid in known}
+        ranked = fuse(cosines, list(lexical), self.config.fusion_k, self.config.lexical_weight)[:k]
+        return Retrieved([replace(known[pid], lexical=lexical.get(pid, 0.0), fused=score) for pid, score in ranked],
+                         nearest)
 
 
 def with_cosines(store: PassageStore, vector: np.ndarray, dense: Sequence[Passage],
