@@ -9,7 +9,10 @@ pooled store under the certified default:
 - profile: the router's profile computed twice, once by the route stage and once by the certified score (before:
   ``route.profile``'s memo cleared in between) | twice, the second remembered (now);
 - memory sample: the Answer's RSS and peak through ``psutil.Process()`` and a read of /proc/self/status (before) |
-  ``memory.usage_mb``, one read (now); sampled right after a question, as ``Stages.finish`` samples.
+  ``memory.usage_mb``, one read (now); sampled right after a question, as ``Stages.finish`` samples;
+- encoder threads, not a cut (the question session also indexes, and a second session would cost its weights): the
+  question's encoding by the session of ``Config.threads`` threads (before) | by one of 1 thread (now); the same
+  vectors (checked).
 
 Prints JSON: p50 ms of each side, the ratio now / before, and the load average before and after.
 """
@@ -96,6 +99,8 @@ def main(argv: list[str] | None = None) -> dict:
         p50 = {side: statistics.median(v) for side, v in ms.items()}
         out["memory sample"] = {**{f"{s}_p50_ms": round(v, 3) for s, v in p50.items()},
                                 "ratio": round(p50["now"] / p50["before"], 3)}
+        one = rag.indexing_encoder(1)
+        out["encoder threads"] = ab(questions, rag.encoder.encode_one, one.encode_one, np.array_equal)
     out["load_after"] = os.getloadavg()
     print(json.dumps(out, indent=2))
     return out

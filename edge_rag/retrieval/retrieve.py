@@ -57,7 +57,7 @@ def begin(store: PassageStore, question: str, k: int, config: Config) -> Search:
     """``search`` begun before the question's vector is known: its lexical search needs the question's words only,
     so the pipeline begins it first and it runs beside the question's encoding, off the critical path where a core is
     free. On a busy 2-core x86 (load 2.5-4.5, the encoder's two threads taking both cores) a question's encode +
-    retrieve p50 took 0.91-1.02× as long as encoding, then searching (four runs of 400-865 SQuAD questions,
+    retrieve p50 took 0.91-1.02× as long as encoding, then searching (five runs of 400-865 SQuAD questions,
     ``python -m benchmarks.experiments.route_costs``)."""
     terms = query_terms(question) if config.retrieval != "dense" else []
     return Search(store, k, config, beside(store.search_text, terms, k, config.lexical_budget) if terms else None)
