@@ -71,6 +71,18 @@ def test_profile_overlap_finds_where_the_question_terms_are():
     assert profile(question, _hits(0.9, 0.8, texts=texts[2:]))[overlaps].tolist() == pytest.approx([0, 1, 1])
 
 
+def test_a_remembered_profile_is_the_same_and_its_own():
+    """The route stage and the certified score read one question's profile; the second read is remembered: equal to
+    the first, for the same question and hits only, and a caller changing its copy changes no one else's."""
+    hits = _hits(0.9, 0.8, texts=("The Eiffel Tower was built in 1889.", "Paris is large."))
+    first = profile("When was the Eiffel Tower built?", hits)
+    want = first.copy()
+    first[:] = -1.0
+    assert np.array_equal(profile("When was the Eiffel Tower built?", hits), want)
+    assert not np.array_equal(profile("When was the Eiffel Tower built?", hits[::-1]), want)
+    assert not np.array_equal(profile("When was Paris founded?", hits), want)
+
+
 def _docs(*doc_ids: str, texts: tuple[str, ...]) -> list[Passage]:
     return [Passage(i, d, d, t, score=0.8 - 0.01 * i) for i, (d, t) in enumerate(zip(doc_ids, texts))]
 
