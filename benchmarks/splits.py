@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cache
 from pathlib import Path
 
 from evaluation.datasets import QAItem, load_squad
@@ -15,12 +16,21 @@ SPLITS_FILE = Path(__file__).resolve().parent.parent / "edge_rag" / "assets" / "
 PARTS = ("test", "calibration", "reader_val", "reader_train")
 
 
+@cache
 def _splits() -> dict:
+    """The file, read once per process: ``select`` asks it for every question (it was read 15,000 times in a
+    benchmark run)."""
     return json.loads(SPLITS_FILE.read_text(encoding="utf-8"))
 
 
 def _title(name: str) -> str:
     return name.replace("_", " ")  # datasets.load_squad keeps titles with spaces in QAItem.group
+
+
+@cache
+def _titles(part: str) -> frozenset[str]:
+    """The SQuAD article titles of ``part``, as QAItem.group spells them."""
+    return frozenset(_title(t) for t in _splits()["squad"][part])
 
 
 def hotpot_bucket(question_id: str) -> int:
@@ -29,11 +39,11 @@ def hotpot_bucket(question_id: str) -> int:
 
 def part_of(item: QAItem) -> str | None:
     """The split a dev-file question belongs to (None: an article no split names)."""
-    s = _splits()
+    bucket = hotpot_bucket(item.id) if item.dataset == "hotpotqa" else None
     for part in PARTS:
-        if item.dataset == "hotpotqa" and hotpot_bucket(item.id) in s["hotpotqa"][part]:
+        if bucket is not None and bucket in _splits()["hotpotqa"][part]:
             return part
-        if item.dataset == "squad" and item.group in {_title(t) for t in s["squad"][part]}:
+        if item.dataset == "squad" and item.group in _titles(part):
             return part
     return None
 

@@ -9,8 +9,10 @@ here, tests/.cache/durations.json, else the estimates in tests/durations.json), 
 running alone at the end. Each file's output is printed whole when it ends. Each file gets its share of the
 cores as its thread budget (``OMP_NUM_THREADS``, unless set: onnxruntime, llama.cpp, torch and numpy's BLAS
 take it), so two files at a time on two cores run one compute thread each instead of two that wait on each other.
-A file that does not use Hypothesis runs without its pytest plugin, which imports all of Hypothesis at the end of
-every session (1.4 s of CPU per file here, ~90 s over the suite).
+A file runs without the pytest plugins it does not use (``PLUGINS``): Hypothesis's imports all of Hypothesis at the
+end of every session (1.4 s of CPU per file here, ~90 s over the suite), anyio's imports anyio and its asyncio backend
+at the start of every session (0.3 s of CPU for a file that does not import anyio itself; no test here is an
+anyio test).
 
 Arguments are passed to every pytest run (`make test ARGS="-k store -x"`), except ``--jobs N`` (files at a
 time, default 2); a file with no selected test (exit 5) is not a failure; with ``-x`` no file starts after
@@ -35,6 +37,8 @@ COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected)")
 JOBS = 2
 SEED_DURATIONS = TESTS / "durations.json"  # committed: seconds per file, for the order of a first run
 DURATIONS = TESTS / ".cache" / "durations.json"  # this machine's last wall time per file
+# pytest plugins (entry points every session loads) and what in a test file's source says it uses them
+PLUGINS = {"hypothesispytest": r"^\s*(import|from) hypothesis\b", "anyio": r"\banyio\b|\bfree_(tcp|udp)_port\b"}
 
 
 def durations() -> dict[str, float]:
@@ -62,9 +66,9 @@ def longest_first(files: list[str], known: dict[str, float]) -> list[str]:
 
 
 def plugin_options(path: str) -> list[str]:
-    """pytest options for the file at ``path``: Hypothesis's plugin off unless the file uses Hypothesis."""
+    """pytest options for the file at ``path``: each plugin of PLUGINS off unless the file uses it."""
     source = Path(path.split("::")[0]).read_text(encoding="utf-8", errors="replace")
-    return [] if re.search(r"^\s*(import|from) hypothesis\b", source, re.M) else ["-p", "no:hypothesispytest"]
+    return [o for name, used in PLUGINS.items() if not re.search(used, source, re.M) for o in ("-p", f"no:{name}")]
 
 
 def thread_budget(jobs: int) -> dict[str, str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import cached_store
 
 from benchmarks.experiments.router_tiers import pooled_alone, tiers
 from benchmarks.splits import select
@@ -23,6 +24,7 @@ from edge_rag.pipeline import EdgeRAG
 from edge_rag.retrieval import retrieve
 from edge_rag.retrieval.route import PROFILE, PROFILE_K, Router, choose_tier, features, profile, search_width
 from edge_rag.types import Passage
+from evaluation import datasets
 
 CLEAR_MARGIN = 1e-3  # logit gap above which batch and single-row inference must agree on any CPU
 
@@ -181,12 +183,18 @@ def test_router_sends_multi_hop_questions_past_k1_on_a_corpus_it_never_saw(bundl
     and SQuAD's 4,381 labels outweighed HotpotQA's 64 in training; the 10-column one of its first fix 40%
     (accuracy 0.50): a short multi-hop question read as a SQuAD question of its length. Today's, with the columns
     that see the question reach past the first document: 21% EASY, accuracy 0.58
-    (``python -m benchmarks.experiments.router_tiers``)."""
+    (``python -m benchmarks.experiments.router_tiers``). The store (692 paragraphs, 2,928 passages: 17 s of CPU to
+    embed) is kept in tests/.cache, keyed by the split's lines and the code that makes documents of them."""
     ds = pooled_alone(hotpot_path, "test", tmp_path / "cache")
     base = bench_config()
-    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=base) as rag:
-        rag.add_documents(ds.documents)
-    result = tiers(tmp_path / "db", bundle_dir, base, ds.items, router)
+
+    def build(folder: Path) -> None:
+        with EdgeRAG(folder, bundle=bundle_dir, config=base) as rag:
+            rag.add_documents(ds.documents)
+
+    db = cached_store(bundle_dir, ds.path.read_bytes() + Path(datasets.__file__).read_bytes(), base, build,
+                      tmp_path / "db")
+    result = tiers(db, bundle_dir, base, ds.items, router)
     assert result["asked"] == len(ds.items) >= 50 and result["labelled"] >= 25
     assert result["label_share"][Tier.EASY.value] <= 0.1  # the premise: multi-hop questions need more than k = 1
     assert result["router_share"][Tier.EASY.value] <= 0.3

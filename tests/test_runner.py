@@ -83,11 +83,15 @@ def test_each_file_gets_its_share_of_the_cores_as_its_thread_budget(tmp_path: Pa
     assert "budget 3" in _run(tmp_path, "-s", "test_t.py").stdout
 
 
-def test_hypothesis_plugin_only_for_files_that_use_hypothesis(tmp_path: Path) -> None:
-    """Hypothesis's pytest plugin imports all of Hypothesis at every session's end (1.4 s of CPU): a file that does
-    not use Hypothesis runs without it; a file that does keeps it (its health checks and failing-example report)."""
-    probe = "def test_{me}(request):\n    print('{me} plugin', request.config.pluginmanager.has_plugin('hypothesispytest'))\n"
+def test_plugins_only_for_files_that_use_them(tmp_path: Path) -> None:
+    """Hypothesis's pytest plugin imports all of Hypothesis at every session's end (1.4 s of CPU), anyio's imports
+    anyio at every session's start (0.3 s): a file that uses neither runs without both; a file that uses one keeps
+    it (Hypothesis's health checks and failing-example report; anyio's marker and backend fixtures)."""
+    probe = ("def test_{me}(request):\n    has = request.config.pluginmanager.has_plugin\n"  # anyio spelt apart:
+             "    print('{me} plugins', has('hypothesispytest'), has('any' + 'io'))\n")  # a file naming it keeps it
     (tmp_path / "test_plain.py").write_text(probe.format(me="plain"))
     (tmp_path / "test_prop.py").write_text("from hypothesis import given\n" + probe.format(me="prop"))
-    out = _run(tmp_path, "-s", "test_plain.py", "test_prop.py").stdout
-    assert "plain plugin False" in out and "prop plugin True" in out, out
+    (tmp_path / "test_async.py").write_text("import pytest\npytestmark = pytest.mark.anyio\n" + probe.format(me="async"))
+    out = _run(tmp_path, "-s", "test_plain.py", "test_prop.py", "test_async.py").stdout
+    assert "plain plugins False False" in out and "prop plugins True False" in out, out
+    assert "async plugins False True" in out, out

@@ -46,24 +46,21 @@ def shipped_calibration(remote: bool) -> Path:
     return PGVECTOR_CALIBRATION_ASSET if remote else CALIBRATION_ASSET
 
 
-def _log_binom_pmf(k: int, n: int, p: float) -> float:
-    if p <= 0.0:
-        return 0.0 if k == 0 else -math.inf
-    if p >= 1.0:
-        return 0.0 if k == n else -math.inf
-    log_choose = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-    return log_choose + k * math.log(p) + (n - k) * math.log1p(-p)
-
-
 def binom_cdf(k: int, n: int, p: float) -> float:
-    """P(Bin(n, p) <= k), summed in log space (stable for n in the thousands)."""
+    """P(Bin(n, p) <= k), summed in log space (stable for n in the thousands). log C(n, i) is a running sum of
+    log((n - j) / (j + 1)), one numpy pass: three log-gammas per term in Python made a bound's 60-step bisection
+    cost ~25 ms at a few hundred errors (choosing a certificate, `edge-rag calibrate`)."""
     if k >= n:
         return 1.0
-    if k < 0:
+    if k < 0 or p >= 1.0:
         return 0.0
-    logs = [_log_binom_pmf(i, n, p) for i in range(k + 1)]
-    top = max(logs)
-    return 0.0 if top == -math.inf else min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+    if p <= 0.0:
+        return 1.0
+    i = np.arange(k + 1, dtype=np.float64)
+    log_choose = np.concatenate(([0.0], np.cumsum(np.log(n - i[:-1]) - np.log1p(i[:-1]))))
+    logs = log_choose + i * math.log(p) + (n - i) * math.log1p(-p)
+    top = float(logs.max())
+    return min(1.0, math.exp(top) * float(np.exp(logs - top).sum()))
 
 
 def clopper_pearson_upper(errors: int, n: int, delta: float) -> float:
