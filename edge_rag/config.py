@@ -120,6 +120,9 @@ class Config:
     # Batches are bounded in padded tokens, not rows: ORT's arena grows with batch×seq (1.6 GB at 32×256).
     encode_batch_tokens: int = 2048
     threads: int = 0  # 0 = OMP_NUM_THREADS if set, else every core this process may use
+    # threads of a second encoder session that indexes beside the questions (`edge-rag serve` with writes: 1), priced
+    # in the memory plan as "indexing encoder"; 0 = none (plain EdgeRAG indexes with the question encoder)
+    index_threads: int = 0
 
     # -- chunking
     passage_mode: str = "sentence"  # "sentence" (thesis) or "paragraph"
@@ -228,6 +231,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "encode_batch_tokens": (1, None, True, True, _INT),
     "lexical_budget": (1, None, True, True, _INT),
     "threads": (0, None, True, True, _INT),
+    "index_threads": (0, None, True, True, _INT),
     "min_sentence_chars": (0, None, True, True, _INT),
     "hnsw_m": (2, None, True, True, _INT),
     "hnsw_ef_construction": (1, None, True, True, _INT),

@@ -65,12 +65,11 @@ class EdgeRAG:
                          generator=certified.may_generate)
         self.config = self.plan.apply(config)
         self.certified = certified.planned(self.config)
-        c, encoder_path = self.config, select_encoder(self.bundle, self.config.threads)  # verified here
-        self._encoder_path = encoder_path
-        self.encoder = Encoder(encoder_path, self.bundle.require(B.ROLE_TOKENIZER),
+        c, self._encoder_path = self.config, select_encoder(self.bundle, self.config.threads)  # verified here
+        self.encoder = Encoder(self._encoder_path, self.bundle.require(B.ROLE_TOKENIZER),
                                min(c.max_seq_len, int(self.bundle.encoder.get("max_seq_len", 256))),
                                c.encode_batch_tokens, c.threads)
-        encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == encoder_path)
+        encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == self._encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
         self.certified.check_store(self.store)
         self._generator: Generator | None = None
@@ -141,11 +140,12 @@ class EdgeRAG:
         """Passages the plan holds after ``new`` more (a remote store's index is on the server: new texts only)."""
         return new if self.plan.remote_index else self.store.count + new
 
-    def indexing_encoder(self, threads: int) -> Encoder:
-        """A second session of the question encoder with ``threads`` threads, for indexing beside questions."""
-        e = self.encoder
-        return Encoder(self._encoder_path, self.bundle.require(B.ROLE_TOKENIZER), e.max_seq_len, e.batch_tokens,
-                       threads)
+    def indexing_encoder(self) -> Encoder:
+        """A second session of the question encoder, to index beside questions: Config.index_threads, in the plan."""
+        if not self.config.index_threads:
+            raise BudgetError("no second encoder session is in this EdgeRAG's memory plan: Config(index_threads=1)")
+        return Encoder(self._encoder_path, self.bundle.require(B.ROLE_TOKENIZER), self.encoder.max_seq_len,
+                       self.encoder.batch_tokens, self.config.index_threads)
 
     def _index(self, todo: list[Todo], remove: list[str], room: int, progress: bool | Progress,
                encoder: Encoder | None = None) -> int:

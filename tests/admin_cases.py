@@ -39,6 +39,6 @@ def logged_server(sample_db: Path, folder: Path, times: int = 1):
         for entry in sample_labels():
             log.add(entry["question"])
     log.add("  " + sample_labels()[0]["question"].upper())
-    rag = EdgeRAG(db, config=Config(temperature=0.0))
+    rag = EdgeRAG(db, config=Config(temperature=0.0, index_threads=1))  # a server with writes
     return rag, serving.running_server(rag, ServeConfig(port=0, token=serving.TOKEN, question_timeout_s=900,
                                                         question_log=str(log.path), min_labels=LEAST))

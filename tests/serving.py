@@ -39,8 +39,9 @@ WRITE = {"authorization": f"Bearer {TOKEN}"}
 
 def test_config() -> Config:
     """The seeds' decision (certified=False): it sends open questions to generation, which the server's lanes,
-    queue and streaming tests need; the certified default generates only where generation is certified."""
-    c = Config(temperature=0.0, certified=False)
+    queue and streaming tests need; the certified default generates only where generation is certified. With the
+    indexing encoder the test servers' writes use planned (index_threads, as `edge-rag serve` with a token)."""
+    c = Config(temperature=0.0, certified=False, index_threads=1)
     tiers = {t: replace(spec, max_new_tokens=min(spec.max_new_tokens, TEST_MAX_NEW_TOKENS))
              for t, spec in c.tiers.items()}
     assert set(tiers) == set(Tier)

@@ -18,6 +18,7 @@ from edge_rag.config import Config
 from edge_rag.documents.chunk import chunk, iter_files, read_documents
 from edge_rag.errors import BudgetError, BundleError
 from edge_rag.memory import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
+from edge_rag.memory.estimate import ENCODER_HEADS, encoder_estimate
 from edge_rag.models import bundle as B
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.reading.reader import reader_file
@@ -169,6 +170,37 @@ def test_plan_grows_with_n_ctx_and_passages(bundle: B.Bundle) -> None:
     assert kv[1] == pytest.approx(2 * kv[0]) and kv[0] == pytest.approx(18.0)  # 18 layers × 1 × 512 × 2 B
     by_passages = [fixed_plan(bundle, big, n).component("index").mb for n in (0, 10_000, 1_000_000)]
     assert by_passages == sorted(by_passages) and by_passages[2] > 1000
+
+
+def test_plan_prices_the_indexing_encoder_of_a_server_with_writes(bundle: B.Bundle) -> None:
+    """`edge-rag serve` with writes indexes in a second encoder session (Config.index_threads): the plan holds it as
+    its own part, encoder_estimate of the encoder model at the plan's batch, and picks the batch that fits it too;
+    plain use plans none. A budget that holds the plain plan but not the second session names it."""
+    big = Config(memory_budget_mb=100_000)
+    seq = min(big.max_seq_len, int(bundle.encoder.get("max_seq_len", big.max_seq_len)))
+
+    def session(batch: int) -> dict[str, float]:
+        return encoder_estimate(bundle.require(B.ROLE_ENCODER).stat().st_size, int(bundle.encoder["dim"]), batch, seq,
+                                int(bundle.encoder.get("heads", ENCODER_HEADS)), bundle.encoder.get("ffn")).parts
+
+    plain, server = fixed_plan(bundle, big), fixed_plan(bundle, big.with_(index_threads=1))
+    assert "indexing encoder" not in {c.name for c in plain.components}
+    assert server.encode_batch_tokens == plain.encode_batch_tokens == big.encode_batch_tokens
+    assert server.component("indexing encoder").parts == session(server.encode_batch_tokens)
+    assert server.total_mb == pytest.approx(plain.total_mb + server.component("indexing encoder").mb)
+    assert "indexing encoder" in str(server)
+    at_512 = fixed_plan(bundle, big.with_(index_threads=1, encode_batch_tokens=512))
+    fitted = fixed_plan(bundle, big.with_(index_threads=1, memory_budget_mb=math.ceil(at_512.total_mb)))
+    assert fitted.encode_batch_tokens == 512 and fitted.component("indexing encoder").parts == session(512)
+    smallest = {t: fixed_plan(bundle, big.with_(index_threads=t, n_ctx=MIN_N_CTX, encode_batch_tokens=256))
+                for t in (0, 1)}
+    between = Config(memory_budget_mb=math.floor((smallest[0].total_mb + smallest[1].total_mb) / 2))
+    assert fixed_plan(bundle, between).total_mb <= between.memory_budget_mb
+    with pytest.raises(BudgetError) as err:
+        fixed_plan(bundle, between.with_(index_threads=1))
+    msg = str(err.value)
+    assert msg.startswith("indexing encoder needs ~") and f"of the {between.memory_budget_mb} MB budget" in msg
+    assert "at encode_batch_tokens 256" in msg and f"at least {int(smallest[1].total_mb) + 1}" in msg
 
 
 def test_impossible_budget_names_the_component_and_numbers(bundle: B.Bundle) -> None:

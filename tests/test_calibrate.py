@@ -178,7 +178,7 @@ def test_the_kiosk_server_says_which_calibration_it_decides_by(sample_db, own, t
 
     db = tmp_path / "db"
     shutil.copytree(sample_db, db)
-    rag = EdgeRAG(db, config=Config(temperature=0.0, max_error_rate=0.4), calibration=own[1])
+    rag = EdgeRAG(db, config=Config(temperature=0.0, max_error_rate=0.4, index_threads=1), calibration=own[1])
     with serving.running_server(rag) as url:  # the app closes rag
         decision = httpx.get(f"{url}/api/health", timeout=60).json()["decision"]
     assert decision["calibration"] == str(own[1]) and decision["calibration_questions"] == len(own[0])

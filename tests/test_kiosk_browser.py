@@ -152,7 +152,7 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
     for n, (config, footer) in enumerate(expected.items()):
         db = tmp_path / f"db{n}"
         shutil.copytree(sample_db, db)
-        with running_server(EdgeRAG(db, config=config, calibration=own)) as url:
+        with running_server(EdgeRAG(db, config=config.with_(index_threads=1), calibration=own)) as url:
             context, page, errors = open_page(browser, url, "800x480", ready="#certificate:not(:empty)")
             assert page.inner_text("#certificate").startswith(footer)
             assert page.locator("#certificate *").count() == 0, "the file name became markup"

@@ -214,7 +214,7 @@ def test_the_models_are_loaded_before_the_first_visitor_asks(bundle_dir, sample_
     """Once the server has started, the models its routes use are loaded (the first question no longer waits for
     the reader's load, ~10× a warm read): the certified default's reader, not llama.cpp (its answers are not
     certified, so it never generates); the seeds' decision's llama.cpp, not the reader it never reads with."""
-    config = Config() if name == "certified default" else serving.test_config()
+    config = Config(index_threads=1) if name == "certified default" else serving.test_config()
     shutil.copytree(sample_db, tmp_path / "db")
     rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config)
     assert rag.certified._neural is None and rag._generator is None  # both load on first use

@@ -133,7 +133,7 @@ def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(serve
     from edge_rag.serve.app import create_app
     from edge_rag.serve.health import decision
 
-    with EdgeRAG(rag.store.folder, config=Config(temperature=0.0)) as again:
+    with EdgeRAG(rag.store.folder, config=Config(temperature=0.0, index_threads=1)) as again:
         create_app(again, ServeConfig(port=0, token=serving.TOKEN))
         kept = decision(again)
         assert kept["certificate"] == now["certificate"] and kept["threshold"] == now["threshold"]

@@ -19,7 +19,7 @@ def test_the_kiosk_page_is_served_from_a_postgresql_store(sample_rag, pg_url, bu
     same document titles in the same order as the embedded store's."""
     from edge_rag.pipeline import EdgeRAG
 
-    remote = EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0))
+    remote = EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0, index_threads=1))
     remote.add_files([SAMPLE_DOCS])
     with serving.running_server(remote) as url:  # closes ``remote`` when it stops
         for _ in range(2):  # the second call is answered from the memo, as the first

@@ -7,10 +7,14 @@ record reusing a document's id replaced it ("adult tickets cost 999 pounds"); a 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +32,7 @@ from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.auth import token_from_file  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 T = httpx.Timeout(300.0, connect=10.0)
 TICKETS = "How much does an adult ticket cost?"
 FORGED = "Adult tickets cost 999 pounds."
@@ -40,7 +45,9 @@ def servers(bundle_dir, sample_db, tmp_path_factory):
     for name in ("writable", "read-only"):
         db = tmp_path_factory.mktemp(name) / "db"
         shutil.copytree(sample_db, db)
-        rags.append(EdgeRAG(db, bundle=bundle_dir, config=serving.test_config()))
+        # the read-only one plans no indexing encoder: it never indexes (test_config plans one, for servers with writes)
+        config = serving.test_config().with_(index_threads=int(name == "writable"))
+        rags.append(EdgeRAG(db, bundle=bundle_dir, config=config))
     token = {"writable": "test-write-token", "read-only": None}
     with running_server(rags[0], ServeConfig(port=0, question_timeout_s=900, token=token["writable"])) as url, \
             running_server(rags[1], ServeConfig(port=0, question_timeout_s=900, token=None)) as ro_url:
@@ -202,3 +209,74 @@ def test_token_file_is_made_once_private_and_kept(tmp_path):
     path.chmod(0o644)
     with pytest.raises(EdgeRAGError, match="readable by other users"):
         token_from_file(path)
+
+
+def test_an_app_with_writes_needs_its_indexing_encoder_planned(servers):
+    """Writes index with a second encoder session: an EdgeRAG whose memory plan lacks it cannot serve them."""
+    _, _, _, read_only = servers
+    assert "indexing encoder" not in [c.name for c in read_only.plan.components]
+    with pytest.raises(EdgeRAGError, match=r"index_threads"):
+        create_app(read_only, ServeConfig(port=0, token=serving.TOKEN))
+
+
+# Run in a fresh process, with what `edge-rag serve` has imported when it plans: the budget halfway between the
+# smallest plan (encoder batch 256) without the indexing encoder and with it, and plain EdgeRAG opened in it.
+BUDGET_PROBE = """
+import json, math, sys
+import edge_rag.serve.app
+from edge_rag.config import Config
+from edge_rag.memory import plan, stored_passages
+from edge_rag.memory.estimate import runtime_base_estimate
+from edge_rag.models.bundle import Bundle
+from edge_rag.pipeline import EdgeRAG
+
+db, bundle_dir = sys.argv[1:]
+bundle, smallest = Bundle.load(bundle_dir), Config(encode_batch_tokens=256)
+base, n = runtime_base_estimate().mb, stored_passages(db)
+without, with_ = (plan(bundle, smallest.with_(index_threads=t), n, base, generator=False).total_mb for t in (0, 1))
+budget = math.floor((without + with_) / 2)
+with EdgeRAG(db, bundle=bundle_dir, config=Config(memory_budget_mb=budget)) as rag:
+    print(json.dumps({"budget": budget, "parts": [c.name for c in rag.plan.components], "total": rag.plan.total_mb,
+                      "generator": rag.plan.generator}))
+"""
+
+
+def test_a_server_with_writes_refuses_a_budget_without_room_for_its_indexing_encoder(bundle_dir, sample_db, tmp_path):
+    """`edge-rag serve` with a token indexed uploads in a second encoder session that the memory plan left out: a
+    server the plan said fits could exceed its budget at its first upload. In a budget between the smallest plan
+    without that session and with it: plain EdgeRAG opens (it plans no second session), the read-only server starts
+    (it never indexes), and the server with writes refuses to start, exit 2, with one line naming the indexing
+    encoder and the budget, before it loads any model."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("EDGE_RAG_TOKEN", None)
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    probe = subprocess.run([sys.executable, "-c", BUDGET_PROBE, str(db), str(bundle_dir)], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    plain = json.loads(probe.stdout)
+    budget = plain["budget"]
+    assert "indexing encoder" not in plain["parts"] and not plain["generator"] and plain["total"] <= budget, plain
+    serve = [sys.executable, "-m", "edge_rag", "serve", "--db", str(db), "--bundle", str(bundle_dir), "--port", "0",
+             "--memory-mb", str(budget)]
+    for writes in (False, True):
+        proc = subprocess.Popen(serve + (["--token", "s3cret"] if writes else []), env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = proc.stdout.readline()  # "edge-rag: serving ..." once it listens; "" if it exits instead
+            if first:  # answering: its SIGTERM handler is set (it is set after the line is printed)
+                url = first.split(" on ")[1].strip().rstrip("/")
+                assert httpx.get(f"{url}/api/health", timeout=T).status_code == 200
+                proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if not writes:
+            assert "read-only" in first and proc.returncode == 0, (first, err[-2000:])
+            continue
+        assert not first and proc.returncode == 2, (first, err[-2000:])
+        line = err.strip()
+        assert "\n" not in line and line.startswith("edge-rag: error: indexing encoder needs ~"), line
+        assert f"of the {budget} MB budget remain after runtime base" in line and "raise memory_budget_mb" in line

@@ -3,7 +3,8 @@
 ``plan`` estimates every component from what is cheap to know up front (file sizes, the GGUF header,
 the config), picks the largest ``n_ctx`` and encoder batch that fit ``memory_budget_mb``, and otherwise
 raises a BudgetError naming the component that does not fit. The total is a sum: the worst order is
-generator loaded first, then indexing on top of it, and users can do that. llama.cpp is planned only where a
+generator loaded first, then indexing on top of it, and users can do that (in the server, with writes, indexing runs
+in a second encoder session beside the questions: Config.index_threads prices it). llama.cpp is planned only where a
 question may be generated: the certified default, whose calibration does not certify generated answers, never
 loads it.
 """
@@ -30,6 +31,8 @@ from .estimate import (
     runtime_base_estimate,
 )
 from .gguf import read_gguf
+
+INDEXING_ENCODER = "indexing encoder"  # the plan's part for Config.index_threads' session
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class Plan:
     def __str__(self) -> str:
         lines = [f"memory plan: ~{self.total_mb:.0f} of {self.budget_mb} MB (n_ctx {self.n_ctx}, "
                  f"encode_batch_tokens {self.encode_batch_tokens}, {self.passages} passages)"]
-        lines += [f"  {c.name:<12} {c.mb:6.0f} MB  ({c.describe()})" for c in self.components]
+        lines += [f"  {c.name:<16} {c.mb:6.0f} MB  ({c.describe()})" for c in self.components]
         if self.remote_index:
             lines.append("  the vector index is on the PostgreSQL server: not counted on this device")
         return "\n".join(lines)
@@ -87,19 +90,22 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     max_seq_len. The batch is kept large first (indexing speed) because n_ctx above MIN_N_CTX buys
     nothing the tiers use. ``passages``: how many the store will hold (present + about to be added).
     Raises BudgetError naming the first component that overflows, in the order runtime base,
-    generator, encoder, the neural reader when the config uses it (certified path, reader "neural"), index
+    generator, encoder, the neural reader when the config uses it (certified path, reader "neural"), the indexing
+    encoder when config.index_threads asks for one (the server with writes), index
     (fixed costs first, largest first, so the message names what dominates, and a store too big names the index).
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
     ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
     ``generator``: whether llama.cpp is loaded at all (without it, n_ctx stays config.n_ctx, unused).
     """
     info = read_gguf(bundle.require(B.ROLE_GENERATOR))
+    encoder_bytes = bundle.require(B.ROLE_ENCODER).stat().st_size
     onnx_bytes = sum(p.stat().st_size for p in (bundle.path(B.ROLE_ENCODER), bundle.path(B.ROLE_ROUTER)) if p)
     enc = bundle.encoder
     if "dim" not in enc:
         raise BundleError(f"the manifest of {bundle.root} gives no encoder dim; rebuild the bundle")
     dim = int(enc["dim"])
     seq = min(config.max_seq_len, int(enc.get("max_seq_len", config.max_seq_len)))
+    heads, ffn = int(enc.get("heads", ENCODER_HEADS)), enc.get("ffn")
     base = runtime_base_estimate() if base_mb is None else Estimate("runtime base", {"python + libraries": base_mb})
     index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, remote_index)
     # The neural reader is loaded only on the certified path (on first use, but planned up front).
@@ -107,11 +113,13 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     reader_bytes = reader.stat().st_size if reader is not None and reader.is_file() else 0
 
     def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
-        encoder = encoder_estimate(onnx_bytes, dim, batch, seq, int(enc.get("heads", ENCODER_HEADS)),
-                                   enc.get("ffn"))
+        encoder = encoder_estimate(onnx_bytes, dim, batch, seq, heads, ffn)
+        # The server's second session (EdgeRAG.indexing_encoder): the encoder alone (no router), at the same batch.
+        second = encoder_estimate(encoder_bytes, dim, batch, seq, heads, ffn) if config.index_threads else None
+        indexing = (replace(second, name=INDEXING_ENCODER),) if second else ()
         reader_part = (reader_estimate(reader_bytes, dim, batch, READER_SEQ_LEN),) if reader_bytes else ()
         llm = (generator_estimate(info, n_ctx),) if generator else ()
-        return base, *llm, encoder, *reader_part, index  # errors name the first over
+        return base, *llm, encoder, *reader_part, *indexing, index  # errors name the first over
 
     budget = config.memory_budget_mb
     ctxs = _n_ctx_candidates(config.n_ctx, info.context_length) if generator else [config.n_ctx]
@@ -152,7 +160,7 @@ def _no_fit(parts: tuple[Estimate, ...], budget: int, n_ctx: int, batch: int, pa
         used += c.mb
         before.append(f"{c.name} {c.mb:.0f}")
     what = {"generator": f" at n_ctx {n_ctx}", "encoder": f" at encode_batch_tokens {batch}",
-            "index": f" for {passages} passages"}.get(c.name, "")
+            INDEXING_ENCODER: f" at encode_batch_tokens {batch}", "index": f" for {passages} passages"}.get(c.name, "")
     after = f" after {', '.join(before)}" if before else ""
     return (f"{c.name} needs ~{c.mb:.0f} MB ({c.describe()}{what}) but only {max(budget - used, 0):.0f} MB "
             f"of the {budget} MB budget remain{after}; the smallest plan needs ~{total:.0f} MB: raise "

@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"anything else needs --token or ${TOKEN_ENV})")
     p.add_argument("--port", type=int, default=d.port, help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--token", help=f"API token for uploads and removals (default ${TOKEN_ENV}); "
-                   "without one (or --token-file) the server is read-only")
+                   "without one (or --token-file) the server is read-only; with one, its memory plan also holds the "
+                   "encoder session that indexes uploads")
     p.add_argument("--token-file", type=Path, help="read the API token from this file; the first start "
                    "creates it with a random token (mode 0600) and prints the token once")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
@@ -42,6 +43,7 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
         from .app import create_app
         from .auth import token_from_file
         from .http import server as http_server
+        from .jobs import INDEX_THREADS
     except ImportError as exc:
         raise EdgeRAGError(f"edge-rag serve needs Starlette and uvicorn ({exc.name} is missing): "
                            "pip install 'edge-rag[serve]'") from exc
@@ -57,7 +59,8 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     except ValueError as exc:
         raise EdgeRAGError(str(exc)) from exc
     sock = _bind(config.host, config.port)  # bound before loading models: a taken port fails fast
-    rag = open_rag(args)
+    # writes index beside the questions with a second encoder session: the memory plan prices it, or refuses to start
+    rag = open_rag(args, index_threads=INDEX_THREADS if config.token else 0)
     app = create_app(rag, config)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host

@@ -68,6 +68,9 @@ PAGE_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"
 
 def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     """The ASGI app serving ``rag``; it closes ``rag`` when the server shuts down."""
+    if config.token and not rag.config.index_threads:  # writes index with a second session, which must be planned
+        raise EdgeRAGError("a server that accepts writes indexes with a second encoder session: open its EdgeRAG with "
+                           "Config(index_threads=1) so that its memory plan holds it")
     lanes = Lanes(rag, config.question_timeout_s, config.max_queue)
     questions = QuestionLog(Path(config.question_log) if config.question_log else None)
     jobs = Jobs(rag)

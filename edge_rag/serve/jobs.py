@@ -5,8 +5,9 @@ event stream) follows its progress; passages become visible to questions batch b
 commit lands (a commit takes the store's search lock for 32 inserts at a time and to switch to the new
 commit, never while it saves the index file or writes its transaction: ``Store._commit``).
 One indexing thread: writes happen one at a time, in the order they were accepted. Indexing encodes
-with its own encoder session of ``INDEX_THREADS`` thread(s), so the question path's session keeps its
-threads. When the server stops, a running job stops at its next commit (every commit is whole: the store
+with its own encoder session of ``INDEX_THREADS`` thread(s) (Config.index_threads: the server with writes opens
+its EdgeRAG with it, so the memory plan holds that session), so the question path's session keeps its threads.
+When the server stops, a running job stops at its next commit (every commit is whole: the store
 stays consistent, and its documents are marked incomplete, so uploading the file again adds what is missing);
 queued jobs are dropped.
 """
@@ -125,7 +126,7 @@ class Jobs:
         try:
             job.check()
             if self._encoder is None:
-                self._encoder = self.rag.indexing_encoder(INDEX_THREADS)
+                self._encoder = self.rag.indexing_encoder()
             job.result = work(job, self._encoder)
             job.state = "done"
         except Exception as exc:  # noqa: BLE001 - reported in the job; the indexing thread goes on
