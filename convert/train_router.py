@@ -117,7 +117,7 @@ ANSWER_ONLY_FIELDS = frozenset({
     "certified", "reader", "max_error_rate", "delta", "reader_passages", "reader_window", "refuse_distance",
     "gpt_distance", "rag_confidence", "gate", "gate_delta", "gate_threshold", "azuma_c", "top_k", "temperature",
     "repeat_ngram", "repeat_window", "n_ctx", "seed", "cache_size", "persistent_cache", "memory_budget_mb",
-    "rss_per_stage", "threads"})
+    "rss_per_stage", "threads", "index_threads"})
 
 
 def settings_key(encoder_sha: str, config: Config, corpora: list[Corpus]) -> str:

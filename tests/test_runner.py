@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from isolated import longest_first, split_jobs
+from isolated import PYCACHE, longest_first, split_jobs
 
 from edge_rag.config import default_threads
 
@@ -95,3 +95,15 @@ def test_plugins_only_for_files_that_use_them(tmp_path: Path) -> None:
     out = _run(tmp_path, "-s", "test_plain.py", "test_prop.py", "test_async.py").stdout
     assert "plain plugins False False" in out and "prop plugins True False" in out, out
     assert "async plugins False True" in out, out
+
+
+def test_each_file_keeps_its_bytecode_under_the_test_cache(tmp_path: Path, monkeypatch) -> None:
+    """~70 processes would each compile edge_rag again where PYTHONDONTWRITEBYTECODE is set: each file's process
+    writes bytecode under tests/.cache/pycache instead (the tree stays clean); a prefix the user set is kept."""
+    (tmp_path / "test_b.py").write_text("import sys\ndef test_b():\n"
+                                        "    print('bytecode', sys.dont_write_bytecode, sys.pycache_prefix)\n")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    assert f"bytecode False {PYCACHE}" in _run(tmp_path, "-s", "test_b.py").stdout
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "own"))
+    assert f"bytecode False {tmp_path / 'own'}" in _run(tmp_path, "-s", "test_b.py").stdout
