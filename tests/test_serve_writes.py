@@ -6,14 +6,18 @@ record reusing a document's id replaced it ("adult tickets cost 999 pounds"); a 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,7 +30,10 @@ from conftest import SAMPLE_DOCS  # noqa: E402
 from docmaker import nested_html, pdf_bomb_bytes  # noqa: E402
 from serving import WRITE, running_server, wait_job  # noqa: E402
 
+from edge_rag.config import Config  # noqa: E402
 from edge_rag.errors import EdgeRAGError  # noqa: E402
+from edge_rag.memory import plan, stored_passages  # noqa: E402
+from edge_rag.models.bundle import Bundle  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.auth import token_from_file  # noqa: E402
@@ -219,64 +226,114 @@ def test_an_app_with_writes_needs_its_indexing_encoder_planned(servers):
         create_app(read_only, ServeConfig(port=0, token=serving.TOKEN))
 
 
-# Run in a fresh process, with what `edge-rag serve` has imported when it plans: the budget halfway between the
-# smallest plan (encoder batch 256) without the indexing encoder and with it, and plain EdgeRAG opened in it.
-BUDGET_PROBE = """
-import json, math, sys
-import edge_rag.serve.app
-from edge_rag.config import Config
-from edge_rag.memory import plan, stored_passages
-from edge_rag.memory.estimate import runtime_base_estimate
-from edge_rag.models.bundle import Bundle
-from edge_rag.pipeline import EdgeRAG
+def _serve(db: Path, bundle_dir: Path, *options: str) -> subprocess.Popen:
+    """The real `edge-rag serve` over ``db`` on a free port (stdout, stderr: pipes)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("EDGE_RAG_TOKEN", None)
+    return subprocess.Popen([sys.executable, "-m", "edge_rag", "serve", "--db", str(db), "--bundle", str(bundle_dir),
+                             "--port", "0", *options], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
-db, bundle_dir = sys.argv[1:]
-bundle, smallest = Bundle.load(bundle_dir), Config(encode_batch_tokens=256)
-base, n = runtime_base_estimate().mb, stored_passages(db)
-without, with_ = (plan(bundle, smallest.with_(index_threads=t), n, base, generator=False).total_mb for t in (0, 1))
-budget = math.floor((without + with_) / 2)
-with EdgeRAG(db, bundle=bundle_dir, config=Config(memory_budget_mb=budget)) as rag:
-    print(json.dumps({"budget": budget, "parts": [c.name for c in rag.plan.components], "total": rag.plan.total_mb,
-                      "generator": rag.plan.generator}))
-"""
+
+def _refusal(db: Path, bundle_dir: Path, *options: str) -> str:
+    """The one-line error of a server that refuses to start (exit 2)."""
+    proc = _serve(db, bundle_dir, *options)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and not out, (out, err[-2000:])
+    line = err.strip()
+    assert "\n" not in line and line.startswith("edge-rag: error: "), line
+    return line
+
+
+def _smallest_plan(line: str) -> tuple[float, int]:
+    """(the runtime base the server measured, the budget its smallest plan needs), from its refusal of 1 MB."""
+    base = re.search(r"^edge-rag: error: runtime base needs ~(\d+) MB", line)
+    least = re.search(r"raise memory_budget_mb to at least (\d+)$", line)
+    assert base and least, line
+    return float(base[1]), int(least[1])
 
 
 def test_a_server_with_writes_refuses_a_budget_without_room_for_its_indexing_encoder(bundle_dir, sample_db, tmp_path):
     """`edge-rag serve` with a token indexed uploads in a second encoder session that the memory plan left out: a
     server the plan said fits could exceed its budget at its first upload. In a budget between the smallest plan
-    without that session and with it: plain EdgeRAG opens (it plans no second session), the read-only server starts
-    (it never indexes), and the server with writes refuses to start, exit 2, with one line naming the indexing
-    encoder and the budget, before it loads any model."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("EDGE_RAG_TOKEN", None)
+    without that session and with it: plain EdgeRAG plans to fit (it plans no second session), the read-only server
+    starts (it never indexes), and the server with writes refuses to start, exit 2, with one line naming the indexing
+    encoder and the budget, before it loads any model. Both smallest plans are the servers' own: what each says it
+    needs when refused 1 MB (its runtime base is its own RSS, which differs by machine and library versions)."""
     db = tmp_path / "db"
     shutil.copytree(sample_db, db)
-    probe = subprocess.run([sys.executable, "-c", BUDGET_PROBE, str(db), str(bundle_dir)], env=env, cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
-    assert probe.returncode == 0, probe.stderr[-2000:]
-    plain = json.loads(probe.stdout)
-    budget = plain["budget"]
-    assert "indexing encoder" not in plain["parts"] and not plain["generator"] and plain["total"] <= budget, plain
-    serve = [sys.executable, "-m", "edge_rag", "serve", "--db", str(db), "--bundle", str(bundle_dir), "--port", "0",
-             "--memory-mb", str(budget)]
-    for writes in (False, True):
-        proc = subprocess.Popen(serve + (["--token", "s3cret"] if writes else []), env=env, cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base, read_only = _smallest_plan(_refusal(db, bundle_dir, "--memory-mb", "1"))
+    _, writes = _smallest_plan(_refusal(db, bundle_dir, "--memory-mb", "1", "--token", "s3cret"))
+    assert writes > read_only
+    budget = (read_only + writes) // 2  # half the indexing encoder's part of room either way
+    plain = plan(Bundle.load(bundle_dir), Config(memory_budget_mb=budget), stored_passages(db), base,
+                 generator=False)
+    assert "indexing encoder" not in [c.name for c in plain.components] and plain.total_mb <= budget, str(plain)
+
+    proc = _serve(db, bundle_dir, "--memory-mb", str(budget))
+    try:
+        first = proc.stdout.readline()  # "edge-rag: serving ..." once it listens; "" if it exits instead
+        assert "read-only" in first, (first, proc.stderr.read()[-2000:] if not first else "")
+        url = first.split(" on ")[1].strip().rstrip("/")
+        assert httpx.get(f"{url}/api/health", timeout=T).json()["plan"]["budget_mb"] == budget
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    line = _refusal(db, bundle_dir, "--memory-mb", str(budget), "--token", "s3cret")
+    assert line.startswith("edge-rag: error: indexing encoder needs ~"), line
+    assert f"of the {budget} MB budget remain after runtime base" in line and "raise memory_budget_mb" in line
+
+
+def _writing_stdout(pid: int) -> bool:
+    """Whether process ``pid``'s main thread is blocked writing to its stdout, a pipe (Linux /proc)."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        call = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        pytest.skip("needs Linux /proc/PID/wchan and /proc/PID/syscall")
+    return "pipe" in wchan and len(call) > 1 and int(call[1], 16) == 1  # waits on a pipe, first argument fd 1
+
+
+def test_sigterm_while_the_server_says_it_serves_stops_it_cleanly(bundle_dir, sample_db, tmp_path):
+    """`edge-rag serve` printed its "serving" line before it installed its SIGTERM handler: a SIGTERM sent on
+    seeing the line could end the process by the signal (-15: no "stopped", nothing closed) instead of the clean
+    shutdown (exit 0). Sent on seeing the line that is a race; here it is not: the server's stdout is a full pipe,
+    so the server is held writing its serving line, and SIGTERM is sent while it is (the handler must be in place
+    by then), before the pipe is drained."""
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"-" * 4096)
+    os.set_blocking(write_end, True)  # the server's writes wait for room (the flag is the pipe's, shared)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("EDGE_RAG_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-m", "edge_rag", "serve", "--db", str(db), "--bundle",
+                             str(bundle_dir), "--port", "0"], env=env, cwd=ROOT, stdout=write_end,
+                            stderr=subprocess.PIPE)
+    os.close(write_end)
+    with open(read_end, "rb") as out, ThreadPoolExecutor(1) as pool:
         try:
-            first = proc.stdout.readline()  # "edge-rag: serving ..." once it listens; "" if it exits instead
-            if first:  # answering: its SIGTERM handler is set (it is set after the line is printed)
-                url = first.split(" on ")[1].strip().rstrip("/")
-                assert httpx.get(f"{url}/api/health", timeout=T).status_code == 200
-                proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=120)
+            deadline = time.monotonic() + 300  # loading the models; not a timing assertion
+            while not _writing_stdout(proc.pid):
+                if proc.poll() is not None:
+                    pytest.fail(f"the server ended ({proc.returncode}): {proc.stderr.read()[-2000:]!r}")
+                if time.monotonic() > deadline:
+                    pytest.fail("the server did not come to its serving line")
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            drained = pool.submit(out.read)  # makes room: the server goes on, and ends
+            proc.wait(timeout=120)
+            text = drained.result(timeout=60).decode().lstrip("-")
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        if not writes:
-            assert "read-only" in first and proc.returncode == 0, (first, err[-2000:])
-            continue
-        assert not first and proc.returncode == 2, (first, err[-2000:])
-        line = err.strip()
-        assert "\n" not in line and line.startswith("edge-rag: error: indexing encoder needs ~"), line
-        assert f"of the {budget} MB budget remain after runtime base" in line and "raise memory_budget_mb" in line
+    assert proc.returncode == 0 and text.endswith("edge-rag: stopped\n"), (proc.returncode, text,
+                                                                          proc.stderr.read()[-2000:])

@@ -65,14 +65,14 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     writes = "writes need the API token" if config.token else "read-only: no API token"
-    print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages; {writes}) on "
-          f"http://{url_host}:{port}/", flush=True)
-    server = http_server(app, config)
     # uvicorn finishes open requests on SIGTERM / Ctrl-C (a running indexing job stops at its next commit; the app
-    # then closes the store), and re-raises the signal afterwards; turn that into a normal exit.
+    # then closes the store), and re-raises the signal afterwards; turn that into a normal exit. Installed before
+    # the "serving" line: a supervisor may send SIGTERM the moment it reads it.
     signal.signal(signal.SIGTERM, _stop)
     try:
-        server.run(sockets=[sock])
+        print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages; {writes}) on "
+              f"http://{url_host}:{port}/", flush=True)
+        http_server(app, config).run(sockets=[sock])
     except (KeyboardInterrupt, _Stopped):
         pass
     print("edge-rag: stopped", flush=True)
