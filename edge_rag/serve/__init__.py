@@ -16,6 +16,10 @@ from pathlib import Path
 from ..errors import EdgeRAGError
 from .config import TOKEN_ENV, ServeConfig
 
+# Encoder threads of the session that indexes uploads (Config.index_threads), opened only by a server that takes
+# writes: one core stays with the questions on a 2-core device.
+INDEX_THREADS = 1
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = ServeConfig()
@@ -43,7 +47,6 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
         from .app import create_app
         from .auth import token_from_file
         from .http import server as http_server
-        from .jobs import INDEX_THREADS
     except ImportError as exc:
         raise EdgeRAGError(f"edge-rag serve needs Starlette and uvicorn ({exc.name} is missing): "
                            "pip install 'edge-rag[serve]'") from exc

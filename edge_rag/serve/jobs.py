@@ -5,8 +5,9 @@ event stream) follows its progress; passages become visible to questions batch b
 commit lands (a commit takes the store's search lock for 32 inserts at a time and to switch to the new
 commit, never while it saves the index file or writes its transaction: ``Store._commit``).
 One indexing thread: writes happen one at a time, in the order they were accepted. Indexing encodes
-with its own encoder session of ``INDEX_THREADS`` thread(s) (Config.index_threads: the server with writes opens
-its EdgeRAG with it, so the memory plan holds that session), so the question path's session keeps its threads.
+with its own encoder session (EdgeRAG.indexing_encoder, of Config.index_threads threads: the server with writes
+opens its EdgeRAG with serve.INDEX_THREADS, so the memory plan holds that session), so the question path's session
+keeps its threads.
 When the server stops, a running job stops at its next commit (every commit is whole: the store
 stays consistent, and its documents are marked incomplete, so uploading the file again adds what is missing);
 queued jobs are dropped.
@@ -25,7 +26,6 @@ from ..errors import BudgetError, DiskFullError, EdgeRAGError, InputError
 from ..pipeline import EdgeRAG
 from ..retrieval.encode import Encoder
 
-INDEX_THREADS = 1  # encoder threads for indexing: one core stays with the questions on a 2-core device
 KEEP_JOBS = 100  # finished jobs remembered for GET /api/jobs/{id}
 POLL_S = 0.2  # how often a progress stream looks at its job
 
