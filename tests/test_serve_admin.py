@@ -5,6 +5,8 @@ old certificate: too few labels, labels older than the documents, a calibration 
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,10 @@ from edge_rag.config import Config  # noqa: E402
 from edge_rag.decision import calibrate  # noqa: E402
 from edge_rag.decision.certify import Calibration  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
+from edge_rag.serve.admin_cal import Files  # noqa: E402
+from edge_rag.serve.admin_cal import calibrate as calibrate_job  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
+from edge_rag.serve.jobs import Job, Jobs  # noqa: E402
 
 AUTH = serving.WRITE
 
@@ -148,3 +153,34 @@ def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(serve
     assert in_force(url)["certificate"] == now["certificate"]
     listing = httpx.get(f"{url}/api/admin/questions", headers=AUTH, timeout=30).json()
     assert listing["stale"] == len(sample_labels())
+
+
+def _finished(job: Job) -> Job:
+    deadline = time.monotonic() + 600  # a bound on a hung job, not a timing assertion
+    while not job.finished:
+        assert time.monotonic() < deadline, job.to_dict()
+        time.sleep(0.1)
+    return job
+
+
+def test_a_calibration_job_makes_no_indexing_encoder_session(sample_db, tmp_path):
+    """The indexing thread made the indexing encoder session (a second ONNX session, ~100 MB at the smallest batch)
+    before every job, calibration and removal too, which never encode a passage. Only a job that encodes makes it
+    now: on an EdgeRAG whose plan holds no such session (index_threads 0, where making it is a BudgetError) the
+    admin's calibration runs to its table, and a job that asks for the encoder fails saying it is not planned."""
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    with EdgeRAG(db, config=Config(temperature=0.0)) as rag:
+        assert not rag.config.index_threads
+        jobs = Jobs(rag)
+        try:
+            entries = sample_labels()
+            cal = _finished(jobs.submit("calibrate", 0, lambda job: calibrate_job(
+                rag, Files(tmp_path), entries, "2026-01-01T00:00:00+00:00", job)[1]))
+            assert cal.state == "done", cal.to_dict()
+            assert cal.result["questions"] == len(entries) and cal.result["table"]
+            encodes = _finished(jobs.submit("upload", 1, lambda job: {"dim": jobs.encoder().dim}))
+            assert encodes.state == "failed" and encodes.error["status"] == 507, encodes.to_dict()
+            assert "index_threads" in encodes.error["error"]
+        finally:
+            jobs.close()

@@ -141,7 +141,7 @@ class Admin:
         files = self.files
         assert files is not None  # self.labels() made sure
 
-        def work(job: Job, encoder) -> dict:
+        def work(job: Job) -> dict:
             content, result = calibrate(self.rag, files, entries, labelled, job)
             self._candidates[job.id] = (content, result["store_version"])
             while len(self._candidates) > KEEP_CANDIDATES:

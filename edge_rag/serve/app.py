@@ -173,10 +173,10 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
             parsed = await asyncio.to_thread(lambda: [parse(name, path, parser) for name, path in saved])
         names = [name for name, _ in saved]
 
-        def work(job: Job, encoder) -> dict:
+        def work(job: Job) -> dict:
             for name, docs in zip(names, parsed):
                 job.check()
-                added = rag.add_documents(docs, progress_of(job), source_of(name), encoder)
+                added = rag.add_documents(docs, progress_of(job), source_of(name), jobs.encoder())
                 job.files.append({"file": name, "documents": len(docs), "passages": added})
                 job.changes += 1
             return {"corpus_passages": rag.store.count}
@@ -191,8 +191,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         doc_id = request.path_params["doc_id"]
         if await asyncio.to_thread(rag.store.document, doc_id) is None:
             raise HTTPException(404, f"no document with id {doc_id!r}")
-        job = jobs.submit("remove", 0, lambda job, encoder: {"document": doc_id,
-                                                             "passages_removed": rag.remove([doc_id])})
+        job = jobs.submit("remove", 0, lambda job: {"document": doc_id, "passages_removed": rag.remove([doc_id])})
         return _accepted(job)
 
     async def job_state(request: Request) -> Response:

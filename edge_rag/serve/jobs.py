@@ -7,7 +7,7 @@ commit, never while it saves the index file or writes its transaction: ``Store._
 One indexing thread: writes happen one at a time, in the order they were accepted. Indexing encodes
 with its own encoder session (EdgeRAG.indexing_encoder, of Config.index_threads threads: the server with writes
 opens its EdgeRAG with serve.INDEX_THREADS, so the memory plan holds that session), so the question path's session
-keeps its threads.
+keeps its threads; it is made at the first job that encodes (an upload), not for removals or calibration.
 When the server stops, a running job stops at its next commit (every commit is whole: the store
 stays consistent, and its documents are marked incomplete, so uploading the file again adds what is missing);
 queued jobs are dropped.
@@ -63,7 +63,7 @@ class Job:
         return self.state in ("done", "failed")
 
 
-Work = Callable[[Job, Encoder], dict]
+Work = Callable[[Job], dict]
 
 
 class Stopped(EdgeRAGError):
@@ -82,7 +82,7 @@ class Jobs:
         self._stopping = False
 
     def submit(self, kind: str, total_files: int, work: Work) -> Job:
-        """Queue ``work(job, encoder)``; it returns the job's result fields."""
+        """Queue ``work(job)``; it returns the job's result fields (work that encodes takes ``encoder()``)."""
         job = Job(secrets.token_hex(8), kind, total_files, stopping=self._stopping)
         with self._lock:
             self._jobs[job.id] = job
@@ -90,6 +90,12 @@ class Jobs:
                 self._jobs.popitem(last=False)
         self._pool.submit(self._run, job, work)
         return job
+
+    def encoder(self) -> Encoder:
+        """The indexing encoder session, made on first use (on the indexing thread, by a job that encodes)."""
+        if self._encoder is None:
+            self._encoder = self.rag.indexing_encoder()
+        return self._encoder
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
@@ -125,9 +131,7 @@ class Jobs:
         job.state, job.changes = "running", job.changes + 1
         try:
             job.check()
-            if self._encoder is None:
-                self._encoder = self.rag.indexing_encoder()
-            job.result = work(job, self._encoder)
+            job.result = work(job)
             job.state = "done"
         except Exception as exc:  # noqa: BLE001 - reported in the job; the indexing thread goes on
             job.error, job.state = _failure(job, exc), "failed"
