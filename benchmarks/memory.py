@@ -18,6 +18,7 @@ from edge_rag.documents.chunk import chunk, iter_files, read_documents
 from edge_rag.memory import peak_rss_mb, plan, rss_mb
 from edge_rag.models import bundle as B
 from edge_rag.models.registry import default_bundle
+from edge_rag.models.verify import select_encoder
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.retrieval.compress import build_context
 from evaluation.datasets import load_squad
@@ -42,7 +43,7 @@ def measure(db: str | Path, bundle_dir: str | Path | None = None, config: Config
     n = sum(len(chunk(d, config.passage_mode, config.min_sentence_chars)) for d in docs)
     bundle = B.Bundle.load(bundle_dir or default_bundle())
     generates = CertifiedPath(bundle, config).may_generate  # as EdgeRAG decides whether llama.cpp is planned
-    p = plan(bundle, config, passages=n, generator=generates)
+    p = plan(bundle, config, passages=n, generator=generates, encoder=select_encoder(bundle, config.threads))
     stages = {"start": rss_mb()}
     rag = EdgeRAG(db, bundle=bundle.root, config=p.apply(config))
     stages["encoder + store"] = rss_mb()

@@ -16,6 +16,8 @@ from conftest import reference_share
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from edge_rag.cli.commands import main
+from edge_rag.config import Config
+from edge_rag.memory.estimate import ENCODER_HEADS, encoder_estimate
 from edge_rag.models import bundle as B
 from edge_rag.models import registry as M
 from edge_rag.models.verify import (
@@ -27,6 +29,7 @@ from edge_rag.models.verify import (
     verdict_for,
     verify_bundle,
 )
+from edge_rag.pipeline import EdgeRAG
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,6 +113,24 @@ def test_failing_int8_falls_back_to_fp32_and_says_so(weak_bundle: Path, tmp_path
     out = capsys.readouterr().out
     assert "int8 encoder" in out and ": FAIL" in out and "fp32 encoder" in out and ": PASS" in out
     assert "runtime uses the fp32 encoder" in out
+
+
+def test_the_memory_plan_prices_the_fp32_encoder_it_falls_back_to(weak_bundle: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan priced the encoder sessions by the bundle's int8 file (23 MB) when the fp32 twin (90 MB) was loaded,
+    ~4× the weights in each session: here int8 fails verification, and the question encoder's part and the server's
+    indexing encoder's part are those of the fp32 file EdgeRAG runs."""
+    monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path / "home"))
+    bundle = B.Bundle.load(weak_bundle)
+    fp32, router = bundle.require(B.ROLE_ENCODER_FP32), bundle.require(B.ROLE_ROUTER)
+    dim, seq = int(bundle.encoder["dim"]), int(bundle.encoder["max_seq_len"])
+    with pytest.warns(RuntimeWarning, match="using the bundle's fp32"), \
+            EdgeRAG(tmp_path / "db", bundle=weak_bundle, config=Config(index_threads=1)) as rag:
+        batch, heads, ffn = rag.plan.encode_batch_tokens, int(bundle.encoder.get("heads", ENCODER_HEADS)), bundle.encoder.get("ffn")
+        session = encoder_estimate(fp32.stat().st_size + router.stat().st_size, dim, batch, seq, heads, ffn)
+        indexing = encoder_estimate(fp32.stat().st_size, dim, batch, seq, heads, ffn)
+        assert rag.plan.component("encoder").parts == session.parts
+        assert rag.plan.component("indexing encoder").parts == indexing.parts
 
 
 def test_failing_int8_without_fp32_exits_non_zero(weak_bundle: Path, tmp_path: Path,

@@ -81,7 +81,7 @@ class Plan:
 
 
 def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | None = None,
-         remote_index: bool = False, generator: bool = True) -> Plan:
+         remote_index: bool = False, generator: bool = True, encoder: Path | None = None) -> Plan:
     """Largest encode_batch_tokens, then largest n_ctx, that fit ``config.memory_budget_mb``.
 
     Loads nothing: stats files and reads the GGUF header. n_ctx candidates are config.n_ctx and the
@@ -96,10 +96,13 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
     ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
     ``generator``: whether llama.cpp is loaded at all (without it, n_ctx stays config.n_ctx, unused).
+    ``encoder``: the encoder file the sessions load (verify.select_encoder's choice: the fp32 twin, ~4× the int8
+    file, where int8 fails verification here); default the bundle's encoder.
     """
     info = read_gguf(bundle.require(B.ROLE_GENERATOR))
-    encoder_bytes = bundle.require(B.ROLE_ENCODER).stat().st_size
-    onnx_bytes = sum(p.stat().st_size for p in (bundle.path(B.ROLE_ENCODER), bundle.path(B.ROLE_ROUTER)) if p)
+    encoder_bytes = (encoder or bundle.require(B.ROLE_ENCODER)).stat().st_size
+    router = bundle.path(B.ROLE_ROUTER)
+    onnx_bytes = encoder_bytes + (router.stat().st_size if router else 0)
     enc = bundle.encoder
     if "dim" not in enc:
         raise BundleError(f"the manifest of {bundle.root} gives no encoder dim; rebuild the bundle")
