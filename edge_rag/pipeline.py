@@ -57,18 +57,15 @@ class EdgeRAG:
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
         # llama.cpp is in it only if a question may be generated, as the certified decision's calibration says
-        # (the shipped one, or one made on this device's own questions). The encoder file is chosen first, so the plan
-        # prices the one loaded (select_encoder: its verdict is cached; a first verification here loads it once, and
-        # the plan's runtime base, this process's RSS, then counts what that left).
+        # (the shipped one, or one made on this device's own questions). It prices the encoder file chosen here.
         config = config or Config()
         remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
         certified = CertifiedPath(self.bundle, config, Path(calibration) if calibration else None, remote)
-        self._encoder_path = select_encoder(self.bundle, config.threads)  # verified here: the file the plan prices
+        self._encoder_path = select_encoder(self.bundle, config.threads)  # verified here
         self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote,
                          generator=certified.may_generate, encoder=self._encoder_path)
         self.config = self.plan.apply(config)
-        self.certified = certified.planned(self.config)
-        c = self.config
+        self.certified, c = certified.planned(self.config), self.config
         self.encoder = Encoder(self._encoder_path, self.bundle.require(B.ROLE_TOKENIZER),
                                min(c.max_seq_len, int(self.bundle.encoder.get("max_seq_len", 256))),
                                c.encode_batch_tokens, c.threads)
