@@ -161,8 +161,10 @@ def route_features(rag: EdgeRAG, question: str) -> np.ndarray:
 
 def label_corpus(corpus: Corpus, db: Path, bundle_dir: Path, config: Config,
                  cached: dict[str, dict]) -> tuple[list[dict], np.ndarray]:
-    """Label rows (from the cache when there) and feature rows of the corpus's questions, in file order."""
-    rags = open_tiers(db, bundle_dir, config)
+    """Label rows (from the cache when there) and feature rows of the corpus's questions, in file order. Only the
+    first tier is opened (the features' search) when every question is in the cache."""
+    to_label = any(q.id not in cached for q in corpus.dataset.items)
+    rags = open_tiers(db, bundle_dir, config, TIERS if to_label else TIERS[:1])
     rows, x = [], []
     try:
         for q in tqdm(corpus.dataset.items, desc=f"labels {corpus.name}", unit="q"):

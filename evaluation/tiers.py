@@ -41,9 +41,9 @@ def label(served: Sequence[bool]) -> Tier | None:
     return next((t for t, ok in zip(TIERS, served) if ok), None)
 
 
-def open_tiers(db: Path, bundle_dir: Path, config: Config) -> dict[Tier, EdgeRAG]:
-    """One EdgeRAG per tier (``tier_override``) over the store ``db``; close them when done."""
-    return {t: EdgeRAG(db, bundle=bundle_dir, config=config.with_(tier_override=t)) for t in TIERS}
+def open_tiers(db: Path, bundle_dir: Path, config: Config, tiers: Sequence[Tier] = TIERS) -> dict[Tier, EdgeRAG]:
+    """One EdgeRAG per tier of ``tiers`` (``tier_override``) over the store ``db``; close them when done."""
+    return {t: EdgeRAG(db, bundle=bundle_dir, config=config.with_(tier_override=t)) for t in tiers}
 
 
 def tier_contexts(rags: dict[Tier, EdgeRAG], item: QAItem) -> tuple[list[bool], list[int]]:

@@ -1,8 +1,10 @@
 """Crash safety and one writer per store, with real processes: a crash (os._exit, no clean-up) at every
 step of the commit sequence, and two `edge-rag index` processes writing into one store at once."""
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, SAMPLE_DOCS
@@ -12,7 +14,8 @@ from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Store
 
-BATCH = 100  # passages per commit in the crashing process, so the sample corpus takes several commits
+BATCH = 40  # passages per commit in the crashing process, so the corpus below takes several commits
+FILES = 10  # the sample corpus's first 10 files (~150 passages; the founder's among them): each case embeds it once
 
 CRASH = """
 import os, sys
@@ -33,8 +36,21 @@ print("finished without crashing")
 
 
 @pytest.fixture(scope="module")
-def sample_total(sample_rag) -> int:
-    return sample_rag.store.count
+def docs(tmp_path_factory) -> Path:
+    """A folder of the first FILES sample documents, which each process below indexes."""
+    folder = tmp_path_factory.mktemp("docs")
+    for path in sorted(SAMPLE_DOCS.iterdir())[:FILES]:
+        shutil.copy(path, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sample_total(docs, bundle_dir, tmp_path_factory) -> int:
+    """Passages of ``docs`` indexed without a crash."""
+    with EdgeRAG(tmp_path_factory.mktemp("whole") / "db", bundle=bundle_dir) as rag:
+        rag.add_files([docs])
+        assert rag.store.count > 3 * BATCH  # commits after the crashing one
+        return rag.store.count
 
 
 # Every step of a later commit (an old index file exists), and the first commit's around the SQLite commit.
@@ -42,9 +58,9 @@ CASES = [(step, 2) for step in COMMIT_STEPS] + [("index_saved", 1), ("committed"
 
 
 @pytest.mark.parametrize("step, commit", CASES)
-def test_crash_at_every_commit_step_recovers_the_last_commit(tmp_path, bundle_dir, sample_total, step, commit):
+def test_crash_at_every_commit_step_recovers_the_last_commit(tmp_path, bundle_dir, docs, sample_total, step, commit):
     db = tmp_path / "db"
-    run = subprocess.run([sys.executable, "-c", CRASH, str(db), str(bundle_dir), str(SAMPLE_DOCS), step,
+    run = subprocess.run([sys.executable, "-c", CRASH, str(db), str(bundle_dir), str(docs), step,
                           str(commit), str(BATCH)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 70, run.stdout + run.stderr
     # What was committed before the crash: commits before this one, plus this one once SQLite committed it.
@@ -52,7 +68,7 @@ def test_crash_at_every_commit_step_recovers_the_last_commit(tmp_path, bundle_di
     with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
         assert rag.store.count == min(durable * BATCH, sample_total)  # nothing committed is lost
         assert [p.name for p in db.glob("vectors*.hnsw")] == ([rag.store.index_file] if durable else [])
-        added = rag.add_files([SAMPLE_DOCS])
+        added = rag.add_files([docs])
         assert added == sample_total - min(durable * BATCH, sample_total)  # exactly the rest
         assert rag.store.count == sample_total
         answer = rag.decide("Who founded the Harbourlight Science Museum?")
@@ -62,17 +78,17 @@ def test_crash_at_every_commit_step_recovers_the_last_commit(tmp_path, bundle_di
     reopened.close()
 
 
-def _index(db, bundle_dir, *extra):
-    return subprocess.Popen([sys.executable, "-m", "edge_rag", "index", str(SAMPLE_DOCS), "--db", str(db),
+def _index(db, bundle_dir, docs, *extra):
+    return subprocess.Popen([sys.executable, "-m", "edge_rag", "index", str(docs), "--db", str(db),
                              "--bundle", str(bundle_dir), "--quiet", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
-def test_two_index_processes_one_store(tmp_path, bundle_dir, sample_total):
+def test_two_index_processes_one_store(tmp_path, bundle_dir, docs, sample_total):
     """Both run at once and wait for the lock: one adds everything, the other nothing; index and
     passages agree (before the lock: both said 'added 3000' and the store was broken for good)."""
     db = tmp_path / "db"
-    procs = [_index(db, bundle_dir, "--wait", "600") for _ in range(2)]
+    procs = [_index(db, bundle_dir, docs, "--wait", "600") for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     added = sorted(int(out.split("added ")[1].split()[0]) for out, _ in outs)
@@ -82,11 +98,11 @@ def test_two_index_processes_one_store(tmp_path, bundle_dir, sample_total):
     store.close()
 
 
-def test_second_writer_fails_at_once_with_a_clear_message(tmp_path, bundle_dir, sample_rag):
+def test_second_writer_fails_at_once_with_a_clear_message(tmp_path, bundle_dir, docs, sample_rag):
     db = tmp_path / "db"
     writer = Store(db, sample_rag.encoder.dim)
     with writer.writing():  # another process holds the writer lock
-        proc = _index(db, bundle_dir)
+        proc = _index(db, bundle_dir, docs)
         out, err = proc.communicate(timeout=600)
         other = Store(db, sample_rag.encoder.dim, lock_timeout=0.2)  # and a second writer in this process
         with pytest.raises(StoreError, match="being written by another process"), other.writing():
