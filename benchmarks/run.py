@@ -32,6 +32,13 @@ RETRIEVAL_K = 10
 WARMUP_QUESTION = "What is this collection about?"
 
 
+def answer_tokens(text: str) -> int:
+    """--max-new-tokens: a whole number of tokens, at least 1 (a tier's own rule)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number of tokens >= 1: {text!r}")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--full", action="store_true", help="all questions and the 1M-vector scale point")
@@ -49,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memory-mb", type=int, default=None, help="memory budget for the pipeline")
     p.add_argument("--passages", choices=PASSAGE_MODES, default="sentence",
                    help="passage unit of the pooled corpus: sentences (default, the router's training unit) or paragraphs")
+    p.add_argument("--max-new-tokens", type=answer_tokens, default=None, metavar="N",
+                   help="cap every tier's answer at N tokens (a quick check of the harness; default: the tiers' own)")
     p.add_argument("--profile", default="gemma", help=f"bundle profile: {' | '.join(PROFILES)}")
     p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: the profile's)")
     p.add_argument("--out", type=Path, default=Path("bench-results"))
@@ -182,7 +191,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
                 out_rows: TextIO) -> tuple[dict, Path, dict]:
     """All systems on one dataset; returns its results, its index folder and, for the scale test, its passages
     (vectors and texts) and questions (embeddings and texts)."""
-    base = bench_config(args.threads, args.memory_mb, args.passages)
+    base = bench_config(args.threads, args.memory_mb, args.passages, args.max_new_tokens)
     encoder_sha = bundle.sha256(ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
     with EdgeRAG(db, bundle=bundle.root, config=base) as rag:

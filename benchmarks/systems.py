@@ -1,6 +1,8 @@
 """The compared systems as Config presets: stage flags switched on one by one, as in the thesis."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from edge_rag import Config
 from edge_rag.reading.reader import READER_ASSET
 
@@ -30,10 +32,15 @@ def available() -> list[str]:
     return [s for s, flags in SYSTEMS.items() if flags.get("reader") != "neural" or READER_ASSET.is_file()]
 
 
-def bench_config(threads: int = 0, memory_mb: int | None = None, passage_mode: str = "sentence") -> Config:
+def bench_config(threads: int = 0, memory_mb: int | None = None, passage_mode: str = "sentence",
+                 max_new_tokens: int | None = None) -> Config:
     """Deterministic decoding, no answer cache (each system must do its own work), the given resources and
-    passages (sentences, as the router was trained on, or whole paragraphs)."""
+    passages (sentences, as the router was trained on, or whole paragraphs); ``max_new_tokens`` caps every tier's
+    answer length (a quick check of the harness; not a decision input, so the certified systems stay certified)."""
     config = Config(temperature=0.0, cache_size=0, threads=threads, passage_mode=passage_mode)
+    if max_new_tokens is not None:
+        config = config.with_(tiers={t: replace(s, max_new_tokens=min(s.max_new_tokens, max_new_tokens))
+                                     for t, s in config.tiers.items()})
     return config if memory_mb is None else config.with_(memory_budget_mb=memory_mb)
 
 

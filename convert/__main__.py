@@ -5,15 +5,21 @@ import argparse
 import importlib
 import sys
 
-# Each module registers its own sub-command with ``register(subparsers)``.
-COMMANDS = ("encoder", "gpt", "router", "bundle", "train_router", "train_reader", "reader_report", "calibrate", "kernels")
+# Each module registers its own sub-command with ``register(subparsers)``: sub-command → module.
+COMMANDS = {"encoder": "encoder", "gpt": "gpt", "router": "router", "bundle": "bundle", "train-router": "train_router",
+            "train-reader": "train_reader", "score-reader": "reader_report", "calibrate": "calibrate",
+            "kernels": "kernels"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m convert", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
-        importlib.import_module(f"convert.{name}").register(sub)
+    # Only the named sub-command's module: each imports its own heavy libraries (transformers, onnx, torch), seconds
+    # of CPU; no name, or an unknown one, lists them all.
+    named = argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS
+    for name in named:
+        importlib.import_module(f"convert.{COMMANDS[name]}").register(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

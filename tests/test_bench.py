@@ -6,6 +6,7 @@ questions per dataset; it checks the shape of what `python -m benchmarks` writes
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from benchmarks import data, run
 from benchmarks import metrics as M
 from benchmarks.systems import BASELINE, SYSTEMS, available, bench_config, preset
+from edge_rag.config import Tier
 from evaluation.datasets import QAItem
 
 
@@ -75,6 +77,11 @@ def test_presets_switch_stages():
     assert alone.compression and not (alone.router or alone.rerank or alone.correction or alone.cgr)
 
 
+# Answers in the tiny run: long enough for the short answers to be generated whole, and a longer one is cut off and
+# refused as such (the test below checks both kinds), at a fraction of the tiers' own 64-128 tokens.
+TINY_MAX_NEW_TOKENS = 12
+
+
 @pytest.fixture(scope="module")
 def tiny_run(bundle_dir: Path, squad_path: Path, hotpot_path: Path, tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("bench")
@@ -85,7 +92,8 @@ def tiny_run(bundle_dir: Path, squad_path: Path, hotpot_path: Path, tmp_path_fac
     out = tmp / "out"
     results = run.main(["--n", "2", "--squad", str(tmp / "squad.json"), "--hotpot", str(tmp / "hotpot.jsonl"),
                         "--bundle", str(bundle_dir), "--out", str(out), "--index-cache", str(tmp / "index"),
-                        "--skip-peer", "--scale-sizes", "300", "--threads", "1", "--part", "all"])
+                        "--skip-peer", "--scale-sizes", "300", "--threads", "1", "--part", "all",
+                        "--max-new-tokens", str(TINY_MAX_NEW_TOKENS)])
     return results, out
 
 
@@ -152,6 +160,7 @@ def test_tiny_run_measures_what_each_system_does(tiny_run):
         if r["answerable"]:
             assert r["f1"] == best_f1(r["answer"], r["gold"])
         assert r["route"] == "GPT" or r["completion_tokens"] == 0 or "cut off" in (r["refusal_reason"] or "")
+        assert r["completion_tokens"] <= TINY_MAX_NEW_TOKENS  # --max-new-tokens reached every system's tiers
 
 
 def test_benchmark_part_is_the_test_split(squad_path: Path):
@@ -179,6 +188,21 @@ def test_passage_unit_reaches_the_config():
     assert bench_config(passage_mode=args.passages).passage_mode == "paragraph"
     with pytest.raises(SystemExit):
         run.parse_args(["--passages", "page"])
+
+
+def test_max_new_tokens_caps_every_tier():
+    """--max-new-tokens lowers each tier's answer budget to at most N and leaves everything else as it was."""
+    args = run.parse_args(["--max-new-tokens", "12"])
+    capped, default = bench_config(max_new_tokens=args.max_new_tokens), bench_config()
+    assert run.parse_args([]).max_new_tokens is None
+    assert [s.max_new_tokens for s in capped.tiers.values()] == [12] * len(capped.tiers)
+    assert [replace(s, max_new_tokens=1) for s in capped.tiers.values()] == [
+        replace(s, max_new_tokens=1) for s in default.tiers.values()]
+    assert capped.with_(tiers=default.tiers) == default
+    assert bench_config(max_new_tokens=100).tier(Tier.EASY).max_new_tokens == default.tier(Tier.EASY).max_new_tokens
+    for bad in ("0", "-3", "ten"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--max-new-tokens", bad])
 
 
 def test_scale_sizes_accept_what_help_shows():

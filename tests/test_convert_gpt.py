@@ -177,6 +177,25 @@ def test_cli(tiny, tmp_path, capsys):
     assert json.loads(Path(str(out) + ".parity.json").read_text())["passed"] is False
 
 
+def test_cli_imports_only_the_named_command(monkeypatch):
+    """`python -m convert gpt` imports convert.gpt alone: every other sub-command's libraries (transformers, onnx)
+    cost seconds of CPU per call. Each name maps to the module that registers it (else that name would not parse)."""
+    import importlib
+    import re
+
+    import convert.__main__ as cli
+
+    loaded: list[str] = []
+    real = importlib.import_module
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name, *a: loaded.append(name) or real(name, *a))
+    with pytest.raises(SystemExit) as done:
+        main(["gpt", "--help"])
+    assert done.value.code == 0 and [m for m in loaded if m.startswith("convert.")] == ["convert.gpt"]
+    folder = Path(cli.__file__).parent
+    for name, module in cli.COMMANDS.items():
+        assert re.search(rf'add_parser\(\s*"{name}"', (folder / f"{module}.py").read_text(encoding="utf-8")), name
+
+
 # -- errors a user can hit: each names the tensor or file at fault (random-init model, no data needed)
 
 

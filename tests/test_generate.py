@@ -11,10 +11,12 @@ NORMANDY = (
     "leader Rollo, agreed to swear fealty to King Charles III of West Francia."
 )
 
+N_CTX = 512  # holds every prompt here but the long context's, which it shortens (at half the default's prompt cost)
+
 
 @pytest.fixture(scope="session")
 def gemma(bundle):
-    return Generator(bundle.require(B.ROLE_GENERATOR), bundle.generator["prompt_style"], n_ctx=1024)
+    return Generator(bundle.require(B.ROLE_GENERATOR), bundle.generator["prompt_style"], n_ctx=N_CTX)
 
 
 def test_repetition_detector_flags_repeated_trigram():
@@ -79,15 +81,15 @@ def test_an_answer_does_not_depend_on_what_was_asked_before(gemma, bundle):
     any other questions (whose prompts, contexts and answers filled the KV cache around the kept template prefix)."""
     asked = [("Who was Rollo?", ROLLO), ("Describe the Normans.", NORMANDY),
              ("When did the Normans conquer England?", NORMANDY + " " + ROLLO)]
-    expected = [Generator(bundle.require(B.ROLE_GENERATOR), bundle.generator["prompt_style"], n_ctx=1024)
+    expected = [Generator(bundle.require(B.ROLE_GENERATOR), bundle.generator["prompt_style"], n_ctx=N_CTX)
                 .generate(q, c, 24, temperature=0.0) for q, c in asked]
-    for _ in range(2):
-        assert [gemma.generate(q, c, 24, temperature=0.0) for q, c in reversed(asked)] == expected[::-1]
+    order = [2, 1, 0, 2]  # once each, every (before, after) pair of asking the three twice in reverse order
+    assert [gemma.generate(*asked[i], 24, temperature=0.0) for i in order] == [expected[i] for i in order]
 
 
 def test_long_context_is_shortened_to_fit(gemma):
     gen = gemma.generate("Where is Normandy?", NORMANDY * 40, max_new_tokens=8, temperature=0.0)
-    assert gen.prompt_tokens + 8 <= gemma.n_ctx
+    assert gen.prompt_tokens + 8 <= gemma.n_ctx < len(gemma.llm.tokenize((NORMANDY * 40).encode()))
 
 
 def test_corrupt_gguf_is_a_clear_error(tmp_path):

@@ -2,9 +2,9 @@
 
 Before: uploads were indexed on the thread that answers questions, so during a 5 MB upload (25,386
 passages, 111 s of indexing) a question sent 3 s in was answered after 108.5 s. Now the upload is a job
-on its own thread: this test uploads ~0.5 MB of distinct sentences and asks extractive questions one after
-another until the job is done. Gated on invariants, not speed: questions are answered *while* the job is
-running (the old server answered none), each within the server's ``--timeout``, and passages become
+on its own thread: this test uploads ~0.25 MB of distinct sentences and asks extractive questions, each
+``PAUSE_S`` after the last answer, until the job is done. Gated on invariants, not speed: questions are answered
+*while* the job is running (the old server answered none), each within the server's ``--timeout``, and passages become
 visible batch by batch. ``python -m pytest tests/test_serve_load.py -s`` prints the latencies.
 """
 from __future__ import annotations
@@ -22,11 +22,17 @@ pytest.importorskip("starlette", reason="the serve extra is not installed: pip i
 import serving  # noqa: E402
 from serving import TOKEN, WRITE, running_server  # noqa: E402
 
+from edge_rag.documents.indexing import INDEX_BATCH_PASSAGES  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 
 TIMEOUT_S = 60.0
-SENTENCES = 4500  # ~0.5 MB, 5 commits of 1,024 passages
+# Between questions: ~100 meet the job instead of ~400 back to back, which cost a third of the file's CPU; the old
+# server answered none while indexing, however many were sent.
+PAUSE_S = 0.1
+# ~0.25 MB: two commits of INDEX_BATCH_PASSAGES while the job runs (each store size seen by /api/health for the
+# seconds the next batch encodes), then the rest at the end
+SENTENCES = 2 * INDEX_BATCH_PASSAGES + 500
 QUESTIONS = ("How much does an adult ticket cost?", "Who founded the Harbourlight Science Museum?",
              "When does the museum open?", "How do I bake sourdough bread?")
 WORDS = ("copper", "walnut", "linen", "amber", "slate", "cedar", "pewter", "indigo", "ochre", "willow")
@@ -39,7 +45,7 @@ def upload_text(n: int) -> bytes:
 
 
 def test_questions_are_answered_while_a_large_upload_is_indexed(bundle_dir, sample_db, tmp_path):
-    r = upload_while_asking(bundle_dir, sample_db, tmp_path, upload_text(SENTENCES))
+    r = upload_while_asking(bundle_dir, sample_db, tmp_path, upload_text(SENTENCES), pause_s=PAUSE_S)
     print(f"\n{r.summary()}")
     assert r.job["state"] == "done", r.job
     assert r.added >= SENTENCES and r.job["corpus_passages"] == r.before + r.added
@@ -66,9 +72,9 @@ class Run:
                 f"{ms[-1]:.0f} ms; corpus sizes seen: {len(self.counts)}; job {self.job['state']}")
 
 
-def upload_while_asking(bundle_dir, sample_db, tmp_path, text: bytes, every: int = 0) -> Run:
-    """Serve a copy of the sample store, upload ``text``, ask questions one after another until the job ends
-    (``every`` > 0: print the summary so far every that many questions)."""
+def upload_while_asking(bundle_dir, sample_db, tmp_path, text: bytes, every: int = 0, pause_s: float = 0.0) -> Run:
+    """Serve a copy of the sample store, upload ``text``, ask questions one after another (``pause_s`` apart) until
+    the job ends (``every`` > 0: print the summary so far every that many questions)."""
     db = tmp_path / "db"
     shutil.copytree(sample_db, db)
     rag = EdgeRAG(db, bundle=bundle_dir, config=serving.test_config().with_(cache_size=0))  # every question in full
@@ -91,6 +97,7 @@ def upload_while_asking(bundle_dir, sample_db, tmp_path, text: bytes, every: int
                 run.during.append(elapsed)
             if every and n % every == 0:
                 print(run.summary(), f"({run.job['passages_done']} of {run.job['passages_planned']})", flush=True)
+            time.sleep(pause_s)
         run.job = job
     return run
 
