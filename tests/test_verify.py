@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from conftest import reference_share
+from conftest import EMULATED_SHARE, reference_share
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from edge_rag.cli.commands import main
@@ -26,6 +26,7 @@ from edge_rag.models.verify import (
     select_encoder,
     verdict_for,
     verify_bundle,
+    verify_encoder,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,6 +127,18 @@ def test_failing_int8_without_fp32_exits_non_zero(weak_bundle: Path, tmp_path: P
     assert "all re-hashed" in out and ": FAIL" in out and "fp32 encoder" not in out
 
 
+def test_the_emulated_share_still_fails_a_per_tensor_int8_encoder(bundle: B.Bundle, weak_bundle: Path,
+                                                                   tmp_path: Path) -> None:
+    """The emulated checks (below; test_aarch64's install) gate the int8 encoder on a share of the reference set
+    (``reference_share``): on that share the int8 gate must still fail the per-tensor encoder it fails on all 64
+    sentences, or a pass under emulation would prove nothing."""
+    share = reference_share(bundle, tmp_path / "reference.npz")
+    weak = B.Bundle.load(weak_bundle)
+    verdict = verify_encoder(weak.require(B.ROLE_ENCODER), weak.require(B.ROLE_TOKENIZER), share, "int8",
+                             int(weak.encoder["max_seq_len"]), threads=1, repeats=1)
+    assert verdict.sentences == EMULATED_SHARE and not verdict.passed, verdict.summary()
+
+
 # The check `models verify` makes, in an emulated process: the bundle's hashes are checked natively above, and one
 # timed query (emulated time says nothing about a device; `models verify`'s 20 cost 28 s of CPU under qemu here).
 EMULATED_VERIFY = """
@@ -154,5 +167,5 @@ def test_verify_under_an_emulated_avx2_only_cpu(bundle: B.Bundle, tmp_path: Path
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     verdict = Verdict(**json.loads(out.stdout.strip().splitlines()[-1]))
     assert verdict.cpu == "x86_64 AVX2" and verdict.precision == "int8", verdict
-    assert verdict.sentences == len(load_reference(share)[0]) == 16, verdict
+    assert verdict.sentences == len(load_reference(share)[0]) == EMULATED_SHARE, verdict
     assert verdict.passed, verdict.summary()
