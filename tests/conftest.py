@@ -123,17 +123,24 @@ def pg_admin_url():
     server.stop()
 
 
+@contextlib.contextmanager
+def fresh_database(admin_url: str):
+    """The URL of a new database on the server ``admin_url`` reaches, dropped on exit."""
+    psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
+    name = f"edge_rag_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    parts = urlsplit(admin_url)
+    yield urlunsplit(parts._replace(path=f"/{name}"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def pg_url(pg_admin_url):
     """A fresh database on the server, dropped after the test."""
-    psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
-    name = f"edge_rag_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    parts = urlsplit(pg_admin_url)
-    yield urlunsplit(parts._replace(path=f"/{name}"))
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database(pg_admin_url) as url:
+        yield url
 
 
 def _squad_rag(bundle_dir: Path, squad_path: Path, config: Config, into: Path):

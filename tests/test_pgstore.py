@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pytest
+from conftest import fresh_database
 from lexical_cases import check_rarest_terms_pick_the_candidates
 from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
@@ -73,7 +74,19 @@ def test_round_trip_and_incremental_add(pg_url, encoder):
     again.close()
 
 
-def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
+@pytest.fixture(scope="module")
+def pg_sample(pg_admin_url, bundle_dir):
+    """(URL, what the first and the second add_files of it added) of a database holding the sample corpus, indexed
+    through EdgeRAG once: the backend-parity and the shipped-calibration tests read the same store."""
+    from edge_rag.pipeline import EdgeRAG
+
+    with fresh_database(pg_admin_url) as url:
+        with EdgeRAG(url, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+            added = rag.add_files([SAMPLE_DOCS]), rag.add_files([SAMPLE_DOCS])
+        yield url, added
+
+
+def test_backend_parity_on_the_sample_corpus(sample_rag, pg_sample, bundle_dir):
     """Same passages, scores, route, reader's candidate and answer from both backends for every sample question
     (dense retrieval: the full-text ranks differ by design, BM25 in SQLite and ts_rank_cd in PostgreSQL; the
     shipped calibration was measured on hybrid retrieval, so both refuse: the candidate is what the reader read)."""
@@ -83,10 +96,10 @@ def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
 
     questions = [q["question"] for q in json.loads((SAMPLE_DOCS.parent / "questions.json").read_text())]
     dense = Config(temperature=0.0, retrieval="dense")
-    with EdgeRAG(pg_url, bundle=bundle_dir, config=dense) as remote, \
+    url, added = pg_sample
+    assert added == (sample_rag.store.count, 0)  # the second add: already indexed
+    with EdgeRAG(url, bundle=bundle_dir, config=dense) as remote, \
             EdgeRAG(sample_rag.store.folder, bundle=bundle_dir, config=dense) as local:
-        assert remote.add_files([SAMPLE_DOCS]) == sample_rag.store.count
-        assert remote.add_files([SAMPLE_DOCS]) == 0  # already indexed
         for q in questions:
             a, b = local.decide(q), remote.decide(q)
             assert [p.id for p in a.passages] == [p.id for p in b.passages], q
@@ -94,7 +107,7 @@ def test_backend_parity_on_the_sample_corpus(sample_rag, pg_url, bundle_dir):
             assert (a.route, a.answer, a.candidate, a.context) == (b.route, b.answer, b.candidate, b.context), q
 
 
-def test_a_postgresql_store_is_certified_by_its_own_shipped_calibration(pg_url, bundle_dir):
+def test_a_postgresql_store_is_certified_by_its_own_shipped_calibration(pg_sample, bundle_dir):
     """Its full-text half ranks by ts_rank_cd, not BM25, so its decisions were counted on a pgvector store
     (`python -m convert calibrate --backend pgvector`): that file decides, and the kiosk says which."""
     from edge_rag.decision.certify import PGVECTOR_CALIBRATION_ASSET
@@ -102,8 +115,7 @@ def test_a_postgresql_store_is_certified_by_its_own_shipped_calibration(pg_url, 
     from edge_rag.serve.health import decision
     from edge_rag.serve.suggest import suggestions
 
-    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as remote:
-        remote.add_files([SAMPLE_DOCS])
+    with EdgeRAG(pg_sample[0], bundle=bundle_dir, config=Config(temperature=0.0)) as remote:
         assert remote.certified.calibration_path == PGVECTOR_CALIBRATION_ASSET and not remote.certified.own
         assert remote.certified.certificate is not None and remote.certified.uncertified is None
         d = decision(remote)
@@ -158,13 +170,13 @@ def test_a_writer_killed_mid_batch_leaves_nothing(pg_url):
     """A real crash: the writer process is SIGKILLed with its passages inserted but not committed."""
     store = PgStore(pg_url, DIM, "enc-1")
     store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
-    with psycopg.connect(pg_url) as blocker:
+    with psycopg.connect(pg_url) as blocker, psycopg.connect(pg_url, autocommit=True) as watcher:
         blocker.execute("LOCK TABLE edge_rag_meta IN EXCLUSIVE MODE")  # the writer's final meta update waits
         child = subprocess.Popen([sys.executable, "-c", _WRITER], cwd=ROOT,
                                  env={**os.environ, "PYTHONPATH": str(ROOT), "EDGE_RAG_TEST_DB": pg_url})
         try:
             deadline = time.monotonic() + 60
-            while not _waiting_on_meta(pg_url):
+            while not _waiting_on_meta(watcher):
                 assert child.poll() is None and time.monotonic() < deadline, "the writer never reached its commit"
                 time.sleep(0.05)
             child.kill()
@@ -180,11 +192,11 @@ def test_a_writer_killed_mid_batch_leaves_nothing(pg_url):
     store.close()
 
 
-def _waiting_on_meta(url: str) -> bool:
-    """True when another session waits for a lock on the meta table, its passages already COPYed."""
-    with psycopg.connect(url) as conn:
-        return conn.execute("""SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-                               WHERE c.relname = 'edge_rag_meta' AND NOT l.granted""").fetchone()[0] > 0
+def _waiting_on_meta(conn: psycopg.Connection) -> bool:
+    """True when another session waits for a lock on the meta table, its passages already COPYed (``conn`` in
+    autocommit: each poll sees the locks as they are, on one connection instead of a login per poll)."""
+    return conn.execute("""SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                           WHERE c.relname = 'edge_rag_meta' AND NOT l.granted""").fetchone()[0] > 0
 
 
 def test_two_writers_take_turns(pg_url):

@@ -32,11 +32,22 @@ def built(tmp_path_factory):
             for name in ("tiny", "qwen-0.5b")}
 
 
+@pytest.fixture(scope="module")
+def answered(built):
+    """Each built profile loaded as the manifest says and its greedy answer to QUESTION: the template test checks
+    both, the stop-piece test stops the same answer (one load and one generation of each model)."""
+    out = {}
+    for name, path in built.items():
+        gen = Generator(path, M.PROFILES[name].prompt_style, n_ctx=1024, threads=2, stop=M.PROFILES[name].stop)
+        out[name] = gen, gen.generate(QUESTION, NORMANDY, max_new_tokens=32, temperature=0.0)
+    return out
+
+
 @pytest.mark.parametrize("name", ["tiny", "qwen-0.5b"])
-def test_a_chat_profile_is_the_model_it_says_and_answers_in_its_template(built, name):
+def test_a_chat_profile_is_the_model_it_says_and_answers_in_its_template(answered, name):
     """tiny is one file in its package; qwen-0.5b six chunks joined in package order, checked by sha256."""
     source = M.PROFILES[name]
-    gen = Generator(built[name], source.prompt_style, n_ctx=1024, threads=2, stop=source.stop)
+    gen, answer = answered[name]
     meta = gen.llm.metadata
     assert int(meta[f"{meta['general.architecture']}.context_length"]) == source.context_length
     assert f"-{meta['general.size_label']}-" in source.name  # e.g. 135M, 0.5B: the model the profile names
@@ -45,7 +56,6 @@ def test_a_chat_profile_is_the_model_it_says_and_answers_in_its_template(built, 
     prompt = gen.prompt(QUESTION, NORMANDY)
     assert prompt.startswith("<|im_start|>system\n" + SYSTEM + "<|im_end|>")
     assert prompt.endswith(f"Question: {QUESTION}<|im_end|>\n<|im_start|>assistant\n")
-    answer = gen.generate(QUESTION, NORMANDY, max_new_tokens=32, temperature=0.0)
     assert "France" in answer.text and not answer.cut  # the model ended its own turn
     assert answer.completion_tokens < 32
 
@@ -58,11 +68,11 @@ def test_a_package_that_no_longer_hashes_to_the_profile_is_refused(built, tmp_pa
     assert not Path(out).exists()  # nothing left that a later build could take for the model
 
 
-def test_a_profile_stop_piece_ends_the_answer_where_it_is_generated(built):
+def test_a_profile_stop_piece_ends_the_answer_where_it_is_generated(built, answered):
     """The manifest's stop pieces reach the decode loop: a piece the answer would contain ends it there."""
     source = M.PROFILES["tiny"]
-    plain = Generator(built["tiny"], "chat", n_ctx=1024, threads=2, stop=source.stop)
-    text = plain.generate(QUESTION, NORMANDY, 32, temperature=0.0).text
+    plain, answer = answered["tiny"]
+    text = answer.text
     first = plain.llm.tokenize(text.encode(), add_bos=False, special=False)[0]
     piece = plain.llm.detokenize([first]).decode()
     stopped = Generator(built["tiny"], "chat", n_ctx=1024, threads=2, stop=source.stop + (piece,))

@@ -3,6 +3,7 @@ on the answer's tokens, and swapped questions really lose their answer in the pa
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 
 import pytest
@@ -13,6 +14,16 @@ from edge_rag.models import bundle as B
 from edge_rag.reading.reader import CONTEXT_SEQUENCE, Windows, passage_context
 
 pytestmark = pytest.mark.skipif(not D.SQUAD_TRAIN.is_file(), reason=f"{D.SQUAD_TRAIN} not found (../shared/data)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_file_parsed_once():
+    """D.squad_questions, memoised for this module: the selection tests read SQuAD 1.1 train (30 MB) and the recovered
+    SQuAD-2 train (19 MB) through reader_train, reader_select and calibrate.selection_file, 14 parses of 4 read-only
+    files (~16 s of CPU) where 4 give the same questions; every function under test still runs on them."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(D, "squad_questions", functools.lru_cache(maxsize=None)(D.squad_questions))
+        yield
 
 
 @pytest.fixture(scope="module")
