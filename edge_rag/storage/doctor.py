@@ -7,7 +7,7 @@ store returned. A mean hides a passage the graph cannot reach (issue #43: mean 0
 39 passages no question could find), so it also judges the worst query (``WORST_FLOOR``) and, with
 ``reach``, searches every passage with its own vector: one not in its own top k is unreachable, and one is
 too many. Works on both stores: the exact side reads the vectors from the hnswlib index (embedded) or scans
-the table without its index (pgvector).
+the table without its index, every query in one pass (pgvector).
 
 The embedded store's vectors are read ``CHUNK`` at a time, each chunk scored against every query at once: hnswlib's
 ``get_items`` builds a Python float per component with the GIL held, so reading all 26k vectors at once took
@@ -141,18 +141,23 @@ def _items(store, ids: np.ndarray) -> np.ndarray:
 
 
 def _postgres(store, sample: int, seed: int) -> tuple[np.ndarray, Exact]:
-    """A seeded sample of stored embeddings; exact = the same ORDER BY with index scans off (a full scan)."""
-    from .pgsql import PASSAGES
+    """A seeded sample of stored embeddings; exact = every query's top k by the same distance without the index, all
+    queries in one statement per pgsql.EXACT_SPAN ids (pgsql.EXACT), the spans' best merged here."""
+    from .pgsql import EXACT, EXACT_SPAN, PASSAGES
 
     with store._errors("cannot check"), store.pool.connection() as conn, conn.transaction():
         conn.execute("SELECT setseed(%s)", (seed / 2**31,))
         rows = conn.execute(f"SELECT embedding FROM {PASSAGES} ORDER BY random() LIMIT %s", (sample,)).fetchall()
 
     def exact(queries: np.ndarray, k: int) -> list[list[int]]:
+        found: list[list[tuple[float, int]]] = [[] for _ in queries]
         with store._errors("cannot check"), store.pool.connection() as conn, conn.transaction():
-            conn.execute("SET LOCAL enable_indexscan = off")
-            return [[int(r[0]) for r in conn.execute(f"SELECT id FROM {PASSAGES} ORDER BY embedding <=> %s LIMIT %s",
-                                                     (np.asarray(vector, np.float32), k))] for vector in queries]
+            lo, hi = conn.execute(f"SELECT coalesce(min(id), 0), coalesce(max(id), -1) FROM {PASSAGES}").fetchone()
+            for at in range(int(lo), int(hi) + 1, EXACT_SPAN):
+                params = {"lo": at, "hi": at + EXACT_SPAN, "k": k, "q": [np.asarray(v, np.float32) for v in queries]}
+                for i, pid, dist in conn.execute(EXACT, params):
+                    found[i - 1].append((float(dist), int(pid)))
+        return [[pid for _, pid in sorted(best)[:k]] for best in found]
 
     vectors = [np.asarray(r[0].to_numpy(), dtype=np.float32) for r in rows]
     return np.array(vectors, dtype=np.float32).reshape(len(vectors), store.dim), exact

@@ -60,6 +60,15 @@ SEARCH_WITH_EXACT = f"""SELECT * FROM (({SEARCH})
 # Of the passages ``ids`` (None: all), those whose own embedding's top k through the HNSW index misses them.
 UNREACHABLE = f"""SELECT p.id FROM {PASSAGES} p WHERE (%(ids)s::bigint[] IS NULL OR p.id = ANY(%(ids)s))
     AND p.id NOT IN (SELECT q.id FROM {PASSAGES} q ORDER BY q.embedding <=> p.embedding LIMIT %(k)s)"""
+# doctor.check_recall's exact side: each query vector's top k among the passages with ids in [lo, hi), by the same
+# distance as SEARCH but never through the HNSW index (a scan of a materialized CTE). The embeddings are read once into
+# the CTE, de-TOASTed by the cast (a vector(384) is stored out of line: one scan of the table per query read each again,
+# ~12x the distances' cost), and scanned once per query; EXACT_SPAN ids at a time keep the CTE near work_mem.
+EXACT = f"""WITH p AS MATERIALIZED (SELECT id, embedding::real[]::vector AS e FROM {PASSAGES}
+    WHERE id >= %(lo)s AND id < %(hi)s)
+SELECT q.i, t.id, t.d FROM unnest(%(q)s::vector[]) WITH ORDINALITY AS q(v, i)
+CROSS JOIN LATERAL (SELECT id, e <=> q.v AS d FROM p ORDER BY d LIMIT %(k)s) t"""
+EXACT_SPAN = 2048
 SCORED = f"SELECT id, doc_id, title, text, position, embedding <=> %b FROM {PASSAGES} WHERE id = ANY(%s)"
 PASSAGES_BY_ID = f"SELECT id, doc_id, title, text, position FROM {PASSAGES} WHERE id = ANY(%s)"
 # Documents in the order their first passage was stored (passage ids are never reused), as the embedded store's rowid.
