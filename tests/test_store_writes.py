@@ -1,10 +1,12 @@
 """An indexing run writes a small multiple of the store it leaves (issue #43: every 1,024-passage commit rewrote and
 hashed the whole index file, so a 19 MB upload wrote ~40 GB onto the kiosk's SD card). Commits now grow with the store
 (``indexing.commit_step``). Gated on a count, ``/proc/self/io`` write_bytes over the folder's size, not on time: the
-batch is scaled down to 64 passages so a 0.25 MB file takes ~40 batches, as a 20 MB upload takes ~200.
+batch is scaled down to 64 passages so a 0.15 MB file (2,485 passages) takes ~40 batches, as a 20 MB upload takes ~200.
 
-``python -m pytest tests/test_store_writes.py -s`` (4,145 passages): before 270 MiB written for a 14.3 MiB store
-(18.9x); now 34 MiB for 12.6 MiB (2.7x)."""
+``python -m pytest tests/test_store_writes.py -s`` on a 0.25 MB file (4,145 passages): before 270 MiB written for a
+14.3 MiB store (18.9x); now 34 MiB for 12.6 MiB (2.7x). Each batch its own commit rewrote the whole index, so the
+bytes written grow with the square of the batches: on the 0.15 MB file here that way (``Store.commit_growth = 0``) 102 MiB
+were written for a 10.1 MiB store (10.1x, over the gate); now 15.8 MiB for 7.9 MiB (2.0x)."""
 import numpy as np
 import pytest
 
@@ -16,13 +18,14 @@ from edge_rag.storage.store import Store
 from edge_rag.storage.store_db import contexts
 
 BATCH = 64
+UPLOAD_MB = 0.15  # 2,485 passages: 39 batches (an upload of ~40 commits' worth before issue #43's fix)
 
 
 @pytest.fixture
 def upload(tmp_path, monkeypatch):
     monkeypatch.setattr(indexing, "INDEX_BATCH_PASSAGES", BATCH)
     path = tmp_path / "upload.txt"
-    write_text(path, 0.25)
+    write_text(path, UPLOAD_MB)
     return read_documents(path)
 
 
