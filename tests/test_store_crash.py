@@ -14,8 +14,10 @@ from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Store
 
-BATCH = 40  # passages per commit in the crashing process, so the corpus below takes several commits
-FILES = 10  # the sample corpus's first 10 files (~150 passages; the founder's among them): each case embeds it once
+BATCH = 20  # passages per commit in the crashing process, so the corpus below takes several commits
+FOUNDER = "09-founder-margaret-hollins.md"  # the document the recovered store is asked about
+FILES = 5  # the sample corpus's five files up to the founder's (72 passages: commits of 20, 20, 20, 12): each case
+# embeds them once
 
 CRASH = """
 import os, sys
@@ -37,9 +39,11 @@ print("finished without crashing")
 
 @pytest.fixture(scope="module")
 def docs(tmp_path_factory) -> Path:
-    """A folder of the first FILES sample documents, which each process below indexes."""
+    """A folder of FILES sample documents, the founder's the last, which each process below indexes."""
     folder = tmp_path_factory.mktemp("docs")
-    for path in sorted(SAMPLE_DOCS.iterdir())[:FILES]:
+    paths = sorted(SAMPLE_DOCS.iterdir())
+    end = [p.name for p in paths].index(FOUNDER) + 1
+    for path in paths[end - FILES:end]:
         shutil.copy(path, folder)
     return folder
 
