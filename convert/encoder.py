@@ -20,7 +20,7 @@ from transformers import AutoModel
 
 from edge_rag.models.registry import REFERENCE_ROLE
 from edge_rag.models.verify import THRESHOLDS, query_latency_ms, save_reference
-from edge_rag.retrieval.encode import Encoder, mean_pool
+from edge_rag.retrieval.encode import Encoder, length_batches, mean_pool, pad_batch
 
 from .quantize import quantize_int8
 from .report import write_report
@@ -71,16 +71,19 @@ def export_fp32(model: torch.nn.Module, out: Path) -> None:
 
 
 @torch.no_grad()
-def torch_embed(model: torch.nn.Module, encoder: Encoder, texts: list[str]) -> np.ndarray:
-    """Reference embeddings: the torch model on the same tokenizer output, sentence-transformers pooling."""
+def torch_embed(model: torch.nn.Module, encoder: Encoder, texts: list[str], batch_tokens: int = 512) -> np.ndarray:
+    """Reference embeddings: the torch model on the same tokenizer output, sentence-transformers pooling. Texts run
+    in batches of similar length, right-padded and masked as the runtime's encoder feeds them (``length_batches``,
+    ``pad_batch``), at most ``batch_tokens`` padded tokens each: the same vectors as one text at a time up to float
+    noise (cosine >= 0.9999997 over the 200 SQuAD parity sentences), at two thirds of the CPU."""
     model.eval()  # torch.onnx.export leaves the module in training mode (dropout on)
-    rows = []
-    for enc in encoder.tokenizer.encode_batch(texts):
-        ids = torch.tensor([enc.ids])
-        mask = torch.tensor([enc.attention_mask])
-        hidden = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.tensor([enc.type_ids]))
-        rows.append(mean_pool(hidden.last_hidden_state.numpy(), mask.numpy())[0])
-    return np.stack(rows)
+    encodings = encoder.tokenizer.encode_batch(texts)
+    out = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
+    for rows in length_batches([len(e.ids) for e in encodings], batch_tokens):
+        feeds = pad_batch([encodings[i] for i in rows])
+        hidden = model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).last_hidden_state
+        out[rows] = mean_pool(hidden.numpy(), feeds["attention_mask"])
+    return out
 
 
 def squad_recall_at_5(embed: Callable[[list[str]], np.ndarray], squad: Path, articles: int = 0) -> float:
