@@ -91,3 +91,24 @@ def test_every_block_of_large_files_is_checked(copy):
     checked = B.Bundle.load(copy).verify_files()
     blocks = -(-(copy / "generator.gguf").stat().st_size // B.BLOCK_BYTES)
     assert checked["generator.gguf"] == f"{blocks} blocks (crc32)"
+
+
+def test_a_load_soon_after_a_passing_one_reads_no_blocks_until_a_file_changes(copy, monkeypatch):
+    """A process loading the bundle again within RECHECK_S of a load that passed, every file unchanged, checks no
+    block (they would come from the page cache the last check filled); an edit that keeps the mtime is still caught
+    at the next load, and once RECHECK_S has passed the blocks are read again."""
+    monkeypatch.setattr(B, "SETTLED_NS", 0)  # the copy was made just now: remember its check all the same
+    checks = []
+    verify_files = B.Bundle.verify_files
+    monkeypatch.setattr(B.Bundle, "verify_files", lambda self, full=False: checks.append(full) or verify_files(self, full))
+    encoder = B.Bundle.load(copy).require(B.ROLE_ENCODER)
+    B.Bundle.load(copy)
+    assert checks == [False]  # the second load checked nothing
+    _flip(encoder, 12345, 1)
+    with pytest.raises(BundleError, match="encoder.onnx fails its sha256 check"):
+        B.Bundle.load(copy)
+    _flip(encoder, 12345, 1)  # the good byte back: hashed again, passes, remembered
+    B.Bundle.load(copy)
+    monkeypatch.setattr(B, "RECHECK_S", 0.0)
+    B.Bundle.load(copy)
+    assert checks == [False] * 4
