@@ -93,7 +93,7 @@ def pooled_index(name: str, path: Path, bundle: Bundle, config: Config, cache: P
     return open_index(ds, bundle.root, encoder_sha, config, cache)[0], ds.items
 
 
-def open_index(ds: Dataset, bundle: Path, encoder_sha: str, config: Config, cache: Path) -> tuple[Path, dict]:
+def open_index(ds: Dataset, bundle: Path | Bundle, encoder_sha: str, config: Config, cache: Path) -> tuple[Path, dict]:
     """Build (or reuse) the dataset's pooled index; returns its folder and how it was built."""
     db = cache / f"{ds.name}-{ds.sha256[:10]}-{encoder_sha[:10]}-{config.passage_mode}"
     start = time.perf_counter()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from edge_rag import Config
 from edge_rag.config import TIERS
+from edge_rag.models.bundle import Bundle
 from evaluation.datasets import QAItem
 from evaluation.tiers import label, open_tiers, tier_contexts
 
@@ -21,7 +22,7 @@ ROUTED = ("full", "routing_compression", "routing")  # systems whose tier is the
 LABEL_SYSTEM = "full"
 
 
-def router_confusion(db: Path, bundle: Path, base: Config, items: list[QAItem],
+def router_confusion(db: Path, bundle: Path | Bundle, base: Config, items: list[QAItem],
                      rows_by_system: dict[str, list[dict]]) -> dict | None:
     """Accuracy, majority-label share and confusion (rows = label, columns = router) of the first routed
     system that ran; None when none ran."""

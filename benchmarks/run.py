@@ -1,8 +1,10 @@
 """`python -m benchmarks`: every system on the same pooled corpus and questions, then peer, scale, report.
 
-One EdgeRAG per system, opened on the dataset's shared store and closed before the next, so only one
-generator is ever loaded. Latency is the wall time of ``ask`` measured here; stage times come from
-the Answer. Per-question rows go to questions.jsonl, summaries to results.json.
+One EdgeRAG per system, opened on the dataset's shared store and closed before the next. The systems share one
+llama.cpp model, loaded by the first that may generate and handed to every later one (of every dataset) at the same
+n_ctx; under ``--memory-mb`` each system loads its own after the last one's is freed, as its memory plan counts it.
+Latency is the wall time of ``ask`` measured here; stage times come from the Answer. Per-question rows go to
+questions.jsonl, summaries to results.json.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from edge_rag import EdgeRAG, EdgeRAGError, Route
 from edge_rag.config import PASSAGE_MODES
 from edge_rag.models.bundle import ROLE_ENCODER, Bundle
 from edge_rag.models.registry import PROFILES, default_bundle, home
+from edge_rag.reading.generate import Generator
 from edge_rag.retrieval import retrieve
 
 from . import data, decision, hardware, peer, plots, report, routing, scale, scale_backends
@@ -187,14 +190,15 @@ def retrieval(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray) -> dict:
     return {**out[rag.config.retrieval], "retrievers": out}
 
 
-def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
-                out_rows: TextIO) -> tuple[dict, Path, dict]:
+def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_rows: TextIO,
+                shared: dict[str, Generator] | None = None) -> tuple[dict, Path, dict]:
     """All systems on one dataset; returns its results, its index folder and, for the scale test, its passages
-    (vectors and texts) and questions (embeddings and texts)."""
+    (vectors and texts) and questions (embeddings and texts). ``shared``: the run's llama.cpp model under
+    "generator", used by every system that may generate (loaded into it by the first); None: one per system."""
     base = bench_config(args.threads, args.memory_mb, args.passages, args.max_new_tokens)
     encoder_sha = bundle.sha256(ROLE_ENCODER)
-    db, corpus = data.open_index(ds, bundle.root, encoder_sha, base, args.index_cache)
-    with EdgeRAG(db, bundle=bundle.root, config=base) as rag:
+    db, corpus = data.open_index(ds, bundle, encoder_sha, base, args.index_cache)
+    with EdgeRAG(db, bundle=bundle, config=base) as rag:
         qvecs = rag.encoder.encode_alone([q.question for q in ds.items])  # as `ask` encodes them
         result = {"file": str(ds.path), "sha256": ds.sha256, "part": ds.part, "corpus": corpus,
                   "n_questions": len(ds.items),
@@ -207,10 +211,16 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
     for system in args.systems:
         config = preset(base, system)
         try:
-            with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
-                if rag.certified.may_generate:
-                    _ = rag.generator  # load before timing: cold start is measured in the peer section
-                rag.ask(WARMUP_QUESTION)
+            held = (shared or {}).get("generator")
+            with EdgeRAG(db, bundle=bundle, config=config, generator=held) as rag:
+                # load before timing (cold start is measured in the peer section), unless an earlier system did
+                loaded = rag.certified.may_generate and rag.generator is not held
+                if loaded and shared is not None:
+                    shared["generator"] = rag.generator
+                if loaded or not rag.certified.may_generate:
+                    rag.ask(WARMUP_QUESTION)
+                else:  # llama.cpp is warm from an earlier system (an answer does not depend on what came before)
+                    rag.decide(WARMUP_QUESTION)  # the rest of what the first question would load
                 rows_by_system[system] = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")
                 # out-of-domain: OOD-test articles against this corpus; a system without a decision never refuses
                 if ds.name == "squad":
@@ -219,14 +229,14 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle,
         except EdgeRAGError as exc:  # e.g. a memory budget the system cannot fit: report, keep going
             print(f"{ds.name}/{system} failed: {exc}")
             errors[system] = {"error": str(exc)}
-        gc.collect()  # free the generator before the next system loads its own
+        gc.collect()  # free the generator (unless shared) before the next system loads its own
         for row in rows_by_system.get(system, []):
             out_rows.write(json.dumps({"dataset": ds.name, "system": system, **row}) + "\n")
     result["systems"] = {s: summarise(rows_by_system[s], rows_by_system.get(BASELINE), args.seed)
                          if s in rows_by_system else errors[s] for s in args.systems}
     for s, o in ood.items():
         result["systems"][s]["ood"] = o
-    result["router"] = routing.router_confusion(db, bundle.root, base, ds.items, rows_by_system)
+    result["router"] = routing.router_confusion(db, bundle, base, ds.items, rows_by_system)
     certified = {s: r for s, r in rows_by_system.items() if SYSTEMS[s].get("certified")}
     result["risk_coverage"] = {s: decision.risk_coverage(r) for s, r in certified.items()}
     return result, db, {"vectors": vectors, "queries": qvecs, "texts": texts,
@@ -252,6 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
     dbs: dict[str, Path] = {}
     arrays: list[dict] = []
     items: dict[str, list] = {}
+    shared: dict[str, Generator] = {}
     with open(args.out / "questions.jsonl", "w", encoding="utf-8") as out_rows:
         for name in args.datasets:
             if not paths[name].is_file():
@@ -259,9 +270,12 @@ def main(argv: list[str] | None = None) -> dict:
                 results["datasets"][name] = {"skipped": f"{paths[name]} not found"}
                 continue
             ds = data.load(name, paths[name], n, args.seed, args.part, args.answerable)
-            results["datasets"][name], dbs[name], arr = run_dataset(ds, args, bundle, out_rows)
+            results["datasets"][name], dbs[name], arr = run_dataset(ds, args, bundle, out_rows,
+                                                                    shared if args.memory_mb is None else None)
             arrays.append(arr)
             items[name] = ds.items
+    shared.clear()
+    gc.collect()  # the shared generator is freed before the peer and scale sections measure memory
     if args.skip_peer or not dbs:
         results["peer"] = {"skipped": "--skip-peer" if args.skip_peer else "no dataset"}
     else:

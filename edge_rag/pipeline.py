@@ -31,7 +31,6 @@ from .retrieval import retrieve
 from .retrieval.compress import build_context, compress, dedupe
 from .retrieval.encode import Encoder
 from .retrieval.rerank import rerank
-from .retrieval.retrieve import Retrieved
 from .retrieval.route import Router, choose_tier, correct, search_width
 from .storage.cache import AnswerCache
 from .storage.dburl import is_remote
@@ -48,12 +47,14 @@ class EdgeRAG:
     ``calibration``: a file of ``edge-rag calibrate`` certifying the decision on this device's own questions
     (default: the shipped calibration, certified on SQuAD-2 questions); made under other decision inputs than
     ``config`` (calibrated_config.DECISION_INPUTS), it certifies nothing and every question is refused saying why.
+    ``bundle``: a folder (verified here) or a loaded Bundle (verified when loaded). ``generator``: llama.cpp already
+    loaded from this bundle's GGUF (another EdgeRAG's), used instead of a second one where the plan has it at its n_ctx.
     """
 
-    def __init__(self, db: str | Path, bundle: str | Path | None = None, config: Config | None = None,
+    def __init__(self, db: str | Path, bundle: str | Path | B.Bundle | None = None, config: Config | None = None,
                  profile: str = "gemma", create: bool = True, lock_timeout: float = 0.0,
-                 calibration: str | Path | None = None) -> None:
-        self.bundle = B.Bundle.load(bundle or default_bundle(profile))
+                 calibration: str | Path | None = None, generator: Generator | None = None) -> None:
+        self.bundle = bundle if isinstance(bundle, B.Bundle) else B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
         # llama.cpp is in it only if a question may be generated, as the certified decision's calibration says
@@ -72,10 +73,9 @@ class EdgeRAG:
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == self._encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
         self.certified.check_store(self.store)
-        self._generator: Generator | None = None
+        self._generator = generator if generator and self.plan.generator and generator.n_ctx == c.n_ctx else None
         self._generator_lock = threading.Lock()
-        router_path = self.bundle.path(B.ROLE_ROUTER)
-        self.router = Router(router_path, threads=1) if router_path else None
+        self.router = Router(path, threads=1) if (path := self.bundle.path(B.ROLE_ROUTER)) else None
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
         self.cache = AnswerCache(self.config, cache_file)
 
@@ -244,7 +244,7 @@ class EdgeRAG:
         search = retrieve.begin(self.store, question, search_width(c), c) if c.retrieval != "none" else None
         with stage("encode"):  # its lexical half runs meanwhile (retrieve.begin)
             vector = self.encoder.encode_one(question)
-        found = Retrieved([], None)
+        found = retrieve.Retrieved([], None)
         if search is not None:
             with stage("retrieve"):
                 found = search.finish(vector)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edge_rag.config import TIERS, Config, Tier
+from edge_rag.models.bundle import Bundle
 from edge_rag.pipeline import EdgeRAG
 
 from .datasets import QAItem
@@ -41,7 +42,7 @@ def label(served: Sequence[bool]) -> Tier | None:
     return next((t for t, ok in zip(TIERS, served) if ok), None)
 
 
-def open_tiers(db: Path, bundle_dir: Path, config: Config, tiers: Sequence[Tier] = TIERS) -> dict[Tier, EdgeRAG]:
+def open_tiers(db: Path, bundle_dir: Path | Bundle, config: Config, tiers: Sequence[Tier] = TIERS) -> dict[Tier, EdgeRAG]:
     """One EdgeRAG per tier of ``tiers`` (``tier_override``) over the store ``db``; close them when done."""
     return {t: EdgeRAG(db, bundle=bundle_dir, config=config.with_(tier_override=t)) for t in tiers}
 

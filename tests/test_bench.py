@@ -79,7 +79,7 @@ def test_presets_switch_stages():
 
 # Answers in the tiny run: long enough for the short answers to be generated whole, and a longer one is cut off and
 # refused as such (the test below checks both kinds), at a fraction of the tiers' own 64-128 tokens.
-TINY_MAX_NEW_TOKENS = 12
+TINY_MAX_NEW_TOKENS = 6
 
 
 @pytest.fixture(scope="module")

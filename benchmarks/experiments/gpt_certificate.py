@@ -43,7 +43,7 @@ import numpy as np
 from convert.calibrate import selection_file
 from convert.logistic import fit_combiner
 from edge_rag import Config, EdgeRAG
-from edge_rag.decision.certify import Combiner, RiskTable, clopper_pearson_upper
+from edge_rag.decision.certify import Combiner, RiskTable, bounded_by, clopper_pearson_upper
 from edge_rag.models import registry as M
 from edge_rag.models.bundle import Bundle
 
@@ -152,9 +152,16 @@ def hindsight(scores: np.ndarray, wrong: np.ndarray) -> dict:
     have certified, chosen after looking (so not a certificate; what bounds one)."""
     order = np.argsort(-np.where(np.isfinite(scores), scores, -np.inf), kind="stable")[: int(np.isfinite(scores).sum())]
     errors = np.cumsum(wrong[order])
-    uppers = [clopper_pearson_upper(int(e), k, DELTA) for k, e in enumerate(errors, 1)]
-    k = int(np.argmin(uppers)) + 1 if uppers else 0
-    return {"answered": k, "errors": int(errors[k - 1]) if k else 0, "upper": uppers[k - 1] if k else None}
+    k, best = 0, math.inf  # the first top-k of the lowest bound, as an argmin over every k's bound
+    for n, e in enumerate(errors.tolist(), 1):
+        # a bound is above its errors' share, and above any p whose CDF is still > DELTA (one CDF, not a bisection's
+        # 60): such a top-k cannot beat the best so far (the margin keeps rounding from hiding one that would)
+        if k and (e / n >= best or not bounded_by(e, n, min(best * (1 + 1e-9), 1.0), DELTA)):
+            continue
+        upper = clopper_pearson_upper(e, n, DELTA)
+        if upper < best:
+            k, best = n, upper
+    return {"answered": k, "errors": int(errors[k - 1]) if k else 0, "upper": best if k else None}
 
 
 def _auroc(scores: np.ndarray, rows: list[dict]) -> float | None:
