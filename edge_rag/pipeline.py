@@ -41,14 +41,13 @@ from .types import Answer, Document, Route
 class EdgeRAG:
     """Question answering over the documents in ``db`` with the models in ``bundle``.
 
-    Thread-safe: ``ask``/``decide`` may run in many threads at once (encoding, retrieval and extraction
-    in parallel; generation one at a time on the single llama.cpp context). ``create=False`` refuses a
-    ``db`` that holds no store; ``lock_timeout`` is how long indexing waits for another process's.
-    ``calibration``: a file of ``edge-rag calibrate`` certifying the decision on this device's own questions
-    (default: the shipped calibration, certified on SQuAD-2 questions); made under other decision inputs than
-    ``config`` (calibrated_config.DECISION_INPUTS), it certifies nothing and every question is refused saying why.
-    ``bundle``: a folder (verified here) or a loaded Bundle (verified when loaded). ``generator``: llama.cpp already
-    loaded from this bundle's GGUF (another EdgeRAG's), used instead of a second one where the plan has it at its n_ctx.
+    Thread-safe: ``ask``/``decide`` may run in many threads at once (encoding, retrieval and extraction in parallel;
+    generation one at a time on the single llama.cpp context). ``create=False`` refuses a ``db`` that holds no store;
+    ``lock_timeout`` is how long indexing waits for another process's. ``calibration``: a file of ``edge-rag calibrate``
+    certifying the decision on this device's own questions (default: the shipped calibration, certified on SQuAD-2
+    questions); made under other decision inputs than ``config`` (calibrated_config.DECISION_INPUTS), it certifies
+    nothing and every question is refused saying why. ``bundle``: a folder (verified here) or a loaded Bundle.
+    ``generator``: another EdgeRAG's llama.cpp model, used if it is this bundle's GGUF at the planned n_ctx.
     """
 
     def __init__(self, db: str | Path, bundle: str | Path | B.Bundle | None = None, config: Config | None = None,
@@ -73,7 +72,8 @@ class EdgeRAG:
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == self._encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
         self.certified.check_store(self.store)
-        self._generator = generator if generator and self.plan.generator and generator.n_ctx == c.n_ctx else None
+        held = generator if self.plan.generator and generator else None
+        self._generator = held if held and held.serves(self.bundle.path(B.ROLE_GENERATOR), c.n_ctx) else None
         self._generator_lock = threading.Lock()
         self.router = Router(path, threads=1) if (path := self.bundle.path(B.ROLE_ROUTER)) else None
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None

@@ -87,6 +87,16 @@ def test_an_answer_does_not_depend_on_what_was_asked_before(gemma, bundle):
     assert [gemma.generate(*asked[i], 24, temperature=0.0) for i in order] == [expected[i] for i in order]
 
 
+def test_a_loaded_model_serves_only_its_own_gguf_at_its_n_ctx(gemma, bundle, tmp_path):
+    """An EdgeRAG handed another's model uses it only if it is the bundle's GGUF at the planned n_ctx (by any path
+    to the same file); otherwise it loads its own."""
+    gguf = bundle.require(B.ROLE_GENERATOR)
+    (tmp_path / "link.gguf").symlink_to(gguf)
+    assert gemma.serves(gguf, N_CTX) and gemma.serves(tmp_path / "link.gguf", N_CTX)
+    assert not gemma.serves(gguf, 2 * N_CTX)
+    assert not gemma.serves(tmp_path / "other.gguf", N_CTX) and not gemma.serves(None, N_CTX)
+
+
 def test_long_context_is_shortened_to_fit(gemma):
     gen = gemma.generate("Where is Normandy?", NORMANDY * 40, max_new_tokens=8, temperature=0.0)
     assert gen.prompt_tokens + 8 <= gemma.n_ctx < len(gemma.llm.tokenize((NORMANDY * 40).encode()))

@@ -113,7 +113,7 @@ class Generator:
         if prompt_style not in ("one-shot", "chat"):
             raise ValueError(f"prompt_style must be 'one-shot' or 'chat', not {prompt_style!r}")
         self.prompt_style = prompt_style
-        self.n_ctx = n_ctx
+        self.path, self.n_ctx = path.resolve(), n_ctx  # what another EdgeRAG checks before using this model
         self.stop = frozenset(END_OF_TURN + tuple(stop))
         self._chat = self._chat_formatter() if prompt_style == "chat" else None
         # the template's tokens before the first field: two prompts that differ in every field share exactly these
@@ -121,6 +121,10 @@ class Generator:
         self.prefix = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]
         self._prefix_cached = False  # the KV cache holds the prefix as evaluated alone
         self._lock = threading.Lock()  # one decode at a time on the one context
+
+    def serves(self, gguf: Path | None, n_ctx: int) -> bool:
+        """Whether this is the model at ``gguf`` loaded for ``n_ctx`` (so an EdgeRAG planned for it may use it)."""
+        return gguf is not None and self.path == Path(gguf).resolve() and self.n_ctx == n_ctx
 
     def prompt(self, question: str, context: str) -> str:
         context = context.strip() or NO_CONTEXT
