@@ -16,6 +16,11 @@ POOL_MIN, POOL_MAX = 1, 4
 CONNECT_TIMEOUT_S = 10
 COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
 
+# Vectors stay in the row (compressed first, out of line only as a last resort): PostgreSQL's default moves a row's
+# largest values out of line once it passes ~2 kB (the passage's text, context and tsvector do), and its planner
+# prices a sequential scan by the table's own pages, not the TOAST table it reads each vector from. Out of line, the
+# vectors made every search a full scan (11,500 passages: a Seq Scan, not the HNSW index).
+INLINE_VECTORS = f"ALTER TABLE {PASSAGES} ALTER COLUMN embedding SET STORAGE MAIN"
 SCHEMA = f"""
 CREATE TABLE {META} (key text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE {DOCUMENTS} (
@@ -23,6 +28,7 @@ CREATE TABLE {DOCUMENTS} (
 CREATE TABLE {PASSAGES} (
     id bigint PRIMARY KEY, doc_id text NOT NULL REFERENCES {DOCUMENTS}(doc_id) ON DELETE CASCADE,
     title text NOT NULL, text text NOT NULL, position integer NOT NULL, embedding vector({{dim}}) NOT NULL);
+{INLINE_VECTORS};
 CREATE INDEX {PASSAGES}_doc ON {PASSAGES}(doc_id);
 CREATE INDEX {PASSAGES}_hnsw ON {PASSAGES} USING hnsw (embedding vector_cosine_ops)
     WITH (m = {{m}}, ef_construction = {{ef_construction}});
