@@ -424,3 +424,37 @@ def test_titles_in_the_order_added(pg_url):
 
 def test_the_kinds_of_passages_are_recorded(pg_url):
     check_the_kinds_of_passages_are_recorded(lambda kind: PgStore(pg_url, DIM, "enc-1", passage_kind=kind), DIM)
+
+
+def test_vectors_stay_in_their_rows_and_an_older_store_is_told_to_rewrite_its_own(pg_url):
+    """A row past ~2 kB (a passage's text, context and tsvector) had its vector moved out of line, and PostgreSQL's
+    planner, pricing a scan by the table's own pages, then scanned the whole table for every search (test_recall
+    checks the plan at 11,000 passages). New stores keep vectors in the row; a store written before is switched when
+    it is opened, and the doctor asks for the rewrite that moves the rows it already holds."""
+    from edge_rag.storage import pgsql
+    from edge_rag.storage.doctor import check_recall
+
+    dim, words = 384, [f"w{i:04d}" for i in range(5000)]
+    rng = np.random.default_rng(0)
+
+    def long_docs(n: int, tag: str) -> list[Part]:
+        texts = [[" ".join(rng.choice(words, 60)) for _ in range(5)] for _ in range(n)]
+        return whole([make_document(" ".join(t), f"{tag}{i}") for i, t in enumerate(texts)], texts)
+
+    store = PgStore(pg_url, dim, "enc-1")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert pgsql.vectors_inline(conn)
+        conn.execute(f"ALTER TABLE {pgsql.PASSAGES} ALTER COLUMN embedding SET STORAGE EXTENDED")  # as before
+    store.add(long_docs(40, "old"), unit_vectors(200, dim=dim))
+    old = check_recall(store, sample=10)
+    assert old.out_of_line and not old.ok and "VACUUM FULL" in old.summary(), old.summary()
+    store.close()
+    again = PgStore(pg_url, dim, "enc-1")  # opening it switches the column; the rows written before stay as they are
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert pgsql.vectors_inline(conn) and pgsql.vectors_out_of_line(conn, dim)
+        conn.execute(f"VACUUM FULL {pgsql.PASSAGES}")  # what the doctor asks for
+    again.add(long_docs(10, "new"), unit_vectors(50, seed=1, dim=dim))
+    rewritten = check_recall(again, sample=10)
+    assert rewritten.out_of_line is False and rewritten.ok, rewritten.summary()
+    assert [p.id for p in again.search(unit_vectors(200, dim=dim)[7], 1)] == [7]
+    again.close()

@@ -74,6 +74,7 @@ def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_r
     index dropped, the batches added, the index built again with the store's M and ef_construction): inserting
     through the index row by row took 5.6 minutes here."""
     import psycopg
+    from pgvector.psycopg import register_vector
 
     pgstore = pytest.importorskip("edge_rag.storage.pgstore")
     from edge_rag.storage import pgsql
@@ -90,12 +91,18 @@ def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_r
             conn.execute(definition)
             conn.execute(f"VACUUM ANALYZE {pgsql.PASSAGES}")
         graph = reachability.record_pg(store)  # as an indexing run does at its end (the index was rebuilt by hand)
-        hits = store.search(rag.encoder.encode_one(TICKETS), 10)
+        query = rag.encoder.encode_one(TICKETS)
+        hits = store.search(query, 10)
         assert hits[0].title == "Tickets and Prices"
+        with psycopg.connect(pg_url) as conn:  # this large, the planner searches through the index, as in search()
+            register_vector(conn)
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw.ef_for(store.count, 10, 64)),))
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + pgsql.SEARCH, {"q": query, "k": 10}))
+        assert f"Index Scan using {index}" in plan, plan  # vectors out of line: a Seq Scan of all 11,000 rows
         report = check_recall(store, reach=True)
         print(f"\npgvector: {report.summary()}; the graph alone misses {len(graph)} (issue #43)")
         assert report.recall >= RECALL_FLOOR and report.queries == 100 and report.passages == rag.store.count
-        assert report.unreachable == 0
+        assert report.unreachable == 0 and report.out_of_line is False
     finally:
         store.close()
 

@@ -30,6 +30,9 @@ WORST_FLOOR = 0.5  # one query that misses half its exact top k: a region of the
 SAMPLE = 100
 K = 10
 CHUNK = 256  # vectors read from the hnswlib index per hold of the store's lock
+OUT_OF_LINE = ("vectors stored outside their rows (a store written before edge-rag kept them in the row), so every "
+               "search scans the whole table: run `VACUUM FULL edge_rag_passages` once, at a quiet time (it locks "
+               "the table while it rewrites it and rebuilds its indexes)")
 
 Exact = Callable[[np.ndarray, int], list[list[int]]]  # (queries, k) → each query's exact top-k ids
 
@@ -47,10 +50,12 @@ class RecallReport:
     search_ms_p50: float
     exact_ms: float  # per query, the whole exact pass divided by the queries
     unreachable: int | None = None  # passages not in their own vector's top k (None: not checked)
+    out_of_line: bool | None = None  # pgvector: vectors outside their rows, so every search scans the table
 
     @property
     def ok(self) -> bool:
-        return self.recall >= RECALL_FLOOR and self.worst >= WORST_FLOOR and not self.unreachable
+        return self.recall >= RECALL_FLOOR and self.worst >= WORST_FLOOR and not self.unreachable \
+            and not self.out_of_line
 
     def to_dict(self) -> dict:
         return asdict(self) | {"ok": self.ok, "floor": RECALL_FLOOR, "worst_floor": WORST_FLOOR}
@@ -59,6 +64,7 @@ class RecallReport:
         faults = [f"recall below {RECALL_FLOOR:.2f}"] if self.recall < RECALL_FLOOR else []
         faults += [f"a query below {WORST_FLOOR:.1f}"] if self.worst < WORST_FLOOR else []
         faults += [f"{self.unreachable} passages unreachable"] if self.unreachable else []
+        faults += [OUT_OF_LINE] if self.out_of_line else []
         reach = "" if self.unreachable is None else f"; {self.unreachable} unreachable by their own vector"
         return (f"recall@{self.k} {self.recall:.3f} against exact search over {self.queries} stored vectors "
                 f"(worst query {self.worst:.1f}; {self.passages} passages{reach}, ef_search {self.ef_search}; "
@@ -86,7 +92,8 @@ def check_recall(store: PassageStore, sample: int = SAMPLE, k: int = K, seed: in
                         float(np.mean(recalls)) if recalls else 1.0, min(recalls, default=1.0),
                         statistics.median(search_ms) if search_ms else 0.0,
                         exact_ms,
-                        len(unreachable(store, k)) if reach else None)
+                        len(unreachable(store, k)) if reach else None,
+                        _out_of_line(store))
 
 
 def unreachable(store: PassageStore, k: int = K) -> list[int]:
@@ -138,6 +145,18 @@ def _items(store, ids: np.ndarray) -> np.ndarray:
     if not len(ids):
         return np.zeros((0, store.dim), dtype=np.float32)
     return np.asarray(store.index.get_items(ids), dtype=np.float32)
+
+
+def _out_of_line(store) -> bool | None:
+    """pgvector: whether the vectors sit outside their rows (pgsql.vectors_out_of_line); None for the embedded store."""
+    from .store import Store
+
+    if isinstance(store, Store):
+        return None
+    from .pgsql import vectors_out_of_line
+
+    with store._errors("cannot check"), store.pool.connection() as conn:
+        return vectors_out_of_line(conn, store.dim)
 
 
 def _postgres(store, sample: int, seed: int) -> tuple[np.ndarray, Exact]:

@@ -137,6 +137,38 @@ def has_full_text(conn) -> bool:
                         "AND column_name IN ('tsv', 'context')", (PASSAGES,)).fetchone()[0] == 2
 
 
+def vectors_inline(conn) -> bool:
+    """Whether new rows keep their vector in the row (INLINE_VECTORS)."""
+    return conn.execute("SELECT attstorage = 'm' FROM pg_attribute WHERE attrelid = %s::regclass "
+                        "AND attname = 'embedding'", (PASSAGES,)).fetchone()[0]
+
+
+def upgrade(conn, denied: type[Exception]) -> bool:
+    """Bring a store an older edge-rag made up to date, each step in one transaction under the writers' lock: the
+    full-text column (FULL_TEXT) and vectors kept in the row (INLINE_VECTORS; the rows already written stay out of line
+    until the table is rewritten: ``VACUUM FULL``, which ``edge-rag doctor`` asks for). A role that may not alter the
+    table (``denied``: psycopg's InsufficientPrivilege) leaves it as it is; False if it then lacks the full-text
+    column (dense search only, until a writer opens it)."""
+    for done, step in ((has_full_text, FULL_TEXT), (vectors_inline, INLINE_VECTORS)):
+        if not done(conn):
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
+                    if not done(conn):
+                        conn.execute(step)
+            except denied:
+                pass
+    return has_full_text(conn)
+
+
+def vectors_out_of_line(conn, dim: int) -> bool:
+    """Whether most stored vectors sit outside their rows (a store written before INLINE_VECTORS): the table's own
+    pages hold less than its vectors would fill, and PostgreSQL's planner, pricing a scan by those pages, then scans the
+    whole table for every search instead of using the HNSW index."""
+    pages, rows = conn.execute(f"SELECT pg_relation_size('{PASSAGES}'), count(*) FROM {PASSAGES}").fetchone()
+    return pages < rows * (4 * dim + 8)
+
+
 def delete_documents(conn, doc_ids: list[str]) -> int:
     """Delete documents (their passages cascade); the number of passages deleted."""
     if not doc_ids:

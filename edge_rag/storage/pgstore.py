@@ -238,14 +238,7 @@ class PgStore:
                         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     conn.execute(Q.SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
                     self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
-        if not Q.has_full_text(conn):
-            try:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
-                    if not Q.has_full_text(conn):
-                        conn.execute(Q.FULL_TEXT)
-            except self._psycopg.errors.InsufficientPrivilege:
-                self.full_text = False  # a read-only role on a store from before it: dense search until a writer opens it
+        self.full_text = Q.upgrade(conn, self._psycopg.errors.InsufficientPrivilege)
         return self._meta(conn)
 
     def _lock(self, conn) -> dict[str, str]:
