@@ -12,6 +12,7 @@ import argparse
 import gc
 import json
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
@@ -19,8 +20,8 @@ from typing import TextIO
 import numpy as np
 from tqdm import tqdm
 
-from edge_rag import EdgeRAG, EdgeRAGError, Route
-from edge_rag.config import PASSAGE_MODES
+from edge_rag import EdgeRAG, EdgeRAGError, Route, Tier
+from edge_rag.config import DEFAULT_TIERS, PASSAGE_MODES
 from edge_rag.models.bundle import ROLE_ENCODER, Bundle
 from edge_rag.models.registry import PROFILES, default_bundle, home
 from edge_rag.reading.generate import Generator
@@ -36,10 +37,11 @@ WARMUP_QUESTION = "What is this collection about?"
 
 
 def answer_tokens(text: str) -> int:
-    """--max-new-tokens: a whole number of tokens, at least 1 (a tier's own rule)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not a whole number of tokens >= 1: {text!r}")
-    return int(text)
+    """--max-new-tokens: what a tier's ``max_new_tokens`` allows, by TierSpec's own check and message."""
+    try:
+        return replace(DEFAULT_TIERS[Tier.EASY], max_new_tokens=int(text)).max_new_tokens
+    except ValueError as exc:  # int()'s, or TierSpec's ConfigError
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
