@@ -449,7 +449,22 @@ def test_vectors_stay_in_their_rows_and_an_older_store_is_told_to_rewrite_its_ow
     old = check_recall(store, sample=10)
     assert old.out_of_line and not old.ok and "VACUUM FULL" in old.summary(), old.summary()
     store.close()
-    again = PgStore(pg_url, dim, "enc-1")  # opening it switches the column; the rows written before stay as they are
+    role, password = f"kiosk_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with psycopg.connect(pg_url, autocommit=True) as conn, psycopg.connect(pg_url, autocommit=True) as writer:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+        writer.execute("SELECT pg_advisory_lock(%s)", (pgsql.WRITER_LOCK,))  # an indexing run on another host
+        parts = urlsplit(pg_url)
+        kiosk_url = urlunsplit(parts._replace(netloc=f"{role}:{password}@{parts.hostname}:{parts.port}",
+                                              query="options=-c%20lock_timeout%3D10s"))  # waiting fails, not hangs
+        kiosk = PgStore(kiosk_url, dim, "enc-1")  # a kiosk may not alter the table: it opens at once, leaves it be
+        assert [p.id for p in kiosk.search(unit_vectors(200, dim=dim)[3], 1)] == [3]
+        assert not pgsql.vectors_inline(conn)
+        kiosk.close()
+        writer.execute("SELECT pg_advisory_unlock(%s)", (pgsql.WRITER_LOCK,))
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
+    again = PgStore(pg_url, dim, "enc-1")  # its owner opening it switches the column; rows written stay as they are
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert pgsql.vectors_inline(conn) and pgsql.vectors_out_of_line(conn, dim)
         conn.execute(f"VACUUM FULL {pgsql.PASSAGES}")  # what the doctor asks for

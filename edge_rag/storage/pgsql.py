@@ -143,21 +143,20 @@ def vectors_inline(conn) -> bool:
                         "AND attname = 'embedding'", (PASSAGES,)).fetchone()[0]
 
 
-def upgrade(conn, denied: type[Exception]) -> bool:
+def upgrade(conn) -> bool:
     """Bring a store an older edge-rag made up to date, each step in one transaction under the writers' lock: the
     full-text column (FULL_TEXT) and vectors kept in the row (INLINE_VECTORS; the rows already written stay out of line
-    until the table is rewritten: ``VACUUM FULL``, which ``edge-rag doctor`` asks for). A role that may not alter the
-    table (``denied``: psycopg's InsufficientPrivilege) leaves it as it is; False if it then lacks the full-text
-    column (dense search only, until a writer opens it)."""
+    until the table is rewritten: ``VACUUM FULL``, which ``edge-rag doctor`` asks for). Only a role that owns the
+    table tries (a kiosk's read-only role never waits for the writers' lock to open a store); False if the store
+    then lacks the full-text column (dense search only, until its owner opens it)."""
+    owner = conn.execute("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = %s::regclass",
+                         (PASSAGES,)).fetchone()[0]
     for done, step in ((has_full_text, FULL_TEXT), (vectors_inline, INLINE_VECTORS)):
-        if not done(conn):
-            try:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
-                    if not done(conn):
-                        conn.execute(step)
-            except denied:
-                pass
+        if owner and not done(conn):
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_LOCK,))
+                if not done(conn):
+                    conn.execute(step)
     return has_full_text(conn)
 
 

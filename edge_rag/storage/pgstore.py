@@ -238,7 +238,7 @@ class PgStore:
                         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     conn.execute(Q.SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
                     self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
-        self.full_text = Q.upgrade(conn, self._psycopg.errors.InsufficientPrivilege)
+        self.full_text = Q.upgrade(conn)
         return self._meta(conn)
 
     def _lock(self, conn) -> dict[str, str]:
