@@ -16,7 +16,7 @@ from edge_rag.pipeline import EdgeRAG
 
 BUDGET_MB = 2048  # the default: it plans the certified path's reader (~355 MB) beside the index
 FILE_MB = 10
-BATCHES = 3
+BATCHES = 2  # progress batch by batch, a commit per batch and bounded growth show from two
 
 RUN = """
 import json, sys, time
