@@ -473,3 +473,20 @@ def test_vectors_stay_in_their_rows_and_an_older_store_is_told_to_rewrite_its_ow
     assert rewritten.out_of_line is False and rewritten.ok, rewritten.summary()
     assert [p.id for p in again.search(unit_vectors(200, dim=dim)[7], 1)] == [7]
     again.close()
+
+
+def test_the_doctor_command_names_the_rewrite_an_older_store_needs(pg_url, bundle_dir):
+    """`edge-rag doctor` on a store whose vectors sit outside their rows: exit 1 and the command that fixes it, not the
+    advice for a search that misses passages (its recall is fine)."""
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.storage import pgsql
+
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # as a store written before
+            conn.execute(f"ALTER TABLE {pgsql.PASSAGES} ALTER COLUMN embedding SET STORAGE EXTENDED")
+        rag.add_files([SAMPLE_DOCS / "03-tickets-and-prices.md", SAMPLE_DOCS / "10-engine-hall-big-mary.md"])
+    run = subprocess.run([sys.executable, "-m", "edge_rag", "doctor", "--db", pg_url, "--bundle", str(bundle_dir),
+                          "--sample", "10"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "recall@10 1.000" in run.stdout and "VACUUM FULL edge_rag_passages" in run.stderr, run.stdout + run.stderr
+    assert "hnsw_ef_search" not in run.stderr

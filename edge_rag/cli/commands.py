@@ -158,16 +158,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """recall@10 of the store's search against exact search on a sample of its own vectors, its worst query, and
     every passage searched with its own vector."""
-    from ..storage.doctor import check_recall
+    from ..storage.doctor import OUT_OF_LINE, check_recall
 
     with open_rag(args, create=False) as rag:
         report = check_recall(rag.store, sample=args.sample, reach=True)
     print(f"{rag.store.location}: {report.summary()}")
-    if not report.ok:
+    if report.misses:
         print("edge-rag: warning: the vector search misses passages exact search finds; raise hnsw_ef_search "
               "(Config) or re-index into a new store", file=sys.stderr)
-        return 1
-    return 0
+    if report.out_of_line:
+        print(f"edge-rag: warning: {OUT_OF_LINE}", file=sys.stderr)
+    return 0 if report.ok else 1
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -53,9 +53,13 @@ class RecallReport:
     out_of_line: bool | None = None  # pgvector: vectors outside their rows, so every search scans the table
 
     @property
+    def misses(self) -> bool:
+        """Whether search misses what exact search finds: low recall, a query far below it, unreachable passages."""
+        return self.recall < RECALL_FLOOR or self.worst < WORST_FLOOR or bool(self.unreachable)
+
+    @property
     def ok(self) -> bool:
-        return self.recall >= RECALL_FLOOR and self.worst >= WORST_FLOOR and not self.unreachable \
-            and not self.out_of_line
+        return not self.misses and not self.out_of_line
 
     def to_dict(self) -> dict:
         return asdict(self) | {"ok": self.ok, "floor": RECALL_FLOOR, "worst_floor": WORST_FLOOR}
