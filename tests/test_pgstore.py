@@ -466,7 +466,7 @@ def test_vectors_stay_in_their_rows_and_an_older_store_is_told_to_rewrite_its_ow
         conn.execute(f"DROP ROLE {role}")
     again = PgStore(pg_url, dim, "enc-1")  # its owner opening it switches the column; rows written stay as they are
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert pgsql.vectors_inline(conn) and pgsql.vectors_out_of_line(conn, dim)
+        assert pgsql.vectors_inline(conn) and pgsql.vectors_out_of_line(conn, again.count, dim)
         conn.execute(f"VACUUM FULL {pgsql.PASSAGES}")  # what the doctor asks for
     again.add(long_docs(10, "new"), unit_vectors(50, seed=1, dim=dim))
     rewritten = check_recall(again, sample=10)

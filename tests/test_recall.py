@@ -96,7 +96,7 @@ def test_pgvector_store_finds_the_document_after_a_near_duplicate_load(neardup_r
         assert hits[0].title == "Tickets and Prices"
         with psycopg.connect(pg_url) as conn:  # this large, the planner searches through the index, as in search()
             register_vector(conn)
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw.ef_for(store.count, 10, 64)),))
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(hnsw.ef_for(store.count, 10, store.ef_search)),))
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + pgsql.SEARCH, {"q": query, "k": 10}))
         assert f"Index Scan using {index}" in plan, plan  # vectors out of line: a Seq Scan of all 11,000 rows
         report = check_recall(store, reach=True)

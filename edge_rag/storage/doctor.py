@@ -97,7 +97,7 @@ def check_recall(store: PassageStore, sample: int = SAMPLE, k: int = K, seed: in
                         statistics.median(search_ms) if search_ms else 0.0,
                         exact_ms,
                         len(unreachable(store, k)) if reach else None,
-                        _out_of_line(store))
+                        _out_of_line(store, count))
 
 
 def unreachable(store: PassageStore, k: int = K) -> list[int]:
@@ -151,8 +151,9 @@ def _items(store, ids: np.ndarray) -> np.ndarray:
     return np.asarray(store.index.get_items(ids), dtype=np.float32)
 
 
-def _out_of_line(store) -> bool | None:
-    """pgvector: whether the vectors sit outside their rows (pgsql.vectors_out_of_line); None for the embedded store."""
+def _out_of_line(store, count: int) -> bool | None:
+    """pgvector: whether the ``count`` vectors sit outside their rows (pgsql.vectors_out_of_line); None for the
+    embedded store."""
     from .store import Store
 
     if isinstance(store, Store):
@@ -160,7 +161,7 @@ def _out_of_line(store) -> bool | None:
     from .pgsql import vectors_out_of_line
 
     with store._errors("cannot check"), store.pool.connection() as conn:
-        return vectors_out_of_line(conn, store.dim)
+        return vectors_out_of_line(conn, count, store.dim)
 
 
 def _postgres(store, sample: int, seed: int) -> tuple[np.ndarray, Exact]:

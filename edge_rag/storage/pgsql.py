@@ -160,12 +160,12 @@ def upgrade(conn) -> bool:
     return has_full_text(conn)
 
 
-def vectors_out_of_line(conn, dim: int) -> bool:
-    """Whether most stored vectors sit outside their rows (a store written before INLINE_VECTORS): the table's own
-    pages hold less than its vectors would fill, and PostgreSQL's planner, pricing a scan by those pages, then scans the
-    whole table for every search instead of using the HNSW index."""
-    pages, rows = conn.execute(f"SELECT pg_relation_size('{PASSAGES}'), count(*) FROM {PASSAGES}").fetchone()
-    return pages < rows * (4 * dim + 8)
+def vectors_out_of_line(conn, passages: int, dim: int) -> bool:
+    """Whether most of the ``passages`` stored vectors sit outside their rows (a store written before INLINE_VECTORS):
+    the table's own pages hold less than its vectors would fill, and PostgreSQL's planner, pricing a scan by those
+    pages, then scans the whole table for every search instead of using the HNSW index."""
+    size = conn.execute(f"SELECT pg_relation_size('{PASSAGES}')").fetchone()[0]
+    return size < passages * (4 * dim + 8)
 
 
 def delete_documents(conn, doc_ids: list[str]) -> int:
