@@ -1,3 +1,7 @@
+import json
+import subprocess
+import sys
+
 import pytest
 
 from edge_rag.documents.text import whole_sentences
@@ -100,6 +104,33 @@ def test_a_loaded_model_serves_only_its_own_gguf_at_its_n_ctx(gemma, bundle, tmp
 def test_long_context_is_shortened_to_fit(gemma):
     gen = gemma.generate("Where is Normandy?", NORMANDY * 40, max_new_tokens=8, temperature=0.0)
     assert gen.prompt_tokens + 8 <= gemma.n_ctx < len(gemma.llm.tokenize((NORMANDY * 40).encode()))
+
+
+FULL_CONTEXT = """
+import json, sys
+from edge_rag.memory import peak_rss_mb, rss_mb
+from edge_rag.memory.estimate import generator_estimate
+from edge_rag.memory.gguf import read_gguf
+from edge_rag.reading.generate import Generator
+gguf, n_ctx, question, text = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+gen = Generator(gguf, n_ctx=n_ctx)
+loaded = rss_mb()
+out = gen.generate(question, " ".join([text] * (n_ctx // 40)), max_new_tokens=16, temperature=0.0)
+print(json.dumps({"rise": peak_rss_mb() - loaded, "prompt_tokens": out.prompt_tokens,
+                  "compute": generator_estimate(read_gguf(gguf), n_ctx).parts["compute"]}))
+"""
+
+
+def test_a_full_context_stays_inside_the_memory_estimate(bundle):
+    """The memory plan prices llama.cpp's compute as Generator runs it, with flash attention, which never holds a
+    batch's scores against every position. An answer from a context that fills n_ctx 2048 raised peak RSS by ~30 MB
+    over the loaded model's, inside the estimate's 32; without flash attention by ~44 (and ~147 against 44 at n_ctx
+    8192). In a fresh process: peak RSS only rises."""
+    out = subprocess.run([sys.executable, "-c", FULL_CONTEXT, str(bundle.require(B.ROLE_GENERATOR)), "2048",
+                          "Who was Rollo?", NORMANDY + " " + ROLLO], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
+    assert measured["prompt_tokens"] > 1500 and 0 < measured["rise"] <= measured["compute"], measured
 
 
 def test_corrupt_gguf_is_a_clear_error(tmp_path):

@@ -43,8 +43,9 @@ GGUF_FILE_FACTOR = 1.06
 GEN_VOCAB_BYTES_PER_TOKEN = 144
 GEN_FIXED_MB = 8.0
 # Compute buffer: llama.cpp reserves ~515 MB (logits for 512 outputs) but a decode touches only what
-# `generator_estimate` prices; after a prompt of n_ctx - 70 tokens + 64 new ones it measured
-# +28 / 33 / 45 / 79 / 144 / 271 MB at n_ctx 512 / 1024 / 2048 / 4096 / 8192 / 16384 (n_batch 512).
+# `generator_estimate` prices. After a prompt of n_ctx - 70 tokens + 64 new ones, with flash attention (as
+# Generator runs it) it measured +28.0 / 33.7 / 42.4 MB at n_ctx 1024 / 4096 / 8192 (n_batch 512, Gemma-3 270M);
+# without, +33.2 / 82.1 / 147.2 (`python -m benchmarks.experiments.flash_attention`).
 N_BATCH_MAX = 512  # Generator uses n_batch = min(512, n_ctx)
 
 # Index + store: 10k / 50k passages of 150 chars into a Store (hnswlib M=16, 384-d) measured
@@ -114,18 +115,21 @@ def reader_estimate(onnx_bytes: int, dim: int, batch_tokens: int, max_seq_len: i
 
 
 def generator_estimate(info: GGUFInfo, n_ctx: int) -> Estimate:
-    """llama.cpp on a GGUF, as Generator runs it (mmap, n_batch = min(512, n_ctx), full-size SWA cache).
+    """llama.cpp on a GGUF, as Generator runs it (mmap, n_batch = min(512, n_ctx), full-size SWA cache, flash
+    attention).
 
     weights  = GGUF file bytes × GGUF_FILE_FACTOR (mmapped pages all touched + repacked copies)
     vocab    = n_vocab × GEN_VOCAB_BYTES_PER_TOKEN + GEN_FIXED_MB
     KV cache = n_ctx × n_layer × n_head_kv × (key_length + value_length) × 2 bytes (f16)
-    compute  = n_batch × (2 × n_head × n_ctx + 3 × n_ff + 8 × n_embd) × 4 bytes + n_vocab × 4 × 2:
-               KQ scores and softmax of one ubatch, FFN gate/up/act, hidden states, and the logits
-               (one output row, plus llama-cpp-python's copy)
+    compute  = n_batch × (n_ctx + 2 × n_head × key_length + 3 × n_ff + 8 × n_embd) × 4 bytes + n_vocab × 4 × 2:
+               a ubatch's attention masks (full and sliding-window, f16), its queries and attention output,
+               FFN gate/up/act, hidden states, and the logits (one output row, plus llama-cpp-python's copy).
+               Flash attention never holds a ubatch's n_head × n_ctx scores.
     """
     n_batch = min(N_BATCH_MAX, n_ctx)
     kv = n_ctx * info.n_layer * info.n_head_kv * (info.key_length + info.value_length) * 2
-    compute = n_batch * (2 * info.n_head * n_ctx + 3 * info.n_ff + 8 * info.n_embd) * 4 + info.n_vocab * 8
+    compute = (n_batch * (n_ctx + 2 * info.n_head * info.key_length + 3 * info.n_ff + 8 * info.n_embd) * 4
+               + info.n_vocab * 8)
     return Estimate("generator", {
         "weights": info.file_bytes * GGUF_FILE_FACTOR / MB,
         "vocab": info.n_vocab * GEN_VOCAB_BYTES_PER_TOKEN / MB + GEN_FIXED_MB,

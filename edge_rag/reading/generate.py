@@ -106,8 +106,11 @@ class Generator:
         if not path.is_file():
             raise BundleError(f"generator model missing: {path}")
         try:
+            # flash attention (llama.cpp's own default; llama-cpp-python turns it off unless asked): without it a
+            # token's attention holds and reads scores against every earlier position, so a long prompt costs more
+            # time and memory the further it goes (docs/decisions/flash-attention.md)
             self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or default_threads(),
-                             n_batch=min(512, n_ctx), seed=seed, verbose=False)
+                             n_batch=min(512, n_ctx), flash_attn=True, seed=seed, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc
         if prompt_style not in ("one-shot", "chat"):
