@@ -220,6 +220,17 @@ class Config:
     def tier(self, tier: Tier) -> TierSpec:
         return self.tiers[tier]
 
+    @property
+    def certified_decision(self) -> bool:
+        """Whether a reader's candidate and the calibrated threshold decide the route (else GPT always, or the
+        seeds' gate)."""
+        return self.cgr and self.certified
+
+    @property
+    def reads_neural(self) -> bool:
+        """Whether questions go through the trained reader: what EdgeRAG plans memory for and warms up."""
+        return self.certified_decision and self.reader == "neural"
+
 
 # What each field allows. Numbers: (low, high, low inclusive, high inclusive, integer); None = unbounded.
 _CHOICES: dict[str, tuple[str, ...]] = {"gate": GATES, "passage_mode": PASSAGE_MODES, "reader": READERS,

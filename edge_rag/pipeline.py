@@ -169,7 +169,7 @@ class EdgeRAG:
     def warm_up(self) -> None:
         """Load now what the first question would (the certified reader; llama.cpp where a question may be
         generated): the kiosk and the demo call it first, whose first read took ~10× a warm one."""
-        if self.config.cgr and self.config.certified and self.config.reader == "neural":
+        if self.config.reads_neural:
             self.certified.neural_reader()
         if self.certified.may_generate:
             _ = self.generator
@@ -267,7 +267,7 @@ class EdgeRAG:
         d_min = found.d_min  # the nearest passage by the dense search, whatever the tier kept
 
         route, reason, gate, extraction, verdict = Route.GPT, None, None, None, None
-        if c.cgr and c.certified:
+        if c.certified_decision:
             with stage("read"):
                 # from the search's own top hits, not the tier's passages: what the calibration measured
                 candidate = certified.read(question, hits, used, self.store)

@@ -150,11 +150,13 @@ def test_plan_is_cheap_and_within_budget(bundle: B.Bundle, sample_passages: int)
 
 
 def test_plan_counts_the_neural_reader_only_where_it_runs(bundle: B.Bundle) -> None:
-    """The certified path loads reader.onnx (its own weights and batch activations): planned, else not."""
+    """The certified path loads reader.onnx (its own weights and batch activations): planned, else not (the rule
+    reader; and always GPT, cgr=False, which reads nothing)."""
     big = Config(memory_budget_mb=100_000)
     names = {r: {c.name for c in fixed_plan(bundle, big.with_(certified=True, reader=r)).components}
              for r in ("neural", "rules")}
     assert "reader" in names["neural"] and "reader" not in names["rules"]
+    assert "reader" not in {c.name for c in fixed_plan(bundle, big.with_(cgr=False)).components}
     p = fixed_plan(bundle, big.with_(certified=True))
     reader, encoder = p.component("reader"), p.component("encoder")
     assert reader.parts["weights"] > reader_file(bundle).stat().st_size / 2**20  # at least the file itself

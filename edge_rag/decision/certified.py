@@ -122,7 +122,7 @@ class CertifiedPath:
     def may_generate(self) -> bool:
         """Whether a question can take the GPT route: always on the seeds' decision (or none), else only where this
         calibration certifies generated answers at the config's alpha (EdgeRAG plans and loads llama.cpp only then)."""
-        return not (self.config.cgr and self.config.certified) or self.gpt_allowed
+        return not self.config.certified_decision or self.gpt_allowed
 
     @property
     def uncertified(self) -> str | None:

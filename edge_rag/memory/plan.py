@@ -90,7 +90,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     max_seq_len. The batch is kept large first (indexing speed) because n_ctx above MIN_N_CTX buys
     nothing the tiers use. ``passages``: how many the store will hold (present + about to be added).
     Raises BudgetError naming the first component that overflows, in the order runtime base,
-    generator, encoder, the neural reader when the config uses it (certified path, reader "neural"), the indexing
+    generator, encoder, the neural reader when the config reads with it (Config.reads_neural), the indexing
     encoder when config.index_threads asks for one (the server with writes), index
     (fixed costs first, largest first, so the message names what dominates, and a store too big names the index).
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
@@ -111,8 +111,8 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     heads, ffn = int(enc.get("heads", ENCODER_HEADS)), enc.get("ffn")
     base = runtime_base_estimate() if base_mb is None else Estimate("runtime base", {"python + libraries": base_mb})
     index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, remote_index)
-    # The neural reader is loaded only on the certified path (on first use, but planned up front).
-    reader = reader_file(bundle) if config.certified and config.reader == "neural" else None
+    # The neural reader is loaded only where the certified decision reads with it (on first use, planned up front).
+    reader = reader_file(bundle) if config.reads_neural else None
     reader_bytes = reader.stat().st_size if reader is not None and reader.is_file() else 0
 
     def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
