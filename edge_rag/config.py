@@ -222,8 +222,7 @@ class Config:
 
     @property
     def certified_decision(self) -> bool:
-        """Whether a reader's candidate and the calibrated threshold decide the route (else GPT always, or the
-        seeds' gate)."""
+        """Whether the reader's candidate and the calibrated threshold decide (else GPT always, or the seeds' gate)."""
         return self.cgr and self.certified
 
     @property
