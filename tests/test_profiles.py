@@ -56,8 +56,12 @@ def test_a_chat_profile_is_the_model_it_says_and_answers_in_its_template(answere
     prompt = gen.prompt(QUESTION, NORMANDY)
     assert prompt.startswith("<|im_start|>system\n" + SYSTEM + "<|im_end|>")
     assert prompt.endswith(f"Question: {QUESTION}<|im_end|>\n<|im_start|>assistant\n")
-    assert "France" in answer.text and not answer.cut  # the model ended its own turn
-    assert answer.completion_tokens < 32
+    assert answer.text and not answer.cut and answer.completion_tokens < 32  # the model ended its own turn
+    # what the answer says is tested where the model is often right: tiny answered 3 of 48 GPT-eligible calibration
+    # questions right, qwen-0.5b 14 (docs/decisions/default-profile.md); a change of llama.cpp's arithmetic
+    # (flash attention) turned tiny's greedy answer here from France to its own words about the Normans
+    if name == "qwen-0.5b":
+        assert "France" in answer.text
 
 
 def test_a_package_that_no_longer_hashes_to_the_profile_is_refused(built, tmp_path):
