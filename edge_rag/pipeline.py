@@ -270,7 +270,7 @@ class EdgeRAG:
         if c.certified_decision:
             with stage("read"):
                 # from the search's own top hits, not the tier's passages: what the calibration measured
-                candidate = certified.read(question, hits, used, self.store)
+                candidate = certified.read(question, hits, used, self.store, d_min)
             with stage("certify"):
                 certified.check_store(self.store)  # another process may have added other passages since
                 verdict = certified.decide(question, d_min, candidate, hits)

@@ -88,9 +88,12 @@ def test_ood_test_questions_are_refused_on_the_dev_corpus(squad_default_rag):
 def test_off_topic_questions_are_refused_on_the_sample_corpus(sample_rag):
     from tests.test_decision import OOD
 
+    """Those beyond the out-of-domain floor are refused before the reader reads: no candidate, no reader call."""
     answers = [sample_rag.decide(q) for q in OOD]
     assert sum(a.route is Route.REFUSE for a in answers) / len(answers) >= 0.95
     assert all(a.refusal_reason for a in answers if a.route is Route.REFUSE)
+    beyond = [a for a in answers if (a.refusal_reason or "").startswith("out of domain")]
+    assert beyond and all(a.candidate is None and a.features["span_score"] == 0.0 for a in beyond)
 
 
 def test_a_negated_question_is_refused_and_the_rule_extractors_score_reads_the_cue(sample_rag):
@@ -304,7 +307,7 @@ def test_the_reader_is_loaded_once_when_the_first_questions_arrive_together(samp
 
     def ask() -> None:
         start.wait()
-        spans.append(path.read("Who founded the Harbourlight Science Museum?", passages, passages, sample_rag.store))
+        spans.append(path.read("Who founded the Harbourlight Science Museum?", passages, passages, sample_rag.store, 0.0))
     threads = [threading.Thread(target=ask) for _ in range(6)]
     for t in threads:
         t.start()

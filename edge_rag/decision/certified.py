@@ -13,7 +13,7 @@ from pathlib import Path
 from ..config import Config
 from ..errors import BundleError
 from ..models import bundle as B
-from ..reading.read import Candidate, NeuralReader, paragraphs, read_rules, reader_path
+from ..reading.read import NOTHING, Candidate, NeuralReader, paragraphs, read_rules, reader_path
 from ..reading.reader import reader_file
 from ..storage.fileio import sha256_file
 from ..storage.stores import PassageStore
@@ -155,12 +155,25 @@ class CertifiedPath:
         return (config_change(cal.source, config) or encoder_change(cal.source, bundle)
                 or (stale_reader(bundle, rc) if config.reader == "neural" else None))
 
-    def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store) -> Candidate:
-        """The neural reader over the top passages' paragraphs, or the rule extractor over the compressed context."""
+    def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store,
+             d_min: float) -> Candidate:
+        """The neural reader over the top passages' paragraphs, or the rule extractor over the compressed context.
+        Nothing is read for a question the out-of-domain floor refuses whatever the reader finds: an off-topic
+        question then costs no reader call, most of the route's time."""
         c = self.config
+        if self._beyond_floor(d_min):
+            return NOTHING
         if c.reader == "rules":
             return read_rules(question, context_passages)
         return self.neural_reader()(question, paragraphs(passages, store, c.reader_passages, c.reader_window))
+
+    def _beyond_floor(self, d_min: float) -> bool:
+        """Whether ``decide`` refuses a question at ``d_min`` as out of domain before looking at its candidate (also
+        for NaN: nothing retrieved). Without a certificate (``record_only``, a stale calibration) every question is
+        read: calibrating records every candidate."""
+        cal = self.calibration
+        return (cal is not None and self._state.certificate is not None
+                and not d_min <= cal.reader(self.config.reader).ood_distance)
 
     def neural_reader(self) -> NeuralReader:
         """The trained reader, loaded on first use (EdgeRAG.warm_up loads it before the first question)."""

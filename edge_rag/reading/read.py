@@ -43,6 +43,9 @@ class Candidate:
                 "negated": float(negated(question))}
 
 
+NOTHING = Candidate(None, None, 0.0, 0.0, 0.0)  # no answer: nothing found, or nothing read
+
+
 class _Store(Protocol):
     def passages(self, ids: Sequence[int]) -> list[Passage]: ...
 
@@ -89,5 +92,5 @@ class NeuralReader:
     def __call__(self, question: str, passages: Sequence[Passage]) -> Candidate:
         span = self.reader.read(question, list(passages))
         if not span.text:  # the reader's NO_SPAN has infinite scores: no candidate, nothing to score
-            return Candidate(None, None, 0.0, 0.0, 0.0)
+            return NOTHING
         return Candidate(span.text, span.passage_id, float(span.score), float(span.null_score), float(span.margin))
