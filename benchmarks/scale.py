@@ -122,7 +122,7 @@ def run(real: np.ndarray, queries: np.ndarray, sizes: list[int], config: Config,
     rng = np.random.default_rng(seed)
     queries = queries[rng.permutation(len(queries))[:MAX_QUERIES]]
     rows = []
-    with tempfile.TemporaryDirectory(dir=out) as work:
+    with tempfile.TemporaryDirectory(dir=Path(out).resolve()) as work:  # the points run from the repository's root
         np.save(Path(work) / "real.npy", np.ascontiguousarray(real, dtype=np.float32))
         np.save(Path(work) / "queries.npy", np.ascontiguousarray(queries, dtype=np.float32))
         for n in tqdm(sizes, desc="scale", unit="size"):

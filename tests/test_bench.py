@@ -6,6 +6,7 @@ questions per dataset; it checks the shape of what `python -m benchmarks` writes
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -89,12 +90,15 @@ def tiny_run(bundle_dir: Path, squad_path: Path, hotpot_path: Path, tmp_path_fac
     squad["data"] = [{**squad["data"][0], "paragraphs": squad["data"][0]["paragraphs"][:3]}]
     (tmp / "squad.json").write_text(json.dumps(squad), encoding="utf-8")
     (tmp / "hotpot.jsonl").write_text("\n".join(hotpot_path.read_text(encoding="utf-8").splitlines()[:2]) + "\n")
-    out = tmp / "out"
-    results = run.main(["--n", "2", "--squad", str(tmp / "squad.json"), "--hotpot", str(tmp / "hotpot.jsonl"),
-                        "--bundle", str(bundle_dir), "--out", str(out), "--index-cache", str(tmp / "index"),
-                        "--skip-peer", "--scale-sizes", "300", "--threads", "1", "--part", "all",
-                        "--max-new-tokens", str(TINY_MAX_NEW_TOKENS)])
-    return results, out
+    here = Path.cwd()
+    os.chdir(tmp)  # paths relative to where the user runs it, as a user types them
+    try:
+        results = run.main(["--n", "2", "--squad", "squad.json", "--hotpot", "hotpot.jsonl", "--bundle",
+                            str(bundle_dir), "--out", "out", "--index-cache", "index", "--skip-peer", "--scale-sizes",
+                            "300", "--threads", "1", "--part", "all", "--max-new-tokens", str(TINY_MAX_NEW_TOKENS)])
+    finally:
+        os.chdir(here)
+    return results, tmp / "out"
 
 
 def test_tiny_run_writes_every_output(tiny_run):
