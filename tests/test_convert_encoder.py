@@ -26,7 +26,7 @@ def exported(tmp_path_factory, squad_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        summary = convert(model_dir, out, "int8", texts, threads=1, squad=squad_path, recall_articles=2)
+        summary = convert(model_dir, out, "int8", texts, threads=1, squad=squad_path, recall_articles=1)
     finally:
         torch.set_num_threads(threads)
     return out, summary
