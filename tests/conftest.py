@@ -157,15 +157,6 @@ def _squad_rag(bundle_dir: Path, squad_path: Path, config: Config, into: Path):
     return EdgeRAG(cached_store(bundle_dir, squad_path.read_bytes(), config, build, into), bundle=bundle_dir, config=config), items
 
 
-@pytest.fixture(scope="session")
-def squad_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """EdgeRAG over every SQuAD subset paragraph (open corpus, paragraph passages), built once."""
-    rag, items = _squad_rag(bundle_dir, squad_path, Config(passage_mode="paragraph", temperature=0.0),
-                            tmp_path_factory.mktemp("squad") / "db")
-    yield rag, items
-    rag.close()
-
-
 def sample_store(bundle_dir: Path, into: Path) -> Path:
     """A copy at ``into`` of the packaged sample corpus indexed with the default Config (sentence passages), the
     store itself built once and kept in tests/.cache: a dozen test files open it."""
