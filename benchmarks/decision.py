@@ -6,6 +6,7 @@ gold answer is < 0.5: the same definition the calibration certifies (edge_rag/de
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +36,18 @@ def error_among_answered(rows: list[dict]) -> dict:
 
 
 def ood_refused(rag: EdgeRAG, n: int | None, seed: int) -> dict:
-    """Share of OOD-test questions refused (decide only: a GPT route counts as answered, nothing generated)."""
+    """Share of OOD-test questions refused and the p50 of deciding one (decide only: a GPT route counts as
+    answered, nothing generated; one beyond the out-of-domain floor is refused before the reader reads)."""
     items = splits.ood_questions("test", data.OOD_FILE)
     if n is not None and n < len(items):
         items = [items[i] for i in sorted(np.random.default_rng(seed).permutation(len(items))[:n])]
-    refused = [rag.decide(q.question).route is Route.REFUSE for q in tqdm(items, desc="ood-test", unit="q")]
-    return {"n": len(items), "refused": float(np.mean(refused)) if items else None}
+    refused, ms = [], []
+    for q in tqdm(items, desc="ood-test", unit="q"):
+        start = time.perf_counter()
+        refused.append(rag.decide(q.question).route is Route.REFUSE)
+        ms.append((time.perf_counter() - start) * 1e3)
+    return {"n": len(items), "refused": float(np.mean(refused)) if items else None,
+            "p50_ms": float(np.median(ms)) if items else None}
 
 
 def risk_coverage(rows: list[dict]) -> list[tuple[float, float]]:

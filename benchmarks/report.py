@@ -63,10 +63,12 @@ def _decision(ds: dict) -> str:
         ci = f"{_pct(a['error'], 1)} [{_pct(a['lo'], 1)}, {_pct(a['hi'], 1)}]" if a["n_answered"] else "–"
         rows.append([name, _n(100 * s["f1"] if s["f1"] is not None else None), _pct(s["refuse_unanswerable"]),
                      _pct(s["refuse_answerable"]), _pct(ood.get("refused")) + (f" (n={ood['n']})" if ood.get("n") else ""),
-                     _pct(a["coverage"]), ci, "–" if s.get("alpha") is None else f"{s['alpha']:g}",
-                     _n(read.get("p50"), 1), _n(s["process_peak_rss_mb"], 0)])
-    return _table(["system", "F1 ans.", "unans. refused", "ans. wrongly refused", "OOD-test refused", "coverage",
-                   "error among answered [95% CP]", "alpha", "read p50 ms", "peak RSS MB"], rows)
+                     _n(ood.get("p50_ms"), 1), _pct(a["coverage"]), ci,
+                     "–" if s.get("alpha") is None else f"{s['alpha']:g}", _n(read.get("p50"), 1),
+                     _n(s["process_peak_rss_mb"], 0)])
+    return _table(["system", "F1 ans.", "unans. refused", "ans. wrongly refused", "OOD-test refused",
+                   "OOD-test decide p50 ms", "coverage", "error among answered [95% CP]", "alpha", "read p50 ms",
+                   "peak RSS MB"], rows)
 
 
 def _fallback_note(ds: dict, systems: dict) -> str:

@@ -227,7 +227,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_
                 # out-of-domain: OOD-test articles against this corpus; a system without a decision never refuses
                 if ds.name == "squad":
                     ood[system] = (decision.ood_refused(rag, args.n if not args.full else None, args.seed)
-                                   if config.cgr else {"n": 0, "refused": 0.0})
+                                   if config.cgr else {"n": 0, "refused": 0.0, "p50_ms": None})
         except EdgeRAGError as exc:  # e.g. a memory budget the system cannot fit: report, keep going
             print(f"{ds.name}/{system} failed: {exc}")
             errors[system] = {"error": str(exc)}

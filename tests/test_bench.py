@@ -119,6 +119,8 @@ def test_tiny_run_writes_every_output(tiny_run):
             assert ("vs_baseline" in s) and {"speedup", "token_reduction", "f1_delta", "token_delta"} <= set(
                 s["vs_baseline"])
     assert on_disk["datasets"]["squad"]["n_answerable"] == 1  # the seeded mix: one of each kind
+    oods = [s["ood"] for s in on_disk["datasets"]["squad"]["systems"].values() if s["ood"]["n"]]
+    assert oods and all(o["n"] == 2 and 0 <= o["refused"] <= 1 and o["p50_ms"] > 0 for o in oods)
     assert on_disk["peer"] == {"skipped": "--skip-peer"}
     assert [r["n"] for r in on_disk["scale"]["rows"]] == [300]
     rows = (out / "questions.jsonl").read_text().splitlines()
@@ -127,7 +129,7 @@ def test_tiny_run_writes_every_output(tiny_run):
     assert "## squad" in report and "## Retrieval" in report and "## Hardware" in report
     assert {p.name for p in out.glob("*.png")} >= {"latency_stages.png", "tokens.png", "route_mix.png",
                                                    "f1_vs_tokens.png"}
-    assert "### Decision layer" in report and "### Router: tier choices against tier labels" in report
+    assert "### Decision layer" in report and "OOD-test decide p50 ms" in report and "### Router: tier choices against tier labels" in report
     for ds in on_disk["datasets"].values():  # the router's confusion on the run's answerable questions
         r = ds["router"]
         assert r["system"] == "full" and len(r["confusion"]) == 3 and all(len(row) == 3 for row in r["confusion"])
