@@ -129,7 +129,8 @@ def test_tiny_run_writes_every_output(tiny_run):
     assert "## squad" in report and "## Retrieval" in report and "## Hardware" in report
     assert {p.name for p in out.glob("*.png")} >= {"latency_stages.png", "tokens.png", "route_mix.png",
                                                    "f1_vs_tokens.png"}
-    assert "### Decision layer" in report and "OOD-test decide p50 ms" in report and "### Router: tier choices against tier labels" in report
+    assert "### Decision layer" in report and "OOD-test decide p50 ms" in report
+    assert "### Router: tier choices against tier labels" in report
     for ds in on_disk["datasets"].values():  # the router's confusion on the run's answerable questions
         r = ds["router"]
         assert r["system"] == "full" and len(r["confusion"]) == 3 and all(len(row) == 3 for row in r["confusion"])

@@ -86,9 +86,9 @@ def test_ood_test_questions_are_refused_on_the_dev_corpus(squad_default_rag):
 
 
 def test_off_topic_questions_are_refused_on_the_sample_corpus(sample_rag):
+    """Those beyond the out-of-domain floor are refused before the reader reads: no candidate, no reader call."""
     from tests.test_decision import OOD
 
-    """Those beyond the out-of-domain floor are refused before the reader reads: no candidate, no reader call."""
     answers = [sample_rag.decide(q) for q in OOD]
     assert sum(a.route is Route.REFUSE for a in answers) / len(answers) >= 0.95
     assert all(a.refusal_reason for a in answers if a.route is Route.REFUSE)

@@ -19,7 +19,7 @@ from ..storage.fileio import sha256_file
 from ..storage.stores import PassageStore
 from ..types import Passage, Route
 from .calibrated_config import config_change, encoder_change, store_change
-from .certify import Calibration, Certificate, ReaderCalibration, shipped_calibration
+from .certify import Calibration, Certificate, ReaderCalibration, beyond_floor, shipped_calibration
 from .kind import Kind
 from .policy import decide_certified
 
@@ -173,7 +173,7 @@ class CertifiedPath:
         read: calibrating records every candidate."""
         cal = self.calibration
         return (cal is not None and self._state.certificate is not None
-                and not d_min <= cal.reader(self.config.reader).ood_distance)
+                and beyond_floor(d_min, cal.reader(self.config.reader).ood_distance))
 
     def neural_reader(self) -> NeuralReader:
         """The trained reader, loaded on first use (EdgeRAG.warm_up loads it before the first question)."""

@@ -118,11 +118,17 @@ class Combiner:
         return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
 
+def beyond_floor(d_min: float, floor: float) -> bool:
+    """Whether a question whose nearest passage lies at squared distance ``d_min`` is out of domain: beyond the
+    calibrated ``floor``, or NaN (nothing retrieved). Refused first, whatever its candidate."""
+    return not d_min <= floor
+
+
 def answer_score(combiner: Combiner, floor: float, candidate: str | None, features: dict[str, float],
                  d_min: float) -> float:
     """A calibration question's score; NaN when no threshold answers it (no candidate, or its nearest passage
     beyond the out-of-domain floor ``floor``, which refuses first)."""
-    return combiner(features) if candidate and d_min <= floor else math.nan
+    return combiner(features) if candidate and not beyond_floor(d_min, floor) else math.nan
 
 
 @dataclass(frozen=True)

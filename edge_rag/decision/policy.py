@@ -23,7 +23,7 @@ from ..config import Config
 from ..reading.extract import Extraction
 from ..reading.extract.question import negated
 from ..types import Route
-from .certify import Certificate
+from .certify import Certificate, beyond_floor
 from .gate import GateResult
 from .kind import Kind
 
@@ -45,7 +45,7 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
                      kind: Kind = Kind.SINGLE_HOP) -> tuple[Route, str | None]:
     """The certified route and, for REFUSE, why; ``cert`` is the certificate of the question's ``kind``."""
     counted = f"{cert.n_cal} calibration questions" + ("" if kind is Kind.SINGLE_HOP else " of its kind")
-    if not d_min <= ood_distance:  # also catches NaN: nothing retrieved
+    if beyond_floor(d_min, ood_distance):
         return Route.REFUSE, (f"out of domain: nearest passage at squared distance {d_min:.3f} > "
                               f"{ood_distance:.3f} (floor calibrated on out-of-domain questions)")
     if answer and score >= cert.threshold:
