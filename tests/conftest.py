@@ -143,20 +143,6 @@ def pg_url(pg_admin_url):
         yield url
 
 
-def _squad_rag(bundle_dir: Path, squad_path: Path, config: Config, into: Path):
-    """EdgeRAG (``config``) over every SQuAD subset paragraph, on a copy of the store tests/.cache keeps."""
-    from edge_rag.pipeline import EdgeRAG
-    from evaluation.datasets import load_squad
-
-    docs, items = load_squad(squad_path)
-
-    def build(folder: Path) -> None:
-        with EdgeRAG(folder, bundle=bundle_dir, config=config) as rag:
-            rag.add_documents(docs)
-
-    return EdgeRAG(cached_store(bundle_dir, squad_path.read_bytes(), config, build, into), bundle=bundle_dir, config=config), items
-
-
 def sample_store(bundle_dir: Path, into: Path) -> Path:
     """A copy at ``into`` of the packaged sample corpus indexed with the default Config (sentence passages), the
     store itself built once and kept in tests/.cache: a dozen test files open it."""
@@ -182,9 +168,20 @@ def sample_rag(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def squad_default_rag(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """EdgeRAG with the default config (sentence passages) over the SQuAD subset's paragraphs."""
-    rag, items = _squad_rag(bundle_dir, squad_path, Config(temperature=0.0),
-                            tmp_path_factory.mktemp("squad-sentences") / "db")
+    """EdgeRAG with the default config (sentence passages) over every SQuAD subset paragraph, on a copy of the store
+    tests/.cache keeps."""
+    from edge_rag.pipeline import EdgeRAG
+    from evaluation.datasets import load_squad
+
+    docs, items = load_squad(squad_path)
+    config = Config(temperature=0.0)
+
+    def build(folder: Path) -> None:
+        with EdgeRAG(folder, bundle=bundle_dir, config=config) as rag:
+            rag.add_documents(docs)
+
+    store = cached_store(bundle_dir, squad_path.read_bytes(), config, build, tmp_path_factory.mktemp("squad-sentences") / "db")
+    rag = EdgeRAG(store, bundle=bundle_dir, config=config)
     yield rag, items
     rag.close()
 

@@ -1,19 +1,27 @@
 """The shipped extractive reader (edge_rag/assets/reader.onnx, int8) on the packaged sample corpus.
 
-Assertions compare spans and orders of scores, never exact floats: int8 kernels round differently per CPU.
+Assertions compare spans and orders of scores, never a float against a literal: CPUs round the float parts
+differently. Floats are compared only between two reads on one CPU that must sum the same integers.
 """
 from __future__ import annotations
 
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from edge_rag.errors import BundleError, InputError
 from edge_rag.models import bundle as B
-from edge_rag.reading.reader import NO_SPAN, READER_ASSET, Reader
+from edge_rag.reading.reader import NO_SPAN, READER_ASSET, Reader, Span
 from edge_rag.types import Passage
 
-SAMPLE_DOCS = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
 
 FOUNDER_Q = "Who founded the Harbourlight Science Museum?"
 
@@ -59,14 +67,76 @@ def test_answers_most_extractive_sample_questions_on_their_own_document(reader: 
     """Each packaged question with its own document: the reader's span matches the gold answer (F1 >= 0.5) for at
     least 7 of the 20 (9 for the shipped and the previous reader; the rest are yes/no and why questions, whose
     gold answers are not spans)."""
-    import json
-
     from evaluation.metrics import best_f1
 
     items = [q for q in json.loads((SAMPLE_DOCS.parent / "questions.json").read_text(encoding="utf-8")) if q["answer"]]
     right = [q["question"] for q in items
              if best_f1(reader.read(q["question"], [doc_passage(1, q["doc"])]).text or "", [q["answer"]]) >= 0.5]
     assert len(right) >= 7, right
+
+
+@pytest.fixture(scope="module")
+def exact_reader(tokenizer_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Reader:
+    """The shipped reader with its int8 weights stored as u8 (+128, zero point 128): the same values, which every
+    kernel sums u8×u8, exactly, as VNNI and ARM sum the shipped u8×s8 and as the calibration counted them."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import numpy_helper
+
+    model = onnx.load(str(READER_ASSET))
+    weights = {i.name: i for i in model.graph.initializer}
+    for node in (n for n in model.graph.node if n.op_type == "MatMulInteger"):
+        for name in (node.input[1], node.input[3]):  # B and its zero point
+            q = numpy_helper.to_array(weights[name])
+            assert q.dtype == np.int8, name
+            weights[name].CopyFrom(numpy_helper.from_array((q.astype(np.int16) + 128).astype(np.uint8), name))
+    path = tmp_path_factory.mktemp("reader") / "reader-u8.onnx"
+    onnx.save(model, str(path))
+    return Reader(path, tokenizer_path, threads=2)
+
+
+def assert_same_read(shipped: Span, exact: Span, question: str) -> None:
+    assert (shipped.start, shipped.end) == (exact.start, exact.end), question
+    assert (shipped.score, shipped.null_score) == pytest.approx((exact.score, exact.null_score), abs=1e-3), question
+
+
+def test_int8_sums_do_not_depend_on_the_cpu(reader: Reader, exact_reader: Reader):
+    """The reader scores as its weights summed exactly, on this CPU's kernels. Fails on x86 without VNNI unless the
+    session asks for exact sums: u8×s8 pair sums saturate there (docs/decisions/reader-kernels.md)."""
+    questions = [q for q in json.loads((SAMPLE_DOCS.parent / "questions.json").read_text(encoding="utf-8")) if q["doc"]]
+    assert len(questions) >= 15
+    for q in questions:
+        passage = [doc_passage(1, q["doc"])]
+        assert_same_read(reader.read(q["question"], passage), exact_reader.read(q["question"], passage), q["question"])
+
+
+# One read in an emulated process (~15 s of CPU under qemu here, most of it loading onnxruntime and the model).
+EMULATED_READ = """
+import json, sys
+from edge_rag.reading.reader import Reader
+from edge_rag.types import Passage
+question, title, text = json.loads(sys.stdin.read())
+span = Reader(sys.argv[1], sys.argv[2], threads=1).read(question, [Passage(9, "", title, text)])
+print(json.dumps([span.start, span.end, span.score, span.null_score]))
+"""
+
+
+def test_int8_sums_are_exact_under_an_emulated_avx2_only_cpu(exact_reader: Reader, tokenizer_path: Path,
+                                                            founder: Passage):
+    """The AVX2-only kernel path (no VNNI), whatever CPU runs the suite: qemu-user emulates a Haswell, where u8×s8
+    pair sums saturate, and the shipped reader must read as its exactly summed weights do."""
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None or platform.machine() != "x86_64":
+        pytest.skip("needs qemu-x86_64 on an x86-64 host (`make test` installs qemu-user via apt when run as root)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", EMULATED_READ, str(READER_ASSET),
+                          str(tokenizer_path)], input=json.dumps([FOUNDER_Q, founder.title, founder.text]),
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    start, end, score, null = json.loads(out.stdout.strip().splitlines()[-1])
+    emulated = Span(text=founder.text[start:end], passage_id=founder.id, score=score, null_score=null,
+                    margin=score - null, start=start, end=end)
+    assert_same_read(emulated, exact_reader.read(FOUNDER_Q, [founder]), FOUNDER_Q)
 
 
 def test_prefers_no_answer_on_an_unrelated_passage(reader: Reader, founder: Passage, others: list[Passage]):

@@ -23,12 +23,17 @@ def session_options(threads: int) -> ort.SessionOptions:
     Each session has its own pool of ``threads`` workers, and by default a worker spins on its core for a while after
     its work instead of sleeping. A question runs three sessions in a row (encoder, router, reader): on 2 cores the
     reader's workers then competed with the encoder's still-spinning ones, and the read stage took twice its
-    compute (docs/decisions/ort-spinning.md). Outputs do not change, only when the workers sleep."""
+    compute (docs/decisions/ort-spinning.md). Outputs do not change, only when the workers sleep.
+
+    ``x64quantprecision``: on x86 without VNNI, onnxruntime sums u8×s8 products in pairs that saturate at 16 bits
+    (``vpmaddubsw``), so the 8-bit reader scored otherwise there than on VNNI and ARM, where the calibration's counts
+    hold. The option makes it sum those weights as u8×u8, exactly, on such CPUs only (docs/decisions/reader-kernels.md)."""
     opts = ort.SessionOptions()
     opts.enable_cpu_mem_arena = False
     opts.intra_op_num_threads = threads or default_threads()
     opts.inter_op_num_threads = 1
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.x64quantprecision", "1")
     opts.log_severity_level = 3
     return opts
 
