@@ -76,7 +76,7 @@ def test_answers_most_extractive_sample_questions_on_their_own_document(reader: 
 
 
 @pytest.fixture(scope="module")
-def exact_reader(tokenizer_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Reader:
+def u8_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shipped reader with its int8 weights stored as u8 (+128, zero point 128): the same values, which every
     kernel sums u8×u8, exactly, as VNNI and ARM sum the shipped u8×s8 and as the calibration counted them."""
     onnx = pytest.importorskip("onnx")
@@ -92,7 +92,7 @@ def exact_reader(tokenizer_path: Path, tmp_path_factory: pytest.TempPathFactory)
             weights[name].CopyFrom(numpy_helper.from_array((q.astype(np.int16) + 128).astype(np.uint8), name))
     path = tmp_path_factory.mktemp("reader") / "reader-u8.onnx"
     onnx.save(model, str(path))
-    return Reader(path, tokenizer_path, threads=2)
+    return path
 
 
 def assert_same_read(shipped: Span, exact: Span, question: str) -> None:
@@ -100,43 +100,45 @@ def assert_same_read(shipped: Span, exact: Span, question: str) -> None:
     assert (shipped.score, shipped.null_score) == pytest.approx((exact.score, exact.null_score), abs=1e-3), question
 
 
-def test_int8_sums_do_not_depend_on_the_cpu(reader: Reader, exact_reader: Reader):
+def test_int8_sums_do_not_depend_on_the_cpu(reader: Reader, u8_copy: Path, tokenizer_path: Path):
     """The reader scores as its weights summed exactly, on this CPU's kernels. Fails on x86 without VNNI unless the
     session asks for exact sums: u8×s8 pair sums saturate there (docs/decisions/reader-kernels.md)."""
     questions = [q for q in json.loads((SAMPLE_DOCS.parent / "questions.json").read_text(encoding="utf-8")) if q["doc"]]
     assert len(questions) >= 15
+    exact_reader = Reader(u8_copy, tokenizer_path, threads=2)
     for q in questions:
         passage = [doc_passage(1, q["doc"])]
         assert_same_read(reader.read(q["question"], passage), exact_reader.read(q["question"], passage), q["question"])
 
 
-# One read in an emulated process (~15 s of CPU under qemu here, most of it loading onnxruntime and the model).
-EMULATED_READ = """
+# One question read by both files in an emulated process (~25 s of CPU under qemu here, most of it loading
+# onnxruntime and the models). Both reads under one emulated CPU: another CPU's float kernels round otherwise.
+EMULATED_READS = """
 import json, sys
 from edge_rag.reading.reader import Reader
 from edge_rag.types import Passage
 question, title, text = json.loads(sys.stdin.read())
-span = Reader(sys.argv[1], sys.argv[2], threads=1).read(question, [Passage(9, "", title, text)])
-print(json.dumps([span.start, span.end, span.score, span.null_score]))
+spans = [Reader(path, sys.argv[3], threads=1).read(question, [Passage(9, "", title, text)]) for path in sys.argv[1:3]]
+print(json.dumps([[s.start, s.end, s.score, s.null_score] for s in spans]))
 """
 
 
-def test_int8_sums_are_exact_under_an_emulated_avx2_only_cpu(exact_reader: Reader, tokenizer_path: Path,
-                                                            founder: Passage):
+def test_int8_sums_are_exact_under_an_emulated_avx2_only_cpu(u8_copy: Path, tokenizer_path: Path, founder: Passage):
     """The AVX2-only kernel path (no VNNI), whatever CPU runs the suite: qemu-user emulates a Haswell, where u8×s8
-    pair sums saturate, and the shipped reader must read as its exactly summed weights do."""
+    pair sums saturate, and the shipped reader must read there as its exactly summed weights do."""
     qemu = shutil.which("qemu-x86_64")
     if qemu is None or platform.machine() != "x86_64":
         pytest.skip("needs qemu-x86_64 on an x86-64 host (`make test` installs qemu-user via apt when run as root)")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", EMULATED_READ, str(READER_ASSET),
-                          str(tokenizer_path)], input=json.dumps([FOUNDER_Q, founder.title, founder.text]),
+    out = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", EMULATED_READS, str(READER_ASSET),
+                          str(u8_copy), str(tokenizer_path)], input=json.dumps([FOUNDER_Q, founder.title, founder.text]),
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    start, end, score, null = json.loads(out.stdout.strip().splitlines()[-1])
-    emulated = Span(text=founder.text[start:end], passage_id=founder.id, score=score, null_score=null,
-                    margin=score - null, start=start, end=end)
-    assert_same_read(emulated, exact_reader.read(FOUNDER_Q, [founder]), FOUNDER_Q)
+    shipped, exact = (Span(text=founder.text[a:b], passage_id=founder.id, score=score, null_score=null,
+                           margin=score - null, start=a, end=b)
+                      for a, b, score, null in json.loads(out.stdout.strip().splitlines()[-1]))
+    assert "Margaret Hollins" in (exact.text or "")
+    assert_same_read(shipped, exact, FOUNDER_Q)
 
 
 def test_prefers_no_answer_on_an_unrelated_passage(reader: Reader, founder: Passage, others: list[Passage]):
