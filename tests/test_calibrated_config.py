@@ -4,7 +4,13 @@ from dataclasses import replace
 import pytest
 
 from edge_rag.config import Config, Tier
-from edge_rag.decision.calibrated_config import DECISION_INPUTS, ENCODER_IDENTITY, config_change, recorded_config
+from edge_rag.decision.calibrated_config import (
+    DECISION_INPUTS,
+    ENCODER_IDENTITY,
+    config_change,
+    generation_change,
+    recorded_config,
+)
 from edge_rag.decision.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.errors import ConfigError
 from edge_rag.models import registry as M
@@ -78,3 +84,39 @@ def test_what_does_not_change_the_scores_keeps_the_certificate(changes):
 
 def test_a_file_that_records_no_config_cannot_be_checked():
     assert config_change({"command": "edge-rag calibrate"}, Config(retrieval="dense")) is None
+
+
+@pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_gpt_counts_hold_for_greedy_default_generation_only(asset):
+    """The shipped GPT-route counts were generated greedily from the default tiers' contexts: they hold for
+    Config(temperature=0), not for the default's sampling at 0.4, which is named."""
+    source = Calibration.load(asset).source
+    assert generation_change(source, Config(temperature=0.0)) is None
+    why = generation_change(source, Config())
+    assert why.startswith("generated answers are not certified under these generation settings (temperature: "
+                          "calibrated 0.0, now 0.4; sampling (top_k, seed): calibrated None, now (50, 0)):")
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"tiers": {t: replace(s, max_new_tokens=8) for t, s in Config().tiers.items()}},
+     "tiers (k, context_chars, max_new_tokens, rerank): calibrated [(1, 300, 64, False)"),
+    ({"tiers": {**Config().tiers, Tier.HARD: replace(Config().tiers[Tier.HARD], context_chars=600)}}, "600, 128, True)]"),
+    ({"compression_floor": 0.5}, "compression_floor: calibrated 0.3, now 0.5"),  # another context, another answer
+    ({"router": False, "rerank": False}, "router: calibrated True, now False; rerank"),
+    ({"repeat_ngram": 4}, "repeat_ngram"),
+])
+def test_a_generation_input_changed_since_is_named(changes, named):
+    greedy = Config(temperature=0.0)
+    why = generation_change({"config": repr(greedy)}, greedy.with_(**changes))
+    assert named in why and "calibrate again" in why
+    assert config_change({"config": repr(greedy)}, greedy.with_(**changes)) is None  # the reader's certificate stands
+
+
+@pytest.mark.parametrize("changes", [
+    {"top_k": 5, "seed": 7},  # greedy decoding samples nothing
+    {"max_error_rate": 0.2, "threads": 1, "n_ctx": 2048, "reader_window": 1},  # the plan's n_ctx; the reader's inputs
+])
+def test_what_does_not_change_a_generated_answer_keeps_the_gpt_counts(changes):
+    greedy = Config(temperature=0.0)
+    assert generation_change({"config": repr(greedy)}, greedy.with_(**changes)) is None
+    assert generation_change({"config": "not a Config"}, greedy) is None  # config_change refuses everything then

@@ -3,12 +3,13 @@ import json
 import math
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from benchmarks import data, splits
-from edge_rag.config import Config
+from edge_rag.config import Config, Tier
 from edge_rag.decision.certify import CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, Calibration
 from edge_rag.decision.kind import Kind
 from edge_rag.pipeline import EdgeRAG
@@ -265,12 +266,13 @@ def test_the_kiosk_footer_says_the_shipped_bound_is_not_measured_on_its_question
 
     d = decision(sample_rag)
     assert d["certified"] and not d["own_calibration"] and not d["generation_certified"]  # alpha 0.4: see below
+    assert d["generation_reason"] == "generated answers are not certified at alpha 0.4"
     assert d["summary"] == (f"Answers certified: error ≤ {sample_rag.config.max_error_rate * 100:g}% among answered "
                             f"(δ {sample_rag.config.delta:g}), measured on {d['calibration_questions']:,} SQuAD-2 "
                             "questions (the shipped calibration), not on this kiosk's questions")
     with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root,
                  config=Config(temperature=0.0, max_error_rate=0.99)) as lenient:
-        assert decision(lenient)["generation_certified"]
+        assert decision(lenient)["generation_certified"] and decision(lenient)["generation_reason"] is None
 
 
 def test_why_questions_are_generated_only_at_an_alpha_that_certifies_generation(sample_rag):
@@ -285,6 +287,27 @@ def test_why_questions_are_generated_only_at_an_alpha_that_certifies_generation(
     lenient = CertifiedPath(sample_rag.bundle, Config(temperature=0.0, max_error_rate=0.99))
     assert lenient.decide(question, 0.0, nothing, []).route is Route.GPT
     assert lenient.decide("Who founded the museum?", 0.0, nothing, []).route is Route.REFUSE  # not a why question
+
+
+def test_generated_answers_are_certified_only_as_they_were_generated(sample_rag):
+    """The shipped GPT counts are of greedy answers: sampled at the default temperature, or from longer contexts, a
+    why question is refused at an alpha those counts meet, saying which setting differs; the reader's certificate
+    and its answers stand."""
+    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.reading.read import Candidate
+
+    question, nothing = "Why is the museum called Harbourlight?", Candidate(None, None, 0.0, 0.0, 0.0)
+    greedy = Config(temperature=0.0, max_error_rate=0.99)
+    longer = {**greedy.tiers, Tier.HARD: replace(greedy.tiers[Tier.HARD], context_chars=1200)}
+    for config, named in ((Config(max_error_rate=0.99), "temperature: calibrated 0.0, now 0.4"),
+                          (greedy.with_(tiers=longer), "900, 128, True)], now [")):
+        path = CertifiedPath(sample_rag.bundle, config)
+        verdict = path.decide(question, 0.0, nothing, [])
+        assert path.certificate is not None and path.uncertified is None and not path.may_generate
+        assert verdict.route is Route.REFUSE and named in verdict.reason and path.gpt_refused in verdict.reason
+    with EdgeRAG(sample_rag.store.folder, bundle=sample_rag.bundle.root, config=Config(max_error_rate=0.99)) as rag:
+        assert rag.decide("Who founded the Harbourlight Science Museum?").route is Route.RAG
+        assert not rag.plan.generator  # nothing certified to generate: llama.cpp is not planned or loaded
 
 
 def test_the_reader_is_loaded_once_when_the_first_questions_arrive_together(sample_rag, monkeypatch):

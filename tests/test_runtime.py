@@ -136,7 +136,7 @@ def test_demo_shows_what_the_uncertified_generator_writes(bundle_dir, tmp_path, 
     out = capsys.readouterr().out
     blocks = {b.split("\n")[0][3:]: b for b in out.split("\n\n") if b.startswith("Q: ")}
     items = json.loads((SAMPLE_DIR / "questions.json").read_text(encoding="utf-8"))[:8]
-    assert "The generator is off: its answers are not certified at alpha 0.4" in out
+    assert "The generator is off: generated answers are not certified at alpha 0.4." in out
     shown = out.split("A (generated, not certified): ")[1].split("\n")[0]
     question = out.split("Config(cgr=False)):\nQ: ")[1].split("\n")[0]
     assert shown.strip() and question in {i["question"] for i in items}

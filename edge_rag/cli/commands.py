@@ -127,11 +127,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print()
             if answer.route is Route.REFUSE and item["answer"]:
                 refused.append(item)
-        generator_off = rag.config.certified and not rag.certified.gpt_allowed
+        generator_off = rag.certified.gpt_refused if rag.config.certified else None
     shown = next(iter(refused + [i for i in items if generative(i["question"])]), None)
     if generator_off and shown:
-        print(f"The generator is off: its answers are not certified at alpha {rag.config.max_error_rate:g}. What it "
-              f"writes when nothing checks it ({args.profile}, Config(cgr=False)):")
+        print(f"The generator is off: {generator_off}. What it writes when nothing checks it ({args.profile}, "
+              "Config(cgr=False)):")
         with open_rag(args, cgr=False) as unchecked:
             unchecked.warm_up()
             answer = unchecked.ask(shown["question"])

@@ -7,7 +7,8 @@ they were measured with (``repr(config)`` in "source": ``edge-rag calibrate`` an
 calibrate`` both write it); this module reads it back as data, never evaluating it, and names what differs. They
 record the encoder that made the vectors too ("encoder": ``encoder_identity``): another encoder model gives every
 cosine, the fused list, the out-of-domain distance and so the score another meaning. And a store records how its
-passages were cut (passage_kinds.py), which ``store_change`` compares with what the calibration measured.
+passages were cut (passage_kinds.py), which ``store_change`` compares with what the calibration measured. The
+GPT route's counts hold only for answers generated as they were (``generation_change``).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
 # correction_extra_k and gate_max_n); reader_passages and reader_window what the neural reader reads. The rule
 # reader (reader="rules") reads the tier's compressed context instead, so for it the stages that shape that context
 # count too. Not here, as the scores do not depend on them: the certificate asked for (max_error_rate, delta),
-# generation (temperature, top_k, n_ctx, tiers' max_new_tokens, ...), resources (threads, memory_budget_mb;
+# generation (temperature, top_k, n_ctx, tiers' max_new_tokens, ...: GENERATION_INPUTS below), resources (threads, memory_budget_mb;
 # encode_batch_tokens, which the memory plan sets), the cache, the seeds' gate and thresholds. A store indexed under
 # another Config than the asking one's is checked by the kinds of passages it recorded (store_change). The reader is
 # matched by the calibration's entry for it, its model by sha256 (certified.stale_reader).
@@ -57,6 +58,21 @@ DECISION_INPUTS: dict[str, Callable[[Config], object]] = {
         "compression", "compression_floor", "dedupe_prefix_chars")},
     "tiers' k, context_chars, rerank": lambda c: ([(s.k, s.context_chars, s.rerank) for s in c.tiers.values()]
                                                   if c.reader == "rules" else None),
+}
+# What a generated answer depends on besides the decision's inputs: the tier, its passages and the compressed context
+# the generator reads (router, correction, rerank, compression and the tiers' budgets), and the decoding. The GPT
+# route's calibration counts answers generated under these (convert/calibrate.py, greedy), and certifies only
+# those: sampled at another temperature, or from other contexts, the generator makes other mistakes. Sampling's
+# top_k and seed do not matter at temperature 0. Not here: n_ctx, which the memory plan sizes (a context that does
+# not fit is shortened, generate.py), and the generator model, which the calibration's entry names.
+GENERATION_INPUTS: dict[str, Callable[[Config], object]] = {
+    **{name: _field(name) for name in (
+        "router", "tier_override", "fallback_tier", "baseline_k", "correction", "correction_threshold",
+        "correction_extra_k", "rerank", "rerank_dense_weight", "rerank_lexical_weight", "rerank_title_weight",
+        "compression", "compression_floor", "dedupe_prefix_chars", "temperature", "repeat_ngram", "repeat_window")},
+    "tiers (k, context_chars, max_new_tokens, rerank)": lambda c: [
+        (s.k, s.context_chars, s.max_new_tokens, s.rerank) for s in c.tiers.values()],
+    "sampling (top_k, seed)": lambda c: (c.top_k, c.seed) if c.temperature > 0 else None,
 }
 # The encoder facts that decide its vectors. Not its precision: the int8 export is checked against the fp32 model
 # when the bundle is built (cosine >= 0.98 per sentence, bundle "parity"), and a CPU where int8 fails that check gets
@@ -105,21 +121,40 @@ def _shown(value: object) -> object:
     return value.value if isinstance(value, Enum) else value
 
 
+def _changed(source: dict, config: Config, inputs: dict[str, Callable[[Config], object]]) -> list[str] | None:
+    """Each of ``inputs`` whose value under ``config`` differs from the Config ``source`` recorded (None: it records
+    none); ConfigError when the record cannot be read."""
+    text = source.get("config")
+    if text is None:
+        return None
+    then = recorded_config(text).with_(reader=config.reader)  # each reader's entry was measured with that reader
+    return [f"{name}: calibrated {_shown(view(then))!r}, now {_shown(view(config))!r}"
+            for name, view in inputs.items() if view(then) != view(config)]
+
+
 def config_change(source: dict, config: Config) -> str | None:
     """Why a calibration whose "source" is ``source`` does not certify ``config``: the decision inputs that differ
     from the Config it recorded (None: none differ). A file that records no Config (``edge-rag calibrate`` before
     it recorded one) cannot be checked and is taken as it is."""
-    text = source.get("config")
-    if text is None:
-        return None
     fix = "calibrate again with this Config (`edge-rag calibrate`), or run with the calibrated values"
     try:
-        then = recorded_config(text).with_(reader=config.reader)  # each reader's entry was measured with that reader
+        changed = _changed(source, config, DECISION_INPUTS)
     except ConfigError as exc:
         return f"the Config the calibration was measured with cannot be read ({exc}): {fix}"
-    changed = [f"{name}: calibrated {_shown(view(then))!r}, now {_shown(view(config))!r}"
-               for name, view in DECISION_INPUTS.items() if view(then) != view(config)]
     return f"not calibrated for this Config ({'; '.join(changed)}): {fix}" if changed else None
+
+
+def generation_change(source: dict, config: Config) -> str | None:
+    """Why the GPT-route counts of a calibration whose "source" is ``source`` do not certify answers generated under
+    ``config``: the generation inputs that differ from the Config it recorded (None: none differ, or none recorded;
+    an unreadable record certifies nothing at all, as config_change says)."""
+    try:
+        changed = _changed(source, config, GENERATION_INPUTS)
+    except ConfigError:
+        return None
+    return (f"generated answers are not certified under these generation settings ({'; '.join(changed)}): the "
+            "calibration counted answers generated under its own; run with those, or calibrate again (`python -m "
+            "convert calibrate`)" if changed else None)
 
 
 def encoder_identity(bundle: Bundle) -> dict[str, object]:

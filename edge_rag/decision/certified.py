@@ -18,7 +18,7 @@ from ..reading.reader import reader_file
 from ..storage.fileio import sha256_file
 from ..storage.stores import PassageStore
 from ..types import Passage, Route
-from .calibrated_config import config_change, encoder_change, store_change
+from .calibrated_config import config_change, encoder_change, generation_change, store_change
 from .certify import Calibration, Certificate, ReaderCalibration, beyond_floor, shipped_calibration
 from .kind import Kind
 from .policy import decide_certified
@@ -26,11 +26,12 @@ from .policy import decide_certified
 
 @dataclass(frozen=True)
 class State:
-    """What certifies this path's answers: the single-hop questions' certificate (None: nothing), whether generated
-    answers are certified too, why every question is refused when nothing is, and each kind's certificate."""
+    """What certifies this path's answers: the single-hop questions' certificate (None: nothing), why generated
+    answers are not certified (None: they are), why every question is refused when nothing is, and each kind's
+    certificate."""
 
     by_kind: dict[Kind, Certificate]  # empty: nothing is certified
-    gpt_allowed: bool
+    gpt_refused: str | None
     uncertified: str | None
 
     @property
@@ -53,7 +54,8 @@ class CertifiedPath:
     under other decision inputs than ``config`` (calibrated_config.DECISION_INPUTS), another encoder or another
     reader model, or on other kinds of passages than the store holds (``check_store``), certifies nothing: every
     question is refused with the reason in ``uncertified``. A file that records no Config (``edge-rag calibrate``
-    before it recorded one) still loads, unchecked."""
+    before it recorded one) still loads, unchecked. Generated answers are certified only at an alpha their own counts
+    meet, from the generator and generation settings they were counted with (``gpt_refused`` says why not)."""
 
     def __init__(self, bundle: B.Bundle, config: Config, calibration: Path | None = None,
                  remote: bool = False) -> None:
@@ -73,16 +75,18 @@ class CertifiedPath:
         self._cache_key = _cache_key(config, self.calibration_sha256)
         # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
         if cal is None:
-            self._measured = State({}, False, "not calibrated: run `python -m convert calibrate"
-                                                 f"{' --backend pgvector' if remote else ''}`")
+            missing = f"not calibrated: run `python -m convert calibrate{' --backend pgvector' if remote else ''}`"
+            self._measured = State({}, missing, missing)
         elif (why := self._mismatch(cal, bundle, config)) is not None:
-            self._measured = State({}, False, why)
+            self._measured = State({}, why, why)
         else:
             rc = cal.reader(config.reader)
             by_kind = {kind: rc.table_of(kind).choose(config.max_error_rate, config.delta) for kind in Kind}
-            # whether generated answers are certified at this alpha too: a bisection, once, here
-            self._measured = State(by_kind, rc.gpt_allowed(
-                config.max_error_rate, config.delta, bundle.generator.get("name")), None)
+            # whether generated answers are certified at this alpha too (a bisection, once, here), and were
+            # generated as this config generates
+            at_alpha = rc.gpt_allowed(config.max_error_rate, config.delta, bundle.generator.get("name"))
+            self._measured = State(by_kind, generation_change(cal.source, config) if at_alpha else
+                                   f"generated answers are not certified at alpha {config.max_error_rate:g}", None)
         self._state = self._measured
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
@@ -116,7 +120,12 @@ class CertifiedPath:
 
     @property
     def gpt_allowed(self) -> bool:
-        return self._state.gpt_allowed
+        return self._state.gpt_refused is None
+
+    @property
+    def gpt_refused(self) -> str | None:
+        """Why generated answers are not certified (None: they are, and a why question may take the GPT route)."""
+        return self._state.gpt_refused
 
     @property
     def may_generate(self) -> bool:
@@ -136,13 +145,14 @@ class CertifiedPath:
         cal = self.calibration  # None only once nothing is certified (record_only)
         if version != self._store_version and self._measured.certificate is not None and cal is not None:
             why = store_change(cal.source, store.passage_kinds)
-            self._state, self._store_version = (self._measured if why is None else State({}, False, why)), version
+            self._state, self._store_version = (self._measured if why is None else State({}, why, why)), version
 
     def record_only(self) -> None:
         """Refuse every question but keep its candidate and features: what calibrating and sweeping the reader
         record, with no certificate deciding."""
         self.calibration = None
-        self._measured = self._state = State({}, False, "recording candidates only (no certificate)")
+        why = "recording candidates only (no certificate)"
+        self._measured = self._state = State({}, why, why)
 
     def _mismatch(self, cal: Calibration, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
@@ -195,7 +205,7 @@ class CertifiedPath:
         cert = state.by_kind[kind]
         score = rc.combiner(features) if candidate.text else math.nan
         route, reason = decide_certified(question, d_min, rc.ood_distance, candidate.text, score, cert,
-                                         state.gpt_allowed, kind)
+                                         state.gpt_refused, kind)
         return Verdict(candidate, route, reason, {
             "score": score, "features": features, "alpha": cert.alpha, "delta": cert.delta,
             "score_threshold": cert.threshold, "n_cal": cert.n_cal, "cal_coverage": cert.coverage,

@@ -41,16 +41,17 @@ def generative(question: str) -> bool:
 
 
 def decide_certified(question: str, d_min: float, ood_distance: float, answer: str | None, score: float,
-                     cert: Certificate, gpt_allowed: bool,
+                     cert: Certificate, gpt_refused: str | None,
                      kind: Kind = Kind.SINGLE_HOP) -> tuple[Route, str | None]:
-    """The certified route and, for REFUSE, why; ``cert`` is the certificate of the question's ``kind``."""
+    """The certified route and, for REFUSE, why; ``cert`` is the certificate of the question's ``kind``,
+    ``gpt_refused`` why generated answers are not certified (None: they are)."""
     counted = f"{cert.n_cal} calibration questions" + ("" if kind is Kind.SINGLE_HOP else " of its kind")
     if beyond_floor(d_min, ood_distance):
         return Route.REFUSE, (f"out of domain: nearest passage at squared distance {d_min:.3f} > "
                               f"{ood_distance:.3f} (floor calibrated on out-of-domain questions)")
     if answer and score >= cert.threshold:
         return Route.RAG, None
-    if generative(question) and gpt_allowed:
+    if generative(question) and gpt_refused is None:
         return Route.GPT, None
     if cert.threshold == float("inf"):
         why = (f"no score threshold keeps the error among answered <= {cert.alpha:g} at confidence "
@@ -64,7 +65,7 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
             why += "; a question with a negation (not, never, ...) scores lower: the reader often answers it as if " \
                    "the negation were not there"
     if generative(question):
-        why += "; generated answers are not certified at this error rate"
+        why += f"; {gpt_refused}"
     if kind is Kind.MULTI_HOP:
         why = ("a multi-hop question (it asks about something it names through something else, so its answer needs "
                f"facts from two passages, and the reader reads one): {why}")

@@ -31,7 +31,7 @@ def health_report(rag: EdgeRAG, lanes: Lanes) -> dict:
 def decision(rag: EdgeRAG) -> dict:
     """Whether the answers are certified and by what: alpha, delta, the calibration file, its questions and the
     threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), whether
-    generated answers are too, ``reason`` when they are not certified, and ``summary``, one line saying so for the
+    generated answers are too (``generation_reason`` when not), ``reason`` when they are not certified, and ``summary``, one line saying so for the
     kiosk page's footer."""
     path = rag.certified  # one snapshot: the operator may apply another meanwhile
     path.check_store(rag.store)  # as of the store's last commit, as the next question would be decided
@@ -57,8 +57,10 @@ def decision(rag: EdgeRAG) -> dict:
             "certificate": source,
             "calibration": str(path.calibration_path), "own_calibration": path.own,
             "calibration_questions": cert.n_cal if cert else 0, "threshold": threshold,
-            # the GPT route answers only if the calibration's generated answers, from this generator, meet alpha too
+            # the GPT route answers only if the calibration's generated answers, from this generator and generated as
+            # this config generates, meet alpha too; why not, when the answers are certified but generation is not
             "generation_certified": reason is None and path.gpt_allowed,
+            "generation_reason": path.gpt_refused if reason is None else reason,
             "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold, which)}
 
 
