@@ -44,6 +44,16 @@ def answer_tokens(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def tier_chars(text: str) -> tuple[Tier, int]:
+    """--context-chars TIER=N: one tier's context budget, by Tier's and TierSpec's own checks and messages."""
+    name, _, value = text.partition("=")
+    try:
+        tier = Tier(name.strip().upper())
+        return tier, replace(DEFAULT_TIERS[tier], context_chars=int(value)).context_chars
+    except ValueError as exc:  # Tier's, int()'s, or TierSpec's ConfigError
+        raise argparse.ArgumentTypeError(f"{text!r}: expected TIER=N, TIER one of EASY, MEDIUM, HARD ({exc})") from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--full", action="store_true", help="all questions and the 1M-vector scale point")
@@ -63,6 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="passage unit of the pooled corpus: sentences (default, the router's training unit) or paragraphs")
     p.add_argument("--max-new-tokens", type=answer_tokens, default=None, metavar="N",
                    help="cap every tier's answer at N tokens (a quick check of the harness; default: the tiers' own)")
+    p.add_argument("--context-chars", type=tier_chars, action="append", default=[], metavar="TIER=N",
+                   help="a tier's context budget in characters, e.g. HARD=600 (repeatable; default: the tiers' own). "
+                        "Generated answers then come from other contexts; the neural reader's decision is unchanged")
     p.add_argument("--profile", default="gemma", help=f"bundle profile: {' | '.join(PROFILES)}")
     p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: the profile's)")
     p.add_argument("--out", type=Path, default=Path("bench-results"))
@@ -197,7 +210,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_
     """All systems on one dataset; returns its results, its index folder and, for the scale test, its passages
     (vectors and texts) and questions (embeddings and texts). ``shared``: the run's llama.cpp model under
     "generator", used by every system that may generate (loaded into it by the first); None: one per system."""
-    base = bench_config(args.threads, args.memory_mb, args.passages, args.max_new_tokens)
+    base = bench_config(args.threads, args.memory_mb, args.passages, args.max_new_tokens, dict(args.context_chars))
     encoder_sha = bundle.sha256(ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle, encoder_sha, base, args.index_cache)
     with EdgeRAG(db, bundle=bundle, config=base) as rag:

@@ -1,9 +1,11 @@
 """The compared systems as Config presets: stage flags switched on one by one, as in the thesis."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from edge_rag import Config
+from edge_rag.config import Tier
 from edge_rag.reading.reader import READER_ASSET
 
 _OFF = dict(router=False, correction=False, rerank=False, compression=False, cgr=False)
@@ -33,14 +35,17 @@ def available() -> list[str]:
 
 
 def bench_config(threads: int = 0, memory_mb: int | None = None, passage_mode: str = "sentence",
-                 max_new_tokens: int | None = None) -> Config:
+                 max_new_tokens: int | None = None, context_chars: Mapping[Tier, int] | None = None) -> Config:
     """Deterministic decoding, no answer cache (each system must do its own work), the given resources and
     passages (sentences, as the router was trained on, or whole paragraphs); ``max_new_tokens`` caps every tier's
-    answer length (a quick check of the harness; not a decision input, so the certified systems stay certified)."""
+    answer length (a quick check of the harness; not a decision input, so the certified systems stay certified);
+    ``context_chars`` sets some tiers' context budgets (measuring a budget: the rule reader's certificate and the
+    GPT route's counts do not hold under another, the neural reader's does)."""
     config = Config(temperature=0.0, cache_size=0, threads=threads, passage_mode=passage_mode)
-    if max_new_tokens is not None:
-        config = config.with_(tiers={t: replace(s, max_new_tokens=min(s.max_new_tokens, max_new_tokens))
-                                     for t, s in config.tiers.items()})
+    chars = context_chars or {}
+    config = config.with_(tiers={t: replace(s, max_new_tokens=min(s.max_new_tokens, max_new_tokens or s.max_new_tokens),
+                                            context_chars=chars.get(t, s.context_chars))
+                                 for t, s in config.tiers.items()})
     return config if memory_mb is None else config.with_(memory_budget_mb=memory_mb)
 
 

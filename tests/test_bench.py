@@ -212,6 +212,20 @@ def test_max_new_tokens_caps_every_tier():
             run.parse_args(["--max-new-tokens", bad])
 
 
+def test_context_chars_set_the_named_tiers_only():
+    """--context-chars TIER=N (repeatable) sets those tiers' context budgets and nothing else; bad values are refused
+    with TierSpec's own message."""
+    args = run.parse_args(["--context-chars", "hard=600", "--context-chars", "MEDIUM=400"])
+    assert args.context_chars == [(Tier.HARD, 600), (Tier.MEDIUM, 400)] and run.parse_args([]).context_chars == []
+    default, set_ = bench_config(), bench_config(context_chars=dict(args.context_chars))
+    assert [s.context_chars for s in set_.tiers.values()] == [default.tier(Tier.EASY).context_chars, 400, 600]
+    assert [replace(s, context_chars=1) for s in set_.tiers.values()] == [
+        replace(s, context_chars=1) for s in default.tiers.values()]
+    for bad in ("HARD=0", "HARD=", "HUGE=300", "600"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--context-chars", bad])
+
+
 def test_scale_sizes_accept_what_help_shows():
     assert run.parse_args(["--scale-sizes", "1k,10k,100k,1M"]).sizes == [1_000, 10_000, 100_000, 1_000_000]
     assert run.parse_args(["--scale-sizes", "2500"]).sizes == [2500]
