@@ -240,7 +240,8 @@ def test_generated_answers_are_certified_only_with_the_generator_they_came_from(
     path = CertifiedPath(sample_rag.bundle, config, _edited_calibration(tmp_path, smollm))
     verdict = path.decide(question, 0.0, Candidate(None, None, 0.0, 0.0, 0.0), [])
     assert path.certificate is not None and not path.gpt_allowed
-    assert verdict.route is Route.REFUSE and "generated answers are not certified" in verdict.reason
+    assert verdict.route is Route.REFUSE and "generated answers are not certified for this generator" in verdict.reason
+    assert "the calibration counted HuggingFaceTB/SmolLM2-135M-Instruct's" in path.gpt_refused
 
 
 def test_a_config_the_shipped_calibration_was_not_measured_with_refuses_every_question(sample_rag):

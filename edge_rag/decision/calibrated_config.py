@@ -43,10 +43,11 @@ def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
 # correction_extra_k and gate_max_n); reader_passages and reader_window what the neural reader reads. The rule
 # reader (reader="rules") reads the tier's compressed context instead, so for it the stages that shape that context
 # count too. Not here, as the scores do not depend on them: the certificate asked for (max_error_rate, delta),
-# generation (temperature, top_k, n_ctx, tiers' max_new_tokens, ...: GENERATION_INPUTS below), resources (threads, memory_budget_mb;
-# encode_batch_tokens, which the memory plan sets), the cache, the seeds' gate and thresholds. A store indexed under
-# another Config than the asking one's is checked by the kinds of passages it recorded (store_change). The reader is
-# matched by the calibration's entry for it, its model by sha256 (certified.stale_reader).
+# generation (temperature, top_k, n_ctx, tiers' max_new_tokens, ...: GENERATION_INPUTS below), resources (threads,
+# memory_budget_mb; encode_batch_tokens, which the memory plan sets), the cache, the seeds' gate and thresholds. A
+# store indexed under another Config than the asking one's is checked by the kinds of passages it recorded
+# (store_change). The reader is matched by the calibration's entry for it, its model by sha256
+# (certified.stale_reader).
 DECISION_INPUTS: dict[str, Callable[[Config], object]] = {
     **{name: _field(name) for name in (
         "passage_mode", "min_sentence_chars", "retrieval", "fusion_k", "lexical_weight", "lexical_budget",

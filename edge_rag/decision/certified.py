@@ -82,11 +82,11 @@ class CertifiedPath:
         else:
             rc = cal.reader(config.reader)
             by_kind = {kind: rc.table_of(kind).choose(config.max_error_rate, config.delta) for kind in Kind}
-            # whether generated answers are certified at this alpha too (a bisection, once, here), and were
-            # generated as this config generates
-            at_alpha = rc.gpt_allowed(config.max_error_rate, config.delta, bundle.generator.get("name"))
-            self._measured = State(by_kind, generation_change(cal.source, config) if at_alpha else
-                                   f"generated answers are not certified at alpha {config.max_error_rate:g}", None)
+            # whether generated answers are certified too: by this generator, at this alpha (a bisection, once,
+            # here), generated as this config generates
+            gpt = (rc.gpt_refused(config.max_error_rate, config.delta, bundle.generator.get("name"))
+                   or generation_change(cal.source, config))
+            self._measured = State(by_kind, gpt, None)
         self._state = self._measured
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None

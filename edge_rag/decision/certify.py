@@ -223,12 +223,16 @@ class ReaderCalibration:
         """The calibration counts of questions of ``kind``."""
         return self.kind_tables.get(kind, self.table)
 
-    def gpt_allowed(self, alpha: float, delta: float, generator: str | None) -> bool:
-        """The GPT route may answer only if its measured error is certified <= alpha too, and only with the
-        generator model it was measured with (``generator``: the bundle's): another one makes other mistakes."""
+    def gpt_refused(self, alpha: float, delta: float, generator: str | None) -> str | None:
+        """Why the GPT route may not answer (None: it may): only with the generator model its answers were measured
+        with (``generator``: the bundle's), as another one makes other mistakes, and only if their error is
+        certified <= alpha too."""
         if self.gpt_generator is not None and generator != self.gpt_generator:
-            return False
-        return clopper_pearson_upper(self.gpt_errors, self.gpt_n, delta) <= alpha
+            return (f"generated answers are not certified for this generator ({generator}; the calibration counted "
+                    f"{self.gpt_generator}'s)")
+        if clopper_pearson_upper(self.gpt_errors, self.gpt_n, delta) > alpha:
+            return f"generated answers are not certified at alpha {alpha:g}"
+        return None
 
 
 @dataclass(frozen=True)
