@@ -38,9 +38,9 @@ def bench_config(threads: int = 0, memory_mb: int | None = None, passage_mode: s
                  max_new_tokens: int | None = None, context_chars: Mapping[Tier, int] | None = None) -> Config:
     """Deterministic decoding, no answer cache (each system must do its own work), the given resources and
     passages (sentences, as the router was trained on, or whole paragraphs); ``max_new_tokens`` caps every tier's
-    answer length (a quick check of the harness; not a decision input, so the certified systems stay certified);
-    ``context_chars`` sets some tiers' context budgets (measuring a budget: the rule reader's certificate and the
-    GPT route's counts do not hold under another, the neural reader's does)."""
+    answer length (a quick check of the harness; not a decision input, so the readers' certificates stand, while
+    the GPT route's counts do not); ``context_chars`` sets some tiers' context budgets (measuring a budget: the rule
+    reader's certificate and the GPT route's counts do not hold under another, the neural reader's does)."""
     config = Config(temperature=0.0, cache_size=0, threads=threads, passage_mode=passage_mode)
     chars = context_chars or {}
     config = config.with_(tiers={t: replace(s, max_new_tokens=min(s.max_new_tokens, max_new_tokens or s.max_new_tokens),
