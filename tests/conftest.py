@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import platform
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -50,6 +54,22 @@ def cached_store(bundle_dir: Path, data: bytes, config: Config, build: Callable[
     os.utime(done)
     shutil.copytree(done / "db", into)
     return into
+
+
+def on_emulated_haswell(script: str, args: list[str], stdin: str | None = None, env: dict[str, str] | None = None,
+                        timeout: float = 900) -> object:
+    """``python -c script *args`` under ``qemu-x86_64 -cpu Haswell`` (AVX2, no AVX-512 or VNNI: the kernel path of
+    the kiosks a suite run on another CPU cannot own), its last output line read as JSON. Skips where qemu-x86_64
+    cannot run this interpreter: not installed (`make test` installs qemu-user via apt when run as root), or a host
+    that is not x86-64."""
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None or platform.machine() != "x86_64":
+        pytest.skip("needs qemu-x86_64 on an x86-64 host (`make test` installs qemu-user via apt when run as root)")
+    out = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", script, *args], input=stdin,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                         timeout=timeout)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 EMULATED_SHARE = 8  # emulated checks re-embed the 8 shortest of the 64 reference sentences (8-10 tokens each)

@@ -6,14 +6,10 @@ differently. Floats are compared only between two reads on one CPU that must sum
 from __future__ import annotations
 
 import json
-import os
-import platform
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import on_emulated_haswell
 
 from edge_rag.errors import BundleError, InputError
 from edge_rag.models import bundle as B
@@ -126,17 +122,10 @@ print(json.dumps([[s.start, s.end, s.score, s.null_score] for s in spans]))
 def test_int8_sums_are_exact_under_an_emulated_avx2_only_cpu(u8_copy: Path, tokenizer_path: Path, founder: Passage):
     """The AVX2-only kernel path (no VNNI), whatever CPU runs the suite: qemu-user emulates a Haswell, where u8×s8
     pair sums saturate, and the shipped reader must read there as its exactly summed weights do."""
-    qemu = shutil.which("qemu-x86_64")
-    if qemu is None or platform.machine() != "x86_64":
-        pytest.skip("needs qemu-x86_64 on an x86-64 host (`make test` installs qemu-user via apt when run as root)")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", EMULATED_READS, str(READER_ASSET),
-                          str(u8_copy), str(tokenizer_path)], input=json.dumps([FOUNDER_Q, founder.title, founder.text]),
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
+    reads = on_emulated_haswell(EMULATED_READS, [str(READER_ASSET), str(u8_copy), str(tokenizer_path)],
+                                stdin=json.dumps([FOUNDER_Q, founder.title, founder.text]), timeout=600)
     shipped, exact = (Span(text=founder.text[a:b], passage_id=founder.id, score=score, null_score=null,
-                           margin=score - null, start=a, end=b)
-                      for a, b, score, null in json.loads(out.stdout.strip().splitlines()[-1]))
+                           margin=score - null, start=a, end=b) for a, b, score, null in reads)
     assert "Margaret Hollins" in (exact.text or "")
     assert_same_read(shipped, exact, FOUNDER_Q)
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import onnxruntime
 import pytest
-from conftest import EMULATED_SHARE, reference_share
+from conftest import EMULATED_SHARE, on_emulated_haswell, reference_share
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from edge_rag.cli.commands import main
@@ -213,15 +210,9 @@ def test_verify_under_an_emulated_avx2_only_cpu(bundle: B.Bundle, tmp_path: Path
     """The AVX2-only kernel path (no AVX-512/VNNI) on every run: qemu-user emulates a Haswell CPU, where the bundle's
     int8 encoder re-embeds a share of the reference sentences (``reference_share``) and must pass the int8
     thresholds."""
-    qemu = shutil.which("qemu-x86_64")
-    if qemu is None:
-        pytest.skip("qemu-x86_64 not installed (`make test` installs qemu-user via apt when run as root)")
     share = reference_share(bundle, tmp_path / "reference.npz")
-    env = {**os.environ, "EDGE_RAG_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    cmd = [qemu, "-cpu", "Haswell", sys.executable, "-c", EMULATED_VERIFY, str(bundle.root), str(share)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
-    verdict = Verdict(**json.loads(out.stdout.strip().splitlines()[-1]))
+    verdict = Verdict(**on_emulated_haswell(EMULATED_VERIFY, [str(bundle.root), str(share)],
+                                            env={"EDGE_RAG_HOME": str(tmp_path)}))
     assert verdict.cpu == "x86_64 AVX2" and verdict.precision == "int8", verdict
     assert verdict.sentences == len(load_reference(share)[0]) == EMULATED_SHARE, verdict
     assert verdict.passed, verdict.summary()

@@ -48,15 +48,16 @@ def _field(name: str, rules_only: bool = False) -> Callable[[Config], object]:
 # store indexed under another Config than the asking one's is checked by the kinds of passages it recorded
 # (store_change). The reader is matched by the calibration's entry for it, its model by sha256
 # (certified.stale_reader).
+# What picks the tier and builds its compressed context: read by the rule reader and by the generator.
+CONTEXT_INPUTS = ("router", "tier_override", "fallback_tier", "baseline_k", "correction", "correction_threshold",
+                  "correction_extra_k", "rerank", "rerank_dense_weight", "rerank_lexical_weight", "rerank_title_weight",
+                  "compression", "compression_floor", "dedupe_prefix_chars")
 DECISION_INPUTS: dict[str, Callable[[Config], object]] = {
     **{name: _field(name) for name in (
         "passage_mode", "min_sentence_chars", "retrieval", "fusion_k", "lexical_weight", "lexical_budget",
         "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "max_seq_len", "reader_passages", "reader_window")},
     "search width (baseline_k, tiers' k, correction_extra_k, gate_max_n)": search_width,
-    **{name: _field(name, rules_only=True) for name in (
-        "router", "tier_override", "fallback_tier", "baseline_k", "correction", "correction_threshold",
-        "correction_extra_k", "rerank", "rerank_dense_weight", "rerank_lexical_weight", "rerank_title_weight",
-        "compression", "compression_floor", "dedupe_prefix_chars")},
+    **{name: _field(name, rules_only=True) for name in CONTEXT_INPUTS},
     "tiers' k, context_chars, rerank": lambda c: ([(s.k, s.context_chars, s.rerank) for s in c.tiers.values()]
                                                   if c.reader == "rules" else None),
 }
@@ -67,10 +68,7 @@ DECISION_INPUTS: dict[str, Callable[[Config], object]] = {
 # top_k and seed do not matter at temperature 0. Not here: n_ctx, which the memory plan sizes (a context that does
 # not fit is shortened, generate.py), and the generator model, which the calibration's entry names.
 GENERATION_INPUTS: dict[str, Callable[[Config], object]] = {
-    **{name: _field(name) for name in (
-        "router", "tier_override", "fallback_tier", "baseline_k", "correction", "correction_threshold",
-        "correction_extra_k", "rerank", "rerank_dense_weight", "rerank_lexical_weight", "rerank_title_weight",
-        "compression", "compression_floor", "dedupe_prefix_chars", "temperature", "repeat_ngram", "repeat_window")},
+    **{name: _field(name) for name in (*CONTEXT_INPUTS, "temperature", "repeat_ngram", "repeat_window")},
     "tiers (k, context_chars, max_new_tokens, rerank)": lambda c: [
         (s.k, s.context_chars, s.max_new_tokens, s.rerank) for s in c.tiers.values()],
     "sampling (top_k, seed)": lambda c: (c.top_k, c.seed) if c.temperature > 0 else None,

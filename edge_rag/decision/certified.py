@@ -26,13 +26,18 @@ from .policy import decide_certified
 
 @dataclass(frozen=True)
 class State:
-    """What certifies this path's answers: the single-hop questions' certificate (None: nothing), why generated
-    answers are not certified (None: they are), why every question is refused when nothing is, and each kind's
+    """What certifies this path's answers: the single-hop questions' certificate (None: nothing), why every question
+    is refused when nothing is, why generated answers are not certified while the reader's are, and each kind's
     certificate."""
 
     by_kind: dict[Kind, Certificate]  # empty: nothing is certified
-    gpt_refused: str | None
     uncertified: str | None
+    generation: str | None = None
+
+    @property
+    def gpt_refused(self) -> str | None:
+        """Why generated answers are not certified (None: they are)."""
+        return self.uncertified or self.generation
 
     @property
     def certificate(self) -> Certificate | None:
@@ -76,9 +81,9 @@ class CertifiedPath:
         # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
         if cal is None:
             missing = f"not calibrated: run `python -m convert calibrate{' --backend pgvector' if remote else ''}`"
-            self._measured = State({}, missing, missing)
+            self._measured = State({}, missing)
         elif (why := self._mismatch(cal, bundle, config)) is not None:
-            self._measured = State({}, why, why)
+            self._measured = State({}, why)
         else:
             rc = cal.reader(config.reader)
             by_kind = {kind: rc.table_of(kind).choose(config.max_error_rate, config.delta) for kind in Kind}
@@ -86,7 +91,7 @@ class CertifiedPath:
             # here), generated as this config generates
             gpt = (rc.gpt_refused(config.max_error_rate, config.delta, bundle.generator.get("name"))
                    or generation_change(cal.source, config))
-            self._measured = State(by_kind, gpt, None)
+            self._measured = State(by_kind, None, gpt)
         self._state = self._measured
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
@@ -145,14 +150,13 @@ class CertifiedPath:
         cal = self.calibration  # None only once nothing is certified (record_only)
         if version != self._store_version and self._measured.certificate is not None and cal is not None:
             why = store_change(cal.source, store.passage_kinds)
-            self._state, self._store_version = (self._measured if why is None else State({}, why, why)), version
+            self._state, self._store_version = (self._measured if why is None else State({}, why)), version
 
     def record_only(self) -> None:
         """Refuse every question but keep its candidate and features: what calibrating and sweeping the reader
         record, with no certificate deciding."""
         self.calibration = None
-        why = "recording candidates only (no certificate)"
-        self._measured = self._state = State({}, why, why)
+        self._measured = self._state = State({}, "recording candidates only (no certificate)")
 
     def _mismatch(self, cal: Calibration, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
