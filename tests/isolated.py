@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -84,6 +85,17 @@ def child_environment(jobs: int) -> dict[str, str]:
             "PYTHONPYCACHEPREFIX": os.environ.get("PYTHONPYCACHEPREFIX", str(PYCACHE))}
 
 
+def prune_bytecode(prefix: Path) -> None:
+    """Remove the bytecode under ``prefix`` of folders that no longer exist: the tests' temporary installs and
+    virtualenvs compile into it too (~5 MB a run), and would pile up run after run."""
+    for folder, subdirs, _ in os.walk(prefix):
+        source = Path("/", Path(folder).relative_to(prefix))
+        gone = {d for d in subdirs if not (source / d).exists()}
+        for d in gone:
+            shutil.rmtree(Path(folder, d), ignore_errors=True)
+        subdirs[:] = [d for d in subdirs if d not in gone]
+
+
 def split_jobs(argv: list[str]) -> tuple[int, list[str]]:
     """``--jobs N`` (or ``--jobs=N``) out of ``argv``; the rest is for pytest."""
     jobs, rest, args = JOBS, [], iter(argv)
@@ -143,6 +155,8 @@ def main(argv: list[str]) -> int:
                 timed[f] = round(seconds, 1)
     if timed:
         record(timed)
+    if env["PYTHONPYCACHEPREFIX"] == str(PYCACHE):  # a prefix the user set is theirs to keep
+        prune_bytecode(PYCACHE)
     if failed_files:
         print("files with failures: " + ", ".join(failed_files))
     extra = "".join(f", {totals[k]} {k}" for k in ("errors", "skipped") if totals.get(k))

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from isolated import PYCACHE, longest_first, split_jobs
+from isolated import PYCACHE, longest_first, prune_bytecode, split_jobs
 
 from edge_rag.config import default_threads
 
@@ -107,3 +107,17 @@ def test_each_file_keeps_its_bytecode_under_the_test_cache(tmp_path: Path, monke
     assert f"bytecode False {PYCACHE}" in _run(tmp_path, "-s", "test_b.py").stdout
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "own"))
     assert f"bytecode False {tmp_path / 'own'}" in _run(tmp_path, "-s", "test_b.py").stdout
+
+
+def test_bytecode_of_folders_gone_since_is_pruned(tmp_path: Path) -> None:
+    """A test's temporary install leaves its bytecode under the prefix when the install is deleted: the runner drops
+    what no longer has a source folder and keeps the rest (the prefix mirrors absolute paths)."""
+    prefix, kept = tmp_path / "prefix", tmp_path / "kept"
+    kept.mkdir()
+    for folder in (kept, tmp_path / "gone" / "pkg"):
+        mirror = prefix / folder.relative_to("/")
+        mirror.mkdir(parents=True)
+        (mirror / "mod.cpython-311.pyc").write_bytes(b"bytecode")
+    prune_bytecode(prefix)
+    assert (prefix / kept.relative_to("/") / "mod.cpython-311.pyc").is_file()
+    assert not (prefix / tmp_path.relative_to("/") / "gone").exists()
