@@ -144,6 +144,13 @@ def test_a_bad_questions_file_is_refused_and_the_old_calibration_kept(sample_db,
     assert why in capsys.readouterr().err and out.read_text() == "previous calibration"
 
 
+def test_a_labelled_log_whose_questions_hold_unicode_line_separators_is_read(tmp_path):
+    """The question log is JSON Lines: a question with a raw U+2028 is one line of it, not two broken ones."""
+    questions = tmp_path / "labelled.jsonl"
+    questions.write_text(json.dumps({"question": "Opening\u2028hours?", "answer": None}, ensure_ascii=False) + "\n")
+    assert [q.question for q in calibrate.load_questions(questions)] == ["Opening hours?"]
+
+
 def test_a_huge_questions_file_is_refused_unread(tmp_path):
     huge = tmp_path / "q.json"
     with open(huge, "wb") as f:

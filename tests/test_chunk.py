@@ -51,6 +51,14 @@ def test_json_and_jsonl(tmp_path):
     assert docs[0].doc_id == "x1"
 
 
+def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path):
+    """JSON Lines end lines at \\n only: U+2028, U+2029 and U+0085 may sit raw in a string (``json.dumps(...,
+    ensure_ascii=False)`` writes them so). They were taken for line ends and a valid file was refused."""
+    texts = ["Open daily\u2028from 10:00.", "Adults \u00a316\u2029children free.", "Caf\u0085e on floor 2."]
+    (tmp_path / "a.jsonl").write_text("\r\n".join(json.dumps({"text": t}, ensure_ascii=False) for t in texts))
+    assert [d.text for d in read_documents(tmp_path / "a.jsonl")] == texts
+
+
 def test_bad_files_give_clear_errors(tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))

@@ -6,6 +6,7 @@ generations (12 new tokens at most), every request with a timeout.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -56,8 +57,9 @@ def test_health_and_page(served):
     assert page.status_code == 200 and '<label for="question"' in page.text
     csp = page.headers["content-security-policy"]  # the browser test runs the page under it
     assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
-    for asset in ("kiosk.css", "kiosk.js"):
-        assert httpx.get(f"{url}/static/{asset}", timeout=T).status_code == 200
+    for asset in ("kiosk.css", "kiosk.js", "index.html", "admin.html"):  # no other site frames a page from /static/
+        r = httpx.get(f"{url}/static/{asset}", timeout=T)
+        assert r.status_code == 200 and r.headers["content-security-policy"] == csp, asset
     kiosk = httpx.get(f"{url}/api/kiosk", timeout=T).json()
     assert kiosk["questions"] and OFF_TOPIC not in kiosk["questions"]
     assert kiosk["decision"] == decision  # the page's footer shows it
@@ -93,7 +95,7 @@ def test_refusal_streams_route_then_answer_without_tokens(served):
 def test_generations_queue_while_extractive_answers_flow(served):
     """While a generation streams, a second GPT question queues behind it and an extractive question is
     answered at once; streamed tokens add up to each answer; queue places only move forward."""
-    url, (q1, q2, _, _) = served
+    url, (q1, q2, *_) = served
     results: dict[str, list] = {}
     generating = threading.Event()
 
@@ -135,7 +137,7 @@ def test_generations_queue_while_extractive_answers_flow(served):
 def test_client_disconnect_mid_stream_loses_nothing(served):
     """A client that leaves once its generation has started: the generation finishes, its answer is
     cached, the lane is free again."""
-    url, (_, _, q3, _) = served
+    url, (_, _, q3, *_) = served
     with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": q3}, timeout=T) as r:
         events = []
         for event, data in iter_sse(r):
@@ -150,6 +152,37 @@ def test_client_disconnect_mid_stream_loses_nothing(served):
     a = httpx.post(f"{url}/api/ask", json={"question": q3}, timeout=T).json()
     # its result is cached: the answer, or the refusal of one the short test budget cut before a sentence ended
     assert a["cache_hit"] and a["completion_tokens"] > 0, "the abandoned generation was lost"
+
+
+def test_a_posted_question_whose_client_left_before_its_turn_is_not_generated(served):
+    """POST /api/ask, as a stream: a GPT-route question waiting behind two others whose client closes the connection
+    is dropped when its turn comes. Before, the handler went on waiting for it, so it was generated for nobody (and
+    cached) while the visitors after it waited."""
+    url, (*_, first, second, dropped) = served  # questions no other test of this file asks
+    port = int(url.rsplit(":", 1)[1])
+
+    def waiting_reaches(n: int) -> None:
+        for _ in range(1200):
+            if httpx.get(f"{url}/api/health", timeout=T).json()["generation"]["waiting"] == n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the generation line never held {n}")
+
+    ahead = [threading.Thread(target=httpx.post, args=(f"{url}/api/ask",), kwargs={"json": {"question": q}, "timeout": T})
+             for q in (first, second)]
+    for n, thread in enumerate(ahead, 1):
+        thread.start()
+        waiting_reaches(n)
+    body = json.dumps({"question": dropped}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:  # a visitor who walks away
+        client.sendall(f"POST /api/ask HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        waiting_reaches(3)
+    for thread in ahead:
+        thread.join()
+    waiting_reaches(0)
+    again = httpx.post(f"{url}/api/ask", json={"question": dropped}, timeout=T).json()
+    assert again["route"] == "GPT" and not again["cache_hit"], "the question was generated after its client left"
 
 
 @pytest.mark.parametrize("call, status", [

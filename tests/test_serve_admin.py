@@ -121,6 +121,10 @@ def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(serve
     bad = httpx.post(f"{url}/api/admin/apply", json={"calibration": job["id"], "max_error_rate": 7}, headers=AUTH,
                      timeout=30)
     assert bad.status_code == 400 and in_force(url)["certificate"]["source"] == "shipped"
+    for calibration in ([job["id"]], {job["id"]: 1}, None):  # not a job id: refused saying what to send (was a 500)
+        bad = httpx.post(f"{url}/api/admin/apply", json={"calibration": calibration, "max_error_rate": 0.5},
+                         headers=AUTH, timeout=30)
+        assert bad.status_code == 400 and "calibration" in bad.json()["error"], bad.text
     row = max(job["table"], key=lambda r: (r["n_answered"], r["alpha"]))
     applied = httpx.post(f"{url}/api/admin/apply", json={"calibration": job["id"], "max_error_rate": row["alpha"]},
                          headers=AUTH, timeout=60)

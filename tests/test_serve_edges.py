@@ -34,7 +34,7 @@ from serving import TOKEN, WRITE, running_server  # noqa: E402
 from edge_rag.models import bundle as B  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
-from edge_rag.serve.question_log import QuestionLog  # noqa: E402
+from edge_rag.serve.question_log import QuestionLog, read  # noqa: E402
 from edge_rag.storage.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +62,8 @@ def edge(bundle_dir, sample_db, tmp_path_factory):
     {"origin": "http://evil.example"},  # fetch() or EventSource from another site's page
     {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors"},  # <img src> / <script src> on another site's page
     {"sec-fetch-site": "same-site", "sec-fetch-mode": "cors"},  # another port of this host
+    # an <iframe> on another site's page: a navigation, but not one that opens a page of its own
+    {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "iframe"},
 ])
 def test_every_request_needs_this_servers_address(edge, headers):
     """Issue #43: GETs skipped the Host check: a foreign page's ``GET /api/ask/stream`` landed in the question log,
@@ -72,12 +74,15 @@ def test_every_request_needs_this_servers_address(edge, headers):
         r = httpx.get(url + path, params={"q": TICKETS}, headers=headers, timeout=T)
         assert r.status_code == 403 and r.json()["status"] == 403, (path, r.text)
         assert str(rag.bundle.root) not in r.text
+    # A link from another site opens the kiosk's pages, never an API route (the question would be logged).
+    link = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "document"}
+    assert httpx.get(f"{url}/api/ask/stream", params={"q": TICKETS}, headers=link, timeout=T).status_code == 403
     assert log.read_text() == before
-    # The kiosk's own page, a typed URL and a link from another site (a navigation) still reach it.
+    # The kiosk's own page, a typed URL and that link still reach it.
     own = {"sec-fetch-site": "same-origin", "sec-fetch-mode": "cors", "origin": url}
     assert httpx.get(f"{url}/api/kiosk", headers=own, timeout=T).status_code == 200
     for site in ("none", "cross-site"):
-        page = httpx.get(url, headers={"sec-fetch-site": site, "sec-fetch-mode": "navigate"}, timeout=T)
+        page = httpx.get(url, headers={**link, "sec-fetch-site": site}, timeout=T)
         assert page.status_code == 200 and "<label" in page.text
 
 
@@ -99,6 +104,16 @@ def test_an_older_question_log_is_made_private(tmp_path):
     QuestionLog(path).add("When do you open?")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [json.loads(x)["question"] for x in path.read_text().splitlines()] == ["kept", "When do you open?"]
+
+
+def test_questions_with_unicode_line_separators_are_listed(tmp_path):
+    """The log is JSON Lines: U+2028, U+2029 and U+0085 sit raw inside its strings and end no line. They did, so
+    such questions were logged but never listed on the operator's page for labelling."""
+    typed = ["Opening\u2028hours?", "Adult\u2029tickets?", "Caf\u0085e?", "Parking?"]
+    log = QuestionLog(tmp_path / "questions.jsonl")
+    for question in typed:
+        log.add(question)
+    assert [question for question, _ in read(log.path)] == typed
 
 
 def test_deep_health_needs_the_token_and_runs_one_at_a_time(edge):

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -164,6 +165,26 @@ def test_hostile_uploads_are_refused_naming_the_file_and_leave_nothing_behind(se
         assert r.json()["error"].startswith(f"uploads/{name}") and reason in r.json()["error"], r.text
     assert rag.store.version == before
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_upload_past_the_limit_is_refused_whatever_length_it_declares(servers):
+    """A body framed by Transfer-Encoding: chunked with Content-Length: 100 beside it: the server reads the chunks,
+    and the limit counted only the declared length, so 60 MiB were taken whole into memory and indexed. The bytes
+    that come in are counted now: 413, and nothing stored."""
+    url, rag, _, _ = servers
+    port, before, limit = int(url.rsplit(":", 1)[1]), rag.store.version, ServeConfig().max_upload_bytes
+    block = b" " * (2**20 - 1) + b"\n"
+    head = (f"POST /api/documents HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {WRITE['authorization']}\r\n"
+            "Content-Type: multipart/form-data; boundary=B\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n")
+    part = b'--B\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n\r\n'
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as client:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may stop reading once past the limit
+            client.sendall(head.encode())
+            for piece in [part, *[block] * (limit // len(block) + 1), b"Open at nine.\r\n--B--\r\n", b""]:
+                client.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        reply = client.recv(4096).decode(errors="replace")
+    assert reply.startswith("HTTP/1.1 413"), reply[:300]
+    assert rag.store.version == before
 
 
 def test_files_are_known_by_their_path_and_a_reupload_in_another_case_replaces(servers):

@@ -95,7 +95,7 @@ def _entries(path: Path) -> list[tuple[str, object]]:
         raise InputError(f"{path} is {size / 1e6:.0f} MB; a questions file may hold {MAX_FILE_BYTES / 1e6:.0f} MB")
     if path.suffix == ".jsonl":
         entries = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # JSON Lines: U+2028 and U+0085 may sit in a string
             if line.strip():
                 try:
                     entries.append((f"{path}, line {n}", json.loads(line)))

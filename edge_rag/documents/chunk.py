@@ -166,7 +166,7 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
     try:
         if path.suffix.lower() == ".jsonl":
             rows = []
-            for n, line in enumerate(raw.splitlines(), 1):
+            for n, line in enumerate(raw.split("\n"), 1):  # JSON Lines: U+2028 and U+0085 may sit in a string
                 try:
                     rows.append(json.loads(line)) if line.strip() else None
                 except (ValueError, RecursionError) as exc:  # + too deep, or a number too long to convert

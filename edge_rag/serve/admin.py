@@ -155,7 +155,9 @@ class Admin:
     async def apply(self, request: Request) -> Response:
         self.labels(request)
         body = parse_json(await read_body(request, self.config.max_body_bytes))
-        if not isinstance(body, dict) or body.get("calibration") not in self._candidates:
+        if not isinstance(body, dict) or not isinstance(body.get("calibration"), str):
+            raise HTTPException(400, 'send {"calibration": "<the id a calibration job gave>"}')
+        if body["calibration"] not in self._candidates:
             raise HTTPException(404, "no such calibration: calibrate first (the last few are kept until applied)")
         content, version = self._candidates[body["calibration"]]
         files = self.files

@@ -34,7 +34,6 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
 
 from ..documents.parse_child import Parser
 from ..errors import EdgeRAGError, check_question
@@ -44,26 +43,20 @@ from ..storage.doctor import check_recall
 from ..types import Answer
 from .admin import Admin
 from .auth import require_writer
-from .bodies import parse_json, read_body
+from .bodies import limited, parse_json, read_body
 from .config import ServeConfig
 from .errors import HANDLERS, error
 from .health import decision, health_report
 from .jobs import Job, Jobs, progress_of
 from .lanes import Busy, Failed, Lanes
 from .origin import SameOrigin
+from .pages import PAGE_HEADERS, STATIC, PageFiles
 from .question_log import QuestionLog
 from .suggest import suggestions
 from .uploads import parse, remove_stale_folders, save_files, source_of, upload_folder
 
-STATIC = Path(__file__).resolve().parent.parent / "static"
 log = logging.getLogger("edge_rag")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-# The page runs only its own script and style and talks only to this server: text a visitor types, an uploaded
-# document or a question log that found its way into an answer cannot load or run anything else, and no other
-# site can frame the kiosk to steer its touches.
-PAGE_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-                "Content-Security-Policy": "default-src 'self'; object-src 'none'; base-uri 'none'; "
-                                           "form-action 'self'; frame-ancestors 'none'"}
 
 
 def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
@@ -124,6 +117,15 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
             raise HTTPException(400, 'send {"question": "..."}')
         question = await accepted(payload["question"])
+        answering, left = asyncio.ensure_future(answer(question)), asyncio.ensure_future(_disconnect(request))
+        await asyncio.wait((answering, left), return_when=asyncio.FIRST_COMPLETED)
+        left.cancel()
+        if not answering.done():  # the client left: its question is abandoned, as a stream's is (Lanes.ask)
+            answering.cancel()
+            return error(503, "the client left before its answer")
+        return answering.result()
+
+    async def answer(question: str) -> Response:
         try:
             async for event in lanes.ask(question):
                 if isinstance(event, Failed):
@@ -163,7 +165,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
             raise HTTPException(400, f"Content-Length {length[:40]!r} is not a number of bytes")
         if int(length) > config.max_upload_bytes:
             raise HTTPException(413, f"upload of {int(length)} bytes is over the {config.max_upload_bytes} byte limit")
-        form = await request.form(max_files=config.max_upload_files, max_fields=8)
+        form = await limited(request, config.max_upload_bytes).form(max_files=config.max_upload_files, max_fields=8)
         files = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
         if not files:
             raise HTTPException(400, "send the documents as multipart form field 'file'")
@@ -210,7 +212,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         Route("/api/documents/{doc_id:path}", remove, methods=["DELETE"]),
         Route("/api/jobs/{job_id}", job_state),
         *admin.routes(),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Mount("/static", PageFiles(), name="static"),
     ]
     handlers = HANDLERS
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
@@ -257,6 +259,12 @@ async def _with_keepalive(events, every_s: float):
     finally:
         if step is not None:
             step.cancel()  # the client left: the question is abandoned (see Lanes.ask)
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client closes the connection (its body has been read: what comes next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _question(text: str, config: ServeConfig) -> str:

@@ -5,6 +5,7 @@ import json
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.types import Message
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -17,6 +18,23 @@ async def read_body(request: Request, limit: int) -> bytes:
         if len(body) > limit:
             raise HTTPException(413, f"the request body is over the {limit} byte limit")
     return bytes(body)
+
+
+def limited(request: Request, limit: int) -> Request:
+    """``request`` whose body ends in 413 once more than ``limit`` bytes have come in, whatever its headers declared:
+    a client may send a small Content-Length and a chunked body of any size (the server frames it by
+    Transfer-Encoding)."""
+    received = 0
+
+    async def receive() -> Message:
+        nonlocal received
+        message = await request.receive()
+        received += len(message.get("body", b""))
+        if received > limit:
+            raise HTTPException(413, f"the request body is over the {limit} byte limit")
+        return message
+
+    return Request(request.scope, receive)
 
 
 def parse_json(body: bytes) -> object:

@@ -9,8 +9,9 @@ question log, and ``/api/health`` names the bundle's path):
 - ``Origin``, when sent (browsers send it on every cross-origin fetch and on a cross-site POST, form posts
   included), must be ``http(s)://`` + that same Host: a script or form on any other page is refused;
 - ``Sec-Fetch-Site``, when sent (every current browser), must say the request comes from this origin or from
-  no page at all, except for a navigation (a link to the kiosk page from elsewhere still opens it): an
-  ``<img>`` or ``<script>`` on another page pointing at ``/api/ask/stream`` sends no Origin and is refused here.
+  no page at all, except for a link that opens one of the kiosk's pages (a top-level GET of a document outside
+  ``/api/``): an ``<img>``, ``<script>`` or ``<iframe>`` on another page pointing at ``/api/ask/stream`` sends no
+  Origin and is refused here (a frame's navigation is a navigation too: its destination says ``iframe``).
 
 Clients that are not browsers (curl, httpx) send neither header and pass on Host alone.
 """
@@ -39,8 +40,9 @@ class SameOrigin:
             reason = self.refusal(scope)
             if reason:
                 body = json.dumps({"error": reason, "status": 403}).encode()
-                await send({"type": "http.response.start", "status": 403,
+                await send({"type": "http.response.start", "status": 403,  # not even shown in another site's frame
                             "headers": [(b"content-type", b"application/json"),
+                                        (b"content-security-policy", b"frame-ancestors 'none'"),
                                         (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})
                 return
@@ -57,7 +59,7 @@ class SameOrigin:
         if origin is not None and origin.lower() not in (f"http://{host}".lower(), f"https://{host}".lower()):
             return f"requests from {origin[:80]!r} are refused (Origin is not {host!r})"
         site = headers.get("sec-fetch-site")
-        if site is not None and site not in OWN_SITES and headers.get("sec-fetch-mode") != "navigate":
+        if site is not None and site not in OWN_SITES and not _opens_a_page(scope, headers):
             return f"requests from another site's page are refused (Sec-Fetch-Site {site[:20]!r})"
         return None
 
@@ -70,6 +72,13 @@ class SameOrigin:
         if given is not None and given != port:
             return False
         return name in self.names | {ip.lower()} | (set(LOOPBACK_NAMES) if _loopback(ip) else set())
+
+
+def _opens_a_page(scope: Scope, headers: dict[str, str]) -> bool:
+    """A link from another site that opens a page of the kiosk in a window of its own: never an API route (it would
+    ask a question, which lands in the question log), never a frame (``frame-ancestors`` keeps pages out of those)."""
+    return (headers.get("sec-fetch-mode") == "navigate" and headers.get("sec-fetch-dest") == "document"
+            and scope.get("method") == "GET" and not str(scope.get("path", "")).startswith("/api/"))
 
 
 def _loopback(ip: str) -> bool:

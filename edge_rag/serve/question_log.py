@@ -69,7 +69,7 @@ def read(path: Path | None) -> list[tuple[str, str]]:
     except OSError as exc:
         raise EdgeRAGError(f"cannot read the question log {path}: {exc}") from exc
     out = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
+    for line in data.decode("utf-8", errors="replace").split("\n"):  # not splitlines: U+2028 is inside a string
         try:
             entry = json.loads(line)
         except ValueError:
