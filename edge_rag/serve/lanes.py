@@ -9,13 +9,14 @@
 
 A queued or running generation is a ``Job`` that no client owns: a client that disconnects leaves the
 running generation to finish and its Answer lands in the answer cache (asking again returns it at
-once); a job that has not started when its client leaves is dropped. Each question has a deadline
+once); a job that has not started when its client leaves is dropped from the line at once (those behind it move up). Each question has a deadline
 (``ServeConfig.question_timeout_s``) counted from its arrival, waiting included. When the server stops, a running
 generation ends at its next token (its client hears 503), so shutdown never waits for a long answer.
 """
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +78,7 @@ class Lanes:
         self._fast = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-fast")
         self._generate = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-generate")
         self._line: list[Job] = []  # submitted generation jobs in order; [0] is running or next
+        self._starting = threading.Lock()  # a job starts, or is abandoned before it starts, never both
         self._stopping = False
 
     async def fast(self, fn: Callable, *args):
@@ -114,17 +116,22 @@ class Lanes:
                     return
                 yield event
         finally:
-            job.abandoned = True  # a job not started yet is dropped; a running one finishes and is cached
+            with self._starting:  # a job not started yet is dropped; a running one finishes and is cached
+                job.abandoned = True
+                dropped = not job.started
+            if dropped:
+                self._leave(job, cancelled=False)
 
     def _run(self, job: Job) -> None:
         """Generation-lane thread: drive the rest of the question's stream, then mark the end (None)."""
         try:
-            if job.abandoned:
-                return
+            with self._starting:
+                if job.abandoned:
+                    return
+                job.started = True
             if time.monotonic() > job.deadline:
                 job.push(Failed(504, f"timed out after {self.timeout_s:.0f} s waiting for the generator"))
                 return
-            job.started = True
             job.push(Queued(0))
             for event in job.stream:
                 job.push(event)
@@ -141,8 +148,10 @@ class Lanes:
             job.push(None)
 
     def _leave(self, job: Job, cancelled: bool) -> None:
-        """A job ended (or was cancelled at shutdown): everyone behind it moves up one place and is told;
-        the next one hears "0" from the generation thread when it starts."""
+        """A job ended, was abandoned before it started, or was cancelled at shutdown (event-loop thread): everyone
+        behind it moves up one place and is told; the next one hears "0" from the generation thread when it starts."""
+        if job not in self._line:  # abandoned before it started: it left the line then
+            return
         self._line.remove(job)
         if cancelled:
             job.push(Failed(503, "the server is shutting down"))
