@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 
@@ -41,6 +42,21 @@ def test_markdown_title_and_markup(tmp_path):
     assert doc.title == "Opening hours"
     assert "**" not in doc.text and "the map" in doc.text and "map.html" not in doc.text
     assert "Closed on Mondays." in doc.text
+
+
+@pytest.mark.parametrize("text, title", [
+    ("# Notes\n\nSee below." + "\n" * 40000 + "End.", "Notes"),  # ^\s* across lines: 51 s before (quadratic)
+    ("# a" + " " * 3000 + "b #\n\nBody.", "a" + " " * 3000 + "b"),  # a lazy title before \s*#*\s*$: 63 s (cubic)
+    ("# Links\n\n" + "[" * 40000 + "[a](" * 10000, "Links"),  # each "[" scanning to the end: 14 s
+])
+def test_markdown_patterns_take_linear_time(tmp_path, text, title):
+    """A hostile or odd Markdown file is read in milliseconds: the patterns cannot backtrack over a whole file."""
+    path = tmp_path / "odd.md"
+    path.write_text(text)
+    start = time.process_time()
+    [doc] = read_documents(path)
+    assert time.process_time() - start < 2, "a Markdown pattern backtracks"
+    assert doc.title == title
 
 
 def test_json_and_jsonl(tmp_path):
