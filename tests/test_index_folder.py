@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edge_rag.cli.commands import main
-from edge_rag.documents.chunk import read_paths
+from edge_rag.documents.chunk import MAX_TEXT_FILE_BYTES, read_paths
 from edge_rag.errors import InputError
 
 SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
@@ -40,6 +40,18 @@ def test_unreadable_and_missing_files_are_skipped(tmp_path: Path) -> None:
     assert "no such file" in reasons["absent.txt"]
     with pytest.raises(InputError, match="broken.json"):
         read_paths([tmp_path], strict=True)
+
+
+def test_a_text_file_over_the_size_limit_is_skipped_unread(tmp_path: Path) -> None:
+    """A 1 GiB text file took 2.1 GB of memory to read (and a MemoryError cost the whole folder): now a file over
+    the limit is skipped by its size, and the rest of the folder is read."""
+    (tmp_path / "good.md").write_text("# Lockers\n\nCoin lockers are next to the cloakroom.", encoding="utf-8")
+    with open(tmp_path / "huge.txt", "wb") as f:
+        f.truncate(MAX_TEXT_FILE_BYTES + 1)  # sparse: no disk used
+    skipped: list[tuple[str, str]] = []
+    docs = read_paths([tmp_path], on_skip=lambda p, why: skipped.append((p.name, why)))
+    assert [d.title for d in docs] == ["Lockers"]
+    assert [name for name, _ in skipped] == ["huge.txt"] and f"{MAX_TEXT_FILE_BYTES >> 20} MB limit" in skipped[0][1]
 
 
 def test_nothing_readable_is_an_error(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 from ..errors import InputError, check_str
 from ..types import Document
 from . import ingest
-from .parse_child import Parser
+from .parse_child import PARSE_TEXT_MB, Parser
 from .text import split_sentences
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
@@ -38,6 +39,9 @@ _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not 
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
 PARAGRAPH_WINDOW_CHARS = 1 << 16
 _HASH_SLICE_CHARS = 1 << 20
+# A text, Markdown or JSON file is read whole: no larger than the text a PDF or HTML file may yield (parse_child.py),
+# and above the server's default upload limit (20 MB).
+MAX_TEXT_FILE_BYTES = PARSE_TEXT_MB << 20
 PARSER = Parser()  # the PDF/HTML parse children of this process (a server has its own, stopped at shutdown)
 
 log = logging.getLogger("edge_rag")
@@ -127,10 +131,7 @@ def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
     if suffix in ingest.SUFFIXES:
         return [make_document(text, title, source=source) for title, text in parser.read(path)
                 if readable(text)]
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it first") from exc
+    raw = _read_text(path)
     if suffix in JSON_SUFFIXES:
         docs = _json_documents(path, raw, source)
     elif suffix in (".md", ".markdown"):
@@ -142,6 +143,20 @@ def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
         log.warning("%s: skipped %d document(s) with no readable text (empty, NULs or control characters)",
                     path, len(docs) - len(kept))
     return kept
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text with universal newlines; over MAX_TEXT_FILE_BYTES it is an InputError, judged by its
+    size and by reading at most one byte more, so a huge (or growing) file never fills the memory."""
+    with path.open("rb") as f:
+        data = f.read(MAX_TEXT_FILE_BYTES + 1) if os.fstat(f.fileno()).st_size <= MAX_TEXT_FILE_BYTES else None
+    if data is None or len(data) > MAX_TEXT_FILE_BYTES:
+        raise InputError(f"{path} is over the {MAX_TEXT_FILE_BYTES >> 20} MB limit for a text file; split it")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it first") from exc
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _markdown_document(path: Path, raw: str, source: str) -> Document:
