@@ -18,7 +18,7 @@ from .decision.gate import sequential_gate
 from .decision.outcome import Decision, Stages
 from .decision.policy import decide
 from .documents.chunk import read_files
-from .documents.indexing import Progress, Todo, as_document, index, plan_changes
+from .documents.indexing import Progress, Todo, as_document, index, plan_changes, plan_files
 from .errors import BudgetError, InputError, check_question
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
@@ -103,17 +103,9 @@ class EdgeRAG:
         Files that cannot be read are skipped and reported to ``on_skip`` (default: a warning); ``strict``
         raises on the first one."""
         with self.store.writing():
-            todo: list[Todo] = []
-            remove: list[str] = []
             room = self._room()
-            for path, docs in read_files(paths, strict, on_skip):
-                t, r = plan_changes(self.store, docs, self.config, str(path.resolve()), room)
-                todo += t
-                remove += r
-                room -= sum(x.units for x in t)
-                if room < 0:
-                    break  # _index refuses with the plan's numbers
-            return self._index(todo, remove, self._room(), progress)
+            changes = plan_files(self.store, read_files(paths, strict, on_skip), self.config, room, strict, on_skip)
+            return self._index(*changes, room, progress)
 
     def remove(self, doc_ids: str | Iterable[str]) -> int:
         """Remove documents by id (an unknown id is an InputError); returns the passages removed."""

@@ -65,6 +65,52 @@ def test_json_record_with_a_known_id_and_new_text_replaces_it(rag, tmp_path, cap
     assert rag.store.count == 2  # a bad file loses nothing
 
 
+def test_a_document_reached_twice_in_one_call_is_stored_once(rag, tmp_path):
+    """A folder and a file in it, or two identical copies: each file was planned alone, so their passages were
+    stored twice. Now one add_files call plans each document once, and a second call finds nothing to do."""
+    docs = tmp_path / "docs"
+    for sub in ("x", "y"):
+        (docs / sub).mkdir(parents=True)
+        (docs / sub / "readme.txt").write_text("Lost property is kept at the front desk for thirty days.")
+    (docs / "hours.md").write_text("# Hours\n\nThe museum opens at ten. It closes at six in the evening.")
+    assert rag.add_files([docs, docs / "hours.md"]) == 3
+    assert _texts(rag) == ["It closes at six in the evening.", "Lost property is kept at the front desk for thirty days.",
+                           "The museum opens at ten."]
+    assert rag.add_files([docs]) == 0 and rag.store.count == 3  # nothing added, nothing removed
+
+
+def test_one_id_with_two_texts_in_two_files_skips_the_second(rag, tmp_path):
+    """Two JSONL files giving id "1" different texts replaced each other on every re-index. Now the second file is
+    skipped with a reason naming the first, and re-indexing keeps what is stored."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.jsonl").write_text(json.dumps({"id": "1", "text": "Parking costs five pounds per day."}))
+    (docs / "b.jsonl").write_text(json.dumps({"id": "1", "text": "Coin lockers are next to the cloakroom."}))
+    skipped: list[tuple[str, str]] = []
+    for added in (1, 0):
+        assert rag.add_files([docs], on_skip=lambda p, why: skipped.append((p.name, why))) == added
+        assert _texts(rag) == ["Parking costs five pounds per day."]
+    assert [name for name, _ in skipped] == ["b.jsonl", "b.jsonl"]
+    assert "share the id '1' with different texts" in skipped[0][1] and "a.jsonl" in skipped[0][1]
+
+
+def test_a_record_moved_to_another_file_stays(rag, tmp_path):
+    """A record moved from a.jsonl to b.jsonl was removed as gone from a.jsonl (and found stored in b.jsonl)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    hours, lockers, shop = (json.dumps({"id": i, "text": t}) for i, t in [
+        ("hours", "The museum opens at ten."), ("lockers", "Coin lockers are next to the cloakroom."),
+        ("shop", "The gift shop sells maps.")])
+    (docs / "a.jsonl").write_text(f"{hours}\n{lockers}\n")
+    (docs / "b.jsonl").write_text(f"{shop}\n")
+    assert rag.add_files([docs]) == 3
+    (docs / "a.jsonl").write_text(f"{hours}\n")
+    (docs / "b.jsonl").write_text(f"{shop}\n{lockers}\n")
+    for _ in range(2):
+        assert rag.add_files([docs]) == 0 and rag.store.count == 3
+        assert rag.store.document("lockers") is not None
+
+
 @pytest.mark.parametrize("content, message", [
     ("null", "expected a list of objects .* found null"),
     ("5", "found a JSON int"),

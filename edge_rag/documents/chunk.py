@@ -86,7 +86,7 @@ def read_files(paths: Iterable[str | Path], strict: bool = False,
     read (missing, unreadable, malformed) is reported to ``on_skip(path, reason)`` (default: a warning) and
     skipped, so one bad file does not cost a whole folder; ``strict`` raises on the first one. Raises
     InputError when every file was skipped."""
-    on_skip = on_skip or _warn_skip
+    on_skip = on_skip or warn_skip
     read = skipped = 0
     for raw in paths:
         try:
@@ -118,7 +118,7 @@ def read_paths(paths: Iterable[str | Path], strict: bool = False,
     return [d for _, docs in read_files(paths, strict, on_skip) for d in docs]
 
 
-def _warn_skip(path: Path, reason: str) -> None:
+def warn_skip(path: Path, reason: str) -> None:
     warnings.warn(f"skipped {path}: {reason}", stacklevel=3)
 
 

@@ -7,9 +7,9 @@ output never exists for more than one batch; they are committed in steps that gr
 one step are held. A document committed in part (a crash, a cancel) is marked incomplete; indexing it
 again adds exactly the passages it lacks.
 
-Documents that change: a document whose id is stored with another text replaces it, and documents
-once read from a file that no longer holds them are removed, in the same commit as the first new
-passages — so re-indexing an edited file never keeps both versions.
+Documents that change: a document whose id is stored with another text replaces it, and documents once
+read from a file that no longer holds them (nor does any other file indexed with it) are removed, in the same
+commit as the first new passages — so re-indexing an edited file never keeps both versions.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from ..retrieval.encode import Encoder
 from ..storage.store_db import Part
 from ..storage.stores import PassageStore
 from ..types import Document
-from .chunk import doc_id_for, iter_units, make_document
+from .chunk import doc_id_for, iter_units, make_document, warn_skip
 
 INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
 log = logging.getLogger("edge_rag")
@@ -47,45 +48,94 @@ class Todo:
 
 def plan_changes(store: PassageStore, docs: Iterable[Document], config: Config, source: str = "",
                  room: int | None = None) -> tuple[list[Todo], list[str]]:
-    """What to add and which stored documents to remove, for ``docs`` (all of ``source``'s, if given).
+    """What to add and which stored documents to remove, for ``docs`` (all of ``source``'s, if given)."""
+    plan = Plan(store, config, room)
+    plan.add(docs)
+    return plan.todo, plan.remove + plan.stale([source] if source else [])
 
-    Passages are counted without being kept; counting stops once more than ``room`` (what the memory
-    budget can still index) are found, so a 500 MB file is refused in seconds, not after a full pass."""
-    todo: list[Todo] = []
-    counted = 0
-    remove: list[str] = []
-    seen: dict[str, str] = {}
-    for doc in docs:
-        check_document(doc)
-        sha = doc_id_for(doc.title, doc.text)
-        if doc.doc_id in seen:
-            if seen[doc.doc_id] != sha:
-                raise InputError(f"two documents share the id {doc.doc_id!r} with different texts ({doc.title!r})")
+
+def plan_files(store: PassageStore, files: Iterable[tuple[Path, list[Document]]], config: Config, room: int,
+               strict: bool = False, on_skip: Callable[[Path, str], None] | None = None) -> tuple[list[Todo], list[str]]:
+    """``plan_changes`` for the files ``read_files`` yields, as one run: a document in two of them (a folder and a
+    file in it, two copies) is indexed once, and one stored from a file is stale only if no file holds it now (a
+    record moved to another file stays). A file reusing an id with another text is skipped like an unreadable one
+    (``on_skip``, or raised if ``strict``): indexing one or the other on alternate runs is no answer."""
+    plan = Plan(store, config, room)
+    sources: list[str] = []
+    for path, docs in files:
+        try:
+            plan.add(docs)
+        except InputError as exc:
+            if strict:
+                raise
+            (on_skip or warn_skip)(path, str(exc))
             continue
-        seen[doc.doc_id] = sha
-        state = store.document(doc.doc_id)
+        sources.append(str(path.resolve()))
+        if plan.counted > room:
+            break  # the caller refuses with the plan's numbers
+    return plan.todo, plan.remove + plan.stale(sources)
+
+
+class Plan:
+    """Documents to add and remove, each document once however often it is given (by id and content hash).
+
+    Passages are counted without being kept; counting stops once more than ``room`` (what the memory budget can
+    still index) are found, so a 500 MB file is refused in seconds, not after a full pass."""
+
+    def __init__(self, store: PassageStore, config: Config, room: int | None = None) -> None:
+        self.store, self.config, self.room = store, config, room
+        self.todo: list[Todo] = []
+        self.remove: list[str] = []  # stored documents that changed
+        self.seen: dict[str, tuple[str, str]] = {}  # doc_id -> (content hash, source it was first given with)
+        self.counted = 0
+
+    def add(self, docs: Iterable[Document]) -> None:
+        """Plan the documents not given before; InputError, planning none of ``docs``, if one of them reuses the id
+        of a document given before with another text."""
+        fresh: dict[str, tuple[Document, str]] = {}
+        for doc in docs:
+            check_document(doc)
+            sha = doc_id_for(doc.title, doc.text)
+            known = self.seen.get(doc.doc_id)
+            if known is None and doc.doc_id in fresh:
+                known = (fresh[doc.doc_id][1], doc.source)
+            if known is None:
+                fresh[doc.doc_id] = (doc, sha)
+            elif known[0] != sha:
+                where = f"; the first is in {known[1]}" if known[1] != doc.source else ""
+                raise InputError(f"two documents share the id {doc.doc_id!r} with different texts ({doc.title!r}{where})")
+        self.seen.update((doc_id, (sha, doc.source)) for doc_id, (doc, sha) in fresh.items())
+        for doc, sha in fresh.values():
+            if self.room is not None and self.counted > self.room:
+                return  # over budget already: the caller refuses with the numbers
+            self._plan(doc, sha)
+
+    def _plan(self, doc: Document, sha: str) -> None:
+        state = self.store.document(doc.doc_id)
         start = 0
         if state is not None and state.sha not in (None, sha):
             log.warning("document %r (%s) changed: replacing its %d stored passages", doc.doc_id, doc.title,
                         state.passages)
-            remove.append(doc.doc_id)
+            self.remove.append(doc.doc_id)
         elif state is not None and state.complete:
-            continue
+            return
         elif state is not None:
             start = state.passages  # committed in part before: add the rest
-        limit = None if room is None else room - counted + start + 1
-        units = iter_units(doc, config.passage_mode, config.min_sentence_chars)
+        limit = None if self.room is None else self.room - self.counted + start + 1
+        units = iter_units(doc, self.config.passage_mode, self.config.min_sentence_chars)
         n = max(sum(1 for _ in islice(units, limit)) - start, 0)
-        todo.append(Todo(doc, start, sha, n))
-        counted += n
-        if room is not None and counted > room:
-            break  # over budget already: the caller refuses with the numbers
-    if source:
-        stale = [d for d in store.documents_from(source) if d not in seen]
-        if stale:
-            log.warning("%s changed: replacing the %d document(s) indexed from it before", source, len(stale))
-        remove += stale
-    return todo, remove
+        self.todo.append(Todo(doc, start, sha, n))
+        self.counted += n
+
+    def stale(self, sources: Iterable[str]) -> list[str]:
+        """Documents stored from ``sources`` that no document given now has the id of: removed."""
+        stale: list[str] = []
+        for source in dict.fromkeys(sources):
+            gone = [d for d in self.store.documents_from(source) if d not in self.seen]
+            if gone:
+                log.warning("%s changed: replacing the %d document(s) indexed from it before", source, len(gone))
+            stale += gone
+        return stale
 
 
 def index(store: PassageStore, encoder: Encoder, config: Config, todo: Sequence[Todo], remove: Sequence[str],
