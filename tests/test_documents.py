@@ -111,6 +111,20 @@ def test_a_record_moved_to_another_file_stays(rag, tmp_path):
         assert rag.store.document("lockers") is not None
 
 
+def test_file_names_that_are_not_utf8_are_indexed(rag, tmp_path):
+    """A file named in Latin-1 (an old system's USB stick) gave a title and source with lone surrogates, and the
+    UnicodeEncodeError stopped the whole folder. Now the bytes that are not UTF-8 show as U+FFFD."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("# Lockers\n\nCoin lockers are next to the cloakroom.")
+    (docs / os.fsdecode(b"caf\xe9.txt")).write_text("The cafe sells tea and scones until four.")
+    (docs / os.fsdecode(b"gift-sh\xf6p.html")).write_text("<p>The gift shop sells maps and postcards.</p>")
+    assert rag.add_files([docs], strict=True) == 3
+    titles = sorted(r[0] for r in rag.store.db.execute("SELECT title FROM documents"))
+    assert titles == ["Lockers", "caf\ufffd", "gift sh\ufffdp"]
+    assert rag.add_files([docs], strict=True) == 0 and rag.store.count == 3  # its source is found again
+
+
 @pytest.mark.parametrize("content, message", [
     ("null", "expected a list of objects .* found null"),
     ("5", "found a JSON int"),

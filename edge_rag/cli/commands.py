@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import serve
 from ..config import Config
 from ..decision.policy import generative
+from ..documents.text import path_text
 from ..errors import EdgeRAGError
 from ..models.registry import PROFILES, default_bundle, home
 from ..storage.dburl import mask_url
@@ -84,7 +85,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     with open_rag(args, create=False) as rag:
         ids: list[str] = []
         for item in args.items:
-            from_file = rag.store.documents_from(str(Path(item).expanduser().resolve()))  # the file may be gone
+            from_file = rag.store.documents_from(path_text(Path(item).expanduser().resolve()))  # the file may be gone
             ids += from_file or [item]
         removed = rag.remove(ids)
         print(f"removed {len(ids)} document(s), {removed} passages; the store at {rag.store.location} "

@@ -19,7 +19,7 @@ from ..errors import InputError, check_str
 from ..types import Document
 from . import ingest
 from .parse_child import PARSE_TEXT_MB, Parser
-from .text import split_sentences
+from .text import path_text, split_sentences
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -127,7 +127,7 @@ def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
     raises InputError naming it, and a document with nothing readable (NULs, controls) is skipped with a
     warning. PDF and HTML are parsed by ``parser``'s child processes, inside its limits (parse_child.py)."""
     suffix = path.suffix.lower()
-    source = str(path.resolve())
+    source = path_text(path.resolve())
     if suffix in ingest.SUFFIXES:
         return [make_document(text, title, source=source) for title, text in parser.read(path)
                 if readable(text)]
@@ -137,7 +137,7 @@ def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
     elif suffix in (".md", ".markdown"):
         docs = [_markdown_document(path, raw, source)]
     else:
-        docs = [make_document(raw.strip(), path.stem.replace("_", " ").replace("-", " "), source=source)]
+        docs = [make_document(raw.strip(), ingest.title_from_name(path), source=source)]
     kept = [d for d in docs if readable(d.text)]
     if len(kept) < len(docs):
         log.warning("%s: skipped %d document(s) with no readable text (empty, NULs or control characters)",
@@ -170,7 +170,7 @@ def _markdown_document(path: Path, raw: str, source: str) -> Document:
         else:
             lines.append(line)
     body = _MD_MARKUP.sub("", _MD_LINK.sub(r"\1", "\n".join(lines))).strip()
-    return make_document(body, title or path.stem.replace("-", " "), source=source)
+    return make_document(body, title or path_text(path.stem).replace("-", " "), source=source)
 
 
 def _json_documents(path: Path, raw: str, source: str) -> list[Document]:

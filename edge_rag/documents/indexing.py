@@ -28,6 +28,7 @@ from ..storage.store_db import Part
 from ..storage.stores import PassageStore
 from ..types import Document
 from .chunk import doc_id_for, iter_units, make_document, warn_skip
+from .text import path_text
 
 INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
 log = logging.getLogger("edge_rag")
@@ -70,7 +71,7 @@ def plan_files(store: PassageStore, files: Iterable[tuple[Path, list[Document]]]
                 raise
             (on_skip or warn_skip)(path, str(exc))
             continue
-        sources.append(str(path.resolve()))
+        sources.append(path_text(path.resolve()))
         if plan.counted > room:
             break  # the caller refuses with the plan's numbers
     return plan.todo, plan.remove + plan.stale(sources)

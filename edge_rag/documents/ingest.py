@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from ..errors import InputError
+from .text import path_text
 
 PDF_SUFFIXES = (".pdf",)
 HTML_SUFFIXES = (".html", ".htm")
@@ -53,7 +54,7 @@ def read_pdf(path: Path) -> list[Section]:
     except pdfium.PdfiumError as exc:
         raise InputError(f"{path} is not a readable PDF: {exc}") from exc
     try:
-        title = (pdf.get_metadata_value("Title") or "").strip() or _title_from_name(path)
+        title = (pdf.get_metadata_value("Title") or "").strip() or title_from_name(path)
         docs = []
         for number in range(1, len(pdf) + 1):
             page = pdf[number - 1]
@@ -79,7 +80,7 @@ def read_html(path: Path) -> list[Section]:
     tree = selectolax.LexborHTMLParser(raw)
     title_node = tree.css_first("title")
     page_title = _clean(title_node.text()) if title_node else ""
-    page_title = page_title or _title_from_name(path)
+    page_title = page_title or title_from_name(path)
     root = tree.body or tree.root
     if root is None:
         raise InputError(f"{path} has no HTML body")
@@ -138,8 +139,9 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _title_from_name(path: Path) -> str:
-    return path.stem.replace("_", " ").replace("-", " ")
+def title_from_name(path: Path) -> str:
+    """The title of a file without one: its name, "_" and "-" as spaces."""
+    return path_text(path.stem).replace("_", " ").replace("-", " ")
 
 
 def _require(module: str, path: Path):

@@ -1,6 +1,7 @@
 """Plain-text helpers shared by chunking, rerank, compression and extraction."""
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 
@@ -20,6 +21,12 @@ _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
 # The end of text cut off: . ! ? and an optional closing quote or bracket; not a '.' after a digit.
 _FINAL_END = re.compile(r"(?:[!?]|(?<!\d)\.)[\"')\]]?$")
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S|No|Fig|approx|ca|c)\.$")
+
+
+def path_text(path: str | os.PathLike[str]) -> str:
+    """A path as text a store and the encoder take: the bytes of a file name that is not UTF-8 (held in str as
+    lone surrogates, which cannot be encoded) become U+FFFD."""
+    return os.fsencode(path).decode("utf-8", "replace")
 
 
 def normalize(text: str) -> str:
