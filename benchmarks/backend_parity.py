@@ -20,7 +20,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from edge_rag import EdgeRAG
-from edge_rag.documents.chunk import iter_files, read_documents
+from edge_rag.documents.chunk import read_documents
+from edge_rag.documents.files import iter_files
 from edge_rag.models.registry import default_bundle
 from edge_rag.retrieval import retrieve
 from edge_rag.retrieval.route import search_width

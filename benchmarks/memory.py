@@ -14,7 +14,8 @@ from pathlib import Path
 from edge_rag.cli.commands import SAMPLE_DIR
 from edge_rag.config import Config, Tier
 from edge_rag.decision.certified import CertifiedPath
-from edge_rag.documents.chunk import chunk, iter_files, read_documents
+from edge_rag.documents.chunk import chunk, read_documents
+from edge_rag.documents.files import iter_files
 from edge_rag.memory import peak_rss_mb, plan, rss_mb
 from edge_rag.models import bundle as B
 from edge_rag.models.registry import default_bundle

@@ -17,7 +17,7 @@ from .decision.certified import CertifiedPath
 from .decision.gate import sequential_gate
 from .decision.outcome import Decision, Stages
 from .decision.policy import decide
-from .documents.chunk import read_files
+from .documents.files import read_files
 from .documents.indexing import Progress, Todo, as_document, index, plan_changes, plan_files
 from .errors import BudgetError, InputError, check_question
 from .events import EventStream, Final, RouteDecided, Token

@@ -15,7 +15,8 @@ import pytest
 
 from edge_rag import memory
 from edge_rag.config import Config
-from edge_rag.documents.chunk import chunk, iter_files, read_documents
+from edge_rag.documents.chunk import chunk, read_documents
+from edge_rag.documents.files import iter_files
 from edge_rag.errors import BudgetError, BundleError
 from edge_rag.memory import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
 from edge_rag.memory.estimate import ENCODER_HEADS, encoder_estimate

@@ -3,7 +3,8 @@ import time
 
 import pytest
 
-from edge_rag.documents.chunk import chunk, iter_files, make_document, read_documents
+from edge_rag.documents.chunk import chunk, make_document, read_documents
+from edge_rag.documents.files import iter_files
 from edge_rag.documents.text import split_sentences, whole_sentences
 from edge_rag.errors import InputError
 

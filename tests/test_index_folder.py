@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from edge_rag.cli.commands import main
-from edge_rag.documents.chunk import MAX_TEXT_FILE_BYTES, read_paths
+from edge_rag.documents.chunk import MAX_TEXT_FILE_BYTES
+from edge_rag.documents.files import read_paths
 from edge_rag.errors import InputError
 
 SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample"
@@ -52,6 +54,22 @@ def test_a_text_file_over_the_size_limit_is_skipped_unread(tmp_path: Path) -> No
     docs = read_paths([tmp_path], on_skip=lambda p, why: skipped.append((p.name, why)))
     assert [d.title for d in docs] == ["Lockers"]
     assert [name for name, _ in skipped] == ["huge.txt"] and f"{MAX_TEXT_FILE_BYTES >> 20} MB limit" in skipped[0][1]
+
+
+def test_a_folder_entry_out_of_reach_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folders nested past the longest path the system takes raised OSError while the folder was searched, and
+    nothing of it was indexed. Now that entry is skipped with its reason and the rest is read."""
+    (tmp_path / "good.md").write_text("# Lockers\n\nCoin lockers are next to the cloakroom.", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(25):  # 25 x 200 characters: over PATH_MAX (4096), made one relative step at a time
+        os.mkdir("d" * 200)
+        os.chdir("d" * 200)
+    skipped: list[tuple[str, str]] = []
+    docs = read_paths([tmp_path], on_skip=lambda p, why: skipped.append((p.name, why)))
+    assert [d.title for d in docs] == ["Lockers"]
+    assert len(skipped) == 1 and "File name too long" in skipped[0][1]
+    with pytest.raises(OSError, match="File name too long"):
+        read_paths([tmp_path], strict=True)
 
 
 def test_nothing_readable_is_an_error(tmp_path: Path) -> None:

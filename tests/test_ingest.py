@@ -11,7 +11,8 @@ pytest.importorskip("selectolax", reason="the ingest extra is not installed: pip
 
 from docmaker import HTML_PAGE, nested_html, pdf_bomb_bytes, pdf_bytes  # noqa: E402
 
-from edge_rag.documents.chunk import iter_files, read_documents  # noqa: E402
+from edge_rag.documents.chunk import read_documents  # noqa: E402
+from edge_rag.documents.files import iter_files  # noqa: E402
 from edge_rag.documents.ingest import MAX_HTML_DEPTH  # noqa: E402
 from edge_rag.documents.parse_child import PARSE_MEMORY_MB, Parser  # noqa: E402
 from edge_rag.errors import InputError  # noqa: E402

@@ -11,8 +11,7 @@ import json
 import logging
 import os
 import re
-import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import InputError, check_str
@@ -66,60 +65,6 @@ def make_document(text: str, title: str = "", doc_id: str | None = None, source:
 def readable(text: str) -> bool:
     """False for text with nothing to read: only white space, NULs and other control characters."""
     return _READABLE.search(text) is not None
-
-
-def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
-    """Files to index: the paths themselves, and supported files below any folder, sorted."""
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
-        elif path.is_file():
-            yield path
-        else:
-            raise InputError(f"no such file or folder: {path}")
-
-
-def read_files(paths: Iterable[str | Path], strict: bool = False,
-               on_skip: Callable[[Path, str], None] | None = None) -> Iterator[tuple[Path, list[Document]]]:
-    """Each readable file under ``paths`` with its documents, one file at a time. A file that cannot be
-    read (missing, unreadable, malformed) is reported to ``on_skip(path, reason)`` (default: a warning) and
-    skipped, so one bad file does not cost a whole folder; ``strict`` raises on the first one. Raises
-    InputError when every file was skipped."""
-    on_skip = on_skip or warn_skip
-    read = skipped = 0
-    for raw in paths:
-        try:
-            files = list(iter_files([raw]))
-        except InputError as exc:  # the path itself does not exist
-            if strict:
-                raise
-            skipped += 1
-            on_skip(Path(raw), str(exc))
-            continue
-        for path in files:
-            try:
-                docs = read_documents(path)
-            except (InputError, OSError) as exc:  # OSError: permissions, I/O — this file's fault only
-                if strict:
-                    raise
-                skipped += 1
-                on_skip(path, str(exc))
-                continue
-            read += 1
-            yield path, docs
-    if skipped and not read:
-        raise InputError(f"nothing indexed: all {skipped} file(s) were skipped (see the warnings above)")
-
-
-def read_paths(paths: Iterable[str | Path], strict: bool = False,
-               on_skip: Callable[[Path, str], None] | None = None) -> list[Document]:
-    """Every document of ``read_files``, in one list."""
-    return [d for _, docs in read_files(paths, strict, on_skip) for d in docs]
-
-
-def warn_skip(path: Path, reason: str) -> None:
-    warnings.warn(f"skipped {path}: {reason}", stacklevel=3)
 
 
 def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:

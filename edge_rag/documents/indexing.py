@@ -27,7 +27,8 @@ from ..retrieval.encode import Encoder
 from ..storage.store_db import Part
 from ..storage.stores import PassageStore
 from ..types import Document
-from .chunk import doc_id_for, iter_units, make_document, warn_skip
+from .chunk import doc_id_for, iter_units, make_document
+from .files import warn_skip
 from .text import path_text
 
 INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
