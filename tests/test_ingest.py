@@ -32,6 +32,14 @@ def test_pdf_one_document_per_page_titled_with_page_number(tmp_path):
     assert [d.title for d in read_documents(untitled)] == ["opening hours — p. 1"]
 
 
+def test_a_pdf_title_that_is_not_utf16_gives_way_to_the_file_name(tmp_path):
+    """A /Title holding a lone surrogate made pypdfium2 raise UnicodeDecodeError, and the whole PDF was refused."""
+    path = tmp_path / "cloakroom.pdf"
+    good = pdf_bytes([["The cloakroom is on level two."]], title="XXTITLEXX")
+    path.write_bytes(good.replace(b"(XXTITLEXX)", b"<FEFFD800004100420043>"))  # same length: the xref holds
+    assert [(d.title, d.text) for d in read_documents(path)] == [("cloakroom — p. 1", "The cloakroom is on level two.")]
+
+
 def test_html_sections_titled_by_headings_without_scripts_or_navigation(tmp_path):
     path = tmp_path / "aquarium.html"
     path.write_text(HTML_PAGE, encoding="utf-8")

@@ -54,7 +54,7 @@ def read_pdf(path: Path) -> list[Section]:
     except pdfium.PdfiumError as exc:
         raise InputError(f"{path} is not a readable PDF: {exc}") from exc
     try:
-        title = (pdf.get_metadata_value("Title") or "").strip() or title_from_name(path)
+        title = _pdf_title(pdf) or title_from_name(path)
         docs = []
         for number in range(1, len(pdf) + 1):
             page = pdf[number - 1]
@@ -67,6 +67,15 @@ def read_pdf(path: Path) -> list[Section]:
     finally:
         pdf.close()
     return docs
+
+
+def _pdf_title(pdf) -> str:
+    """The PDF's Title, or "" when it has none or one that is not UTF-16 (pypdfium2 decodes it strictly): a broken
+    title is no reason to refuse the pages' text."""
+    try:
+        return (pdf.get_metadata_value("Title") or "").strip()
+    except UnicodeDecodeError:
+        return ""
 
 
 def read_html(path: Path) -> list[Section]:
