@@ -95,6 +95,17 @@ def test_html_nested_too_deep_is_refused_before_parsing(tmp_path):
     assert "Deep inside." in read_documents(ok)[0].text
 
 
+def test_end_tags_of_elements_never_opened_do_not_hide_the_depth(tmp_path):
+    """"<div></i>" repeated: each stray </i> was counted as closing, so 60,000 nested <div> passed the check (the
+    parser ignores a stray end tag). Now only an end tag matching an open element closes it."""
+    path = tmp_path / "stray.html"
+    path.write_text("<body>" + "<div></i>" * (MAX_HTML_DEPTH + 1) + "<p>Deep inside.</p>", encoding="utf-8")
+    with pytest.raises(InputError, match=f"nests HTML elements more than {MAX_HTML_DEPTH} deep"):
+        read_documents(path)
+    path.write_text("<body>" + "<div><b></div>" * MAX_HTML_DEPTH + "<p>Deep inside.</p>", encoding="utf-8")
+    assert read_documents(path)[0].text == "Deep inside."  # </div> closes the <b> left open inside it
+
+
 def test_a_parse_past_its_time_is_killed_and_stop_kills_running_parses(tmp_path):
     """The time limit, and a server's shutdown (``Parser.stop``), end a parse that would never finish: a
     FIFO that this test holds open but never writes to blocks the child's read for good."""

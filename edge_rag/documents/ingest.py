@@ -11,6 +11,7 @@ million deep): they run in a child process with memory and time limits (parse_ch
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 from ..errors import InputError
@@ -115,14 +116,24 @@ def read_html(path: Path) -> list[Section]:
 
 def _check_depth(path: Path, raw: str) -> None:
     """InputError if elements nest deeper than MAX_HTML_DEPTH, counted from the tags alone (one linear scan,
-    stopping at the first element too deep)."""
-    depth = 0
+    stopping at the first element too deep). An end tag closes its element and any left open inside it; one that
+    matches no open element closes nothing, as in the parser (counted as closing, "<div></i>" never got deep)."""
+    stack: list[str] = []
+    open_names: Counter[str] = Counter()
     for m in _HTML_TOKEN.finditer(raw):
         closing, name, self_closing = m.group(2, 3, 4)
-        if name is None or self_closing or name.lower() in _VOID or name.lower() in _OPTIONAL_END:
+        name = (name or "").lower()
+        if not name or self_closing or name in _VOID or name in _OPTIONAL_END:
             continue
-        depth = max(depth - 1, 0) if closing else depth + 1
-        if depth > MAX_HTML_DEPTH:
+        if closing:
+            top = "" if open_names[name] else name
+            while top != name:  # pop to its innermost open element; each element is popped once: linear
+                top = stack.pop()
+                open_names[top] -= 1
+            continue
+        stack.append(name)
+        open_names[name] += 1
+        if len(stack) > MAX_HTML_DEPTH:
             raise InputError(f"{path} nests HTML elements more than {MAX_HTML_DEPTH} deep (at character "
                              f"{m.start()}); refused: pages that deep take the parser minutes to hours")
 
