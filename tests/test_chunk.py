@@ -76,6 +76,18 @@ def test_jsonl_strings_may_hold_unicode_line_separators(tmp_path):
     assert [d.text for d in read_documents(tmp_path / "a.jsonl")] == texts
 
 
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    """A UTF-8 BOM (as Windows editors write) hid a Markdown file's heading and made JSON files invalid."""
+    bom = "\ufeff"
+    (tmp_path / "a.md").write_text(f"{bom}# Cafe\n\nThe cafe sells scones.")
+    (tmp_path / "b.json").write_text(bom + json.dumps([{"text": "The shop sells maps."}]))
+    (tmp_path / "c.jsonl").write_text(bom + json.dumps({"text": "The lift is by the stairs."}))
+    (tmp_path / "d.txt").write_text(f"{bom}Lockers are on level two.")
+    docs = [d for p in iter_files([tmp_path]) for d in read_documents(p)]
+    assert [(d.title, d.text) for d in docs] == [("Cafe", "The cafe sells scones."), ("", "The shop sells maps."),
+                                                 ("", "The lift is by the stairs."), ("d", "Lockers are on level two.")]
+
+
 def test_bad_files_give_clear_errors(tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))

@@ -91,14 +91,15 @@ def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
 
 
 def _read_text(path: Path) -> str:
-    """The file as UTF-8 text with universal newlines; over MAX_TEXT_FILE_BYTES it is an InputError, judged by its
-    size and by reading at most one byte more, so a huge (or growing) file never fills the memory."""
+    """The file as UTF-8 text (a leading BOM dropped) with universal newlines; over MAX_TEXT_FILE_BYTES it is an
+    InputError, judged by its size and by reading at most one byte more, so a huge (or growing) file never fills
+    the memory."""
     with path.open("rb") as f:
         data = f.read(MAX_TEXT_FILE_BYTES + 1) if os.fstat(f.fileno()).st_size <= MAX_TEXT_FILE_BYTES else None
     if data is None or len(data) > MAX_TEXT_FILE_BYTES:
         raise InputError(f"{path} is over the {MAX_TEXT_FILE_BYTES >> 20} MB limit for a text file; split it")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte order mark (Windows editors) is no text
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it first") from exc
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
