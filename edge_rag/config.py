@@ -240,8 +240,8 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "max_seq_len": (1, None, True, True, _INT),
     "encode_batch_tokens": (1, None, True, True, _INT),
     "lexical_budget": (1, None, True, True, _INT),
-    "threads": (0, None, True, True, _INT),
-    "index_threads": (0, None, True, True, _INT),
+    "threads": (0, 1024, True, True, _INT),  # more would reach onnxruntime's C++ as an overflow, blamed on the model
+    "index_threads": (0, 1024, True, True, _INT),
     "min_sentence_chars": (0, None, True, True, _INT),
     "hnsw_m": (2, None, True, True, _INT),
     "hnsw_ef_construction": (1, None, True, True, _INT),

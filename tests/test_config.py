@@ -85,3 +85,20 @@ def test_threads_zero_takes_omp_num_threads_else_the_cores_this_process_may_use(
         assert default_threads() == len(os.sched_getaffinity(0))
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert default_threads() == len(os.sched_getaffinity(0)) >= 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["remove", "x", "--db", "db", "--wait", "nan"], "seconds must be a finite number"),  # it waited forever
+    (["remove", "x", "--db", "db", "--wait", "-1"], "seconds must be a finite number"),
+    (["ask", "hi", "--db", "db", "--threads", "99999999999999999999"], "<= 1024"),  # blamed on the model file
+    (["ask", "hi", "--db", "db", "--threads", "1.5"], "not a whole number"),
+    (["doctor", "--db", "db", "--sample", "-5"], "must be positive"),  # a traceback
+    (["doctor", "--db", "db", "--sample", "0"], "must be positive"),  # "recall 1.000 over 0 vectors: ok"
+])
+def test_cli_values_out_of_range_are_usage_errors(argv: list[str], message: str, capsys) -> None:
+    """Each is refused by the parser (exit 2, the option named) before anything is opened."""
+    from edge_rag.cli.commands import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WEAK = ROOT / "tests" / ".cache" / "weak-encoder"  # per_tensor_int8
 
 
-def linked_bundle(bundle: B.Bundle, out: Path, replace: dict[str, Path]) -> Path:
+def linked_bundle(bundle: B.Bundle, out: Path, replace: dict[str, Path], **encoder: object) -> Path:
     """The real bundle assembled again at ``out`` with ``replace``'s files (role → file) in place of its own: every
     other file is linked, not copied (``assemble`` copies no file that already resolves to its source), so no 390 MB
     copy per bundle; the manifest is written and the files hashed as for any bundle."""
@@ -45,7 +45,7 @@ def linked_bundle(bundle: B.Bundle, out: Path, replace: dict[str, Path]) -> Path
     for f in bundle.files():
         if f["role"] not in replace:
             (out / f["name"]).symlink_to(bundle.root / f["name"])
-    assemble(out, files, "gemma", bundle.encoder, M.PROFILES[bundle.manifest["profile"]])
+    assemble(out, files, "gemma", bundle.encoder | encoder, M.PROFILES[bundle.manifest["profile"]])
     return out
 
 
@@ -71,11 +71,25 @@ def test_verdict_is_cached_per_encoder_cpu_and_onnxruntime(share_bundle: B.Bundl
     bundle = share_bundle
     monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path))
     first = verdict_for(bundle, B.ROLE_ENCODER)
-    sha = next(f["sha256"] for f in bundle.files() if f["role"] == B.ROLE_ENCODER)
+    measured = [bundle.sha256(r) for r in (B.ROLE_ENCODER, B.ROLE_TOKENIZER, B.ROLE_REFERENCE)] + ["int8", 256]
     [stored] = (tmp_path / "verify").glob("*.json")
-    assert stored.stem == cache_key(sha) and json.loads(stored.read_text())["cosine_mean"] == first.cosine_mean
+    assert stored.stem == cache_key(measured) and json.loads(stored.read_text())["cosine_mean"] == first.cosine_mean
     assert verdict_for(bundle, B.ROLE_ENCODER) == first  # read back: a re-measurement differs in query_ms
     assert verdict_for(bundle, B.ROLE_ENCODER, cached=False).query_ms != first.query_ms
+
+
+def test_a_bundle_sharing_the_encoder_file_has_a_verdict_of_its_own(share_bundle: B.Bundle, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verdicts were cached by the encoder file's sha256 alone: a bundle that judges the same int8 file by fp32's
+    thresholds failed it and stored that FAIL under the shared key, so every bundle with that encoder switched to its
+    fp32 twin (whose store then refused to open: "indexed with another encoder"). Each keeps its own verdict now."""
+    monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path))
+    first = verdict_for(share_bundle, B.ROLE_ENCODER)
+    stricter = B.Bundle.load(linked_bundle(share_bundle, tmp_path / "fp32", {}, precision="fp32"))
+    other = verdict_for(stricter, B.ROLE_ENCODER)
+    assert other.precision == "fp32" and not other.passed, other.summary()
+    assert verdict_for(share_bundle, B.ROLE_ENCODER) == first and first.passed
+    assert select_encoder(share_bundle) == share_bundle.require(B.ROLE_ENCODER)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from ..errors import EdgeRAGError
 from ..models.registry import PROFILES, default_bundle, home
 from ..storage.dburl import mask_url
 from ..types import Route
-from .options import add_common, add_decision, add_delta, add_wait, open_rag
+from .options import add_common, add_decision, add_delta, add_wait, open_rag, positive
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"
@@ -242,7 +242,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="check the store's search: recall@10 against exact search "
                                       "(warns below 0.95, or a query below 0.5, or any passage unreachable)")
-    p.add_argument("--sample", type=int, default=100, help="stored vectors used as queries (seeded)")
+    p.add_argument("--sample", type=positive("vectors"), default=100, help="stored vectors used as queries (seeded)")
     add_common(p)
     p.set_defaults(func=cmd_doctor)
 

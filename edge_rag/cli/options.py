@@ -38,12 +38,15 @@ def open_rag(args: argparse.Namespace, create: bool = True, **config: Any) -> Ed
 
 
 def config_value(name: str) -> Callable[[str], float]:
-    """An argparse type for the Config field ``name``: a number its range allows, else the Config's message."""
+    """An argparse type for the Config field ``name``: a number (a whole one for an int field) its range allows,
+    else the Config's message."""
+    whole = Config.__dataclass_fields__[name].type == "int"
+
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = int(text) if whole else float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not a {'whole ' if whole else ''}number: {text!r}") from None
         try:
             change: dict[str, Any] = {name: value}  # any field's name
             Config(**change)
@@ -53,19 +56,32 @@ def config_value(name: str) -> Callable[[str], float]:
     return parse
 
 
-def positive_mb(text: str) -> int:
-    """--memory-mb: a whole, positive number of MB."""
+def positive(what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number above 0, ``what`` naming it in the message (e.g. "MB")."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number of {what}: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"the number of {what} must be positive, not {value}")
+        return value
+    return parse
+
+
+def seconds(text: str) -> float:
+    """--wait: a finite number of seconds, 0 or more (NaN waited forever, a negative number not at all)."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of MB: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"the memory budget must be positive, not {value} MB")
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds must be a finite number, 0 or more, not {text!r}")
     return value
 
 
 def add_wait(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--wait", type=seconds, default=0.0, metavar="SECONDS",
                    help="if another process is writing to the store, wait this long for it (default: fail at once)")
 
 
@@ -89,8 +105,9 @@ def add_common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
                    help="passage store: a folder, or postgresql://user@host/dbname (needs edge-rag[pg])")
     p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
-    p.add_argument("--memory-mb", type=positive_mb, help="memory budget for the whole process, MB")
-    p.add_argument("--threads", type=int, help="CPU threads (default: OMP_NUM_THREADS, else all cores)")
+    p.add_argument("--memory-mb", type=positive("MB"), help="memory budget for the whole process, MB")
+    p.add_argument("--threads", type=config_value("threads"),
+                   help="CPU threads (default: OMP_NUM_THREADS, else all cores)")
     p.add_argument("--seed-decision", action="store_true",
                    help="the seeds' answer/refuse decision (generates for open questions; its answers are not "
                         "certified) instead of the certified default")

@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -156,15 +156,19 @@ def verify_encoder(onnx_path: Path, tokenizer: Path, reference: Path, precision:
     return measure(encoder, texts, vectors, precision, repeats)
 
 
-def cache_key(encoder_sha256: str) -> str:
-    raw = json.dumps([VERIFY_VERSION, encoder_sha256, cpu_features(), ort.__version__])
+def cache_key(measured: Sequence[str | int]) -> str:
+    """The cache file's name for a verdict measured from ``measured`` on this CPU and onnxruntime."""
+    raw = json.dumps([VERIFY_VERSION, *measured, cpu_features(), ort.__version__])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
-def cached_verdict(cache_dir: Path, encoder_sha256: str, run: Callable[[], Verdict], refresh: bool = False) -> Verdict:
-    """The verdict for this encoder on this CPU + onnxruntime: read from ``cache_dir``, else (or with
-    ``refresh``) measured by ``run`` and stored."""
-    path = cache_dir / f"{cache_key(encoder_sha256)}.json"
+def cached_verdict(cache_dir: Path, measured: Sequence[str | int], run: Callable[[], Verdict],
+                   refresh: bool = False) -> Verdict:
+    """The verdict of ``run`` on this CPU + onnxruntime, for everything it is ``measured`` from (each file's sha256,
+    the precision judged, the sequence length): read from ``cache_dir``, else (or with ``refresh``) measured and
+    stored. Keyed on the encoder alone, a bundle with another tokenizer reused a PASS it would fail, and verifying a
+    bundle that calls the same encoder another precision switched every bundle sharing it to its fp32 twin."""
+    path = cache_dir / f"{cache_key(measured)}.json"
     if not refresh:
         with contextlib.suppress(BundleError):
             if (cached := _verdict(read_json(path, "a cached verdict"))) is not None:
@@ -203,7 +207,8 @@ def verdict_for(bundle: B.Bundle, role: str, threads: int = 0, cached: bool = Tr
         return verify_encoder(bundle.require(role), bundle.require(B.ROLE_TOKENIZER), reference, precision,
                               max_len, threads, repeats)
 
-    return cached_verdict(home() / "verify", bundle.sha256(role), run, refresh=not cached)
+    measured = (bundle.sha256(role), bundle.sha256(B.ROLE_TOKENIZER), bundle.sha256(B.ROLE_REFERENCE), precision, max_len)
+    return cached_verdict(home() / "verify", measured, run, refresh=not cached)
 
 
 def verify_bundle(bundle: B.Bundle, threads: int = 0, cached: bool = False) -> list[Verdict]:
