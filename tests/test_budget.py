@@ -124,6 +124,33 @@ def test_a_gguf_header_is_read_once_per_file_version(gguf: Path, tmp_path: Path)
         read_gguf(copy)
 
 
+def _kv(key: str, vtype: int, value: bytes) -> bytes:
+    """One GGUF metadata entry: length-prefixed key, value type, value."""
+    return struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", vtype) + value
+
+
+ARCH = _kv("general.architecture", 8, struct.pack("<Q", 6) + b"gemma3")
+SIZES = b"".join(_kv(f"gemma3.{key}", 4, struct.pack("<I", n))
+                for key, n in (("vocab_size", 256), ("embedding_length", 640), ("attention.head_count", 4)))
+
+
+@pytest.mark.parametrize("payload, why", [
+    # a negative block count planned the model into any budget (1 MB), an array was a TypeError, alignment 0 a
+    # ZeroDivisionError, 4 billion dimensions a 4 GB format string
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 5) + ARCH + SIZES + _kv("gemma3.block_count", 5, struct.pack("<i", -5)),
+     "not a count"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 5) + ARCH + SIZES
+     + _kv("gemma3.block_count", 9, struct.pack("<IQ", 4, 2000) + b"\1\0\0\0" * 2000), "not a count"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _kv("general.alignment", 4, struct.pack("<I", 0)), "alignment"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<I", 0xFFFFFFF0), "dimensions"),
+])
+def test_a_gguf_header_with_impossible_values_is_a_bundle_error(tmp_path: Path, payload: bytes, why: str) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(payload + b"\0" * (-len(payload) % 32))  # up to the (default) alignment: not a truncated file
+    with pytest.raises(BundleError, match=why):
+        read_gguf(bad)
+
+
 @pytest.mark.parametrize("payload", [
     b"GGML" + b"\0" * 64,  # wrong magic
     b"GGUF" + struct.pack("<I", 99) + b"\0" * 64,  # unknown version

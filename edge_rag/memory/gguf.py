@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import BundleError
 
 GGUF_MAGIC = b"GGUF"
+GGML_MAX_DIMS = 4  # dimensions of a tensor (ggml.h)
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
 _SMALL_ARRAY = 1024  # scalar arrays up to this length are kept (per-layer head counts); longer are skipped
@@ -105,7 +106,7 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     try:
         stat = path.stat()
         return _read_gguf(path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
-    except (OSError, ValueError, struct.error) as exc:
+    except (OSError, ValueError, OverflowError, struct.error) as exc:
         raise BundleError(f"cannot read GGUF header of {path}: {exc}; rebuild the bundle") from exc
 
 
@@ -127,7 +128,10 @@ def _read_gguf(path: Path, size: int, mtime_ns: int, ctime_ns: int, inode: int) 
         end = 0
         for _ in range(n_tensors):
             cur.string()
-            dims = cur.read("Q" * cur.read("I"))
+            n_dims = cur.read("I")
+            if n_dims > GGML_MAX_DIMS:  # a format string of 4 billion Qs is gigabytes
+                raise ValueError(f"a tensor with {n_dims} dimensions (GGML has at most {GGML_MAX_DIMS})")
+            dims = cur.read("Q" * n_dims)
             dims = (dims,) if isinstance(dims, int) else dims
             ttype, offset = cur.read("IQ")
             count = 1
@@ -135,7 +139,9 @@ def _read_gguf(path: Path, size: int, mtime_ns: int, ctime_ns: int, inode: int) 
                 count *= d
             block, nbytes = GGML_BLOCKS.get(ttype, (1, 0))  # unknown type: check its offset only
             end = max(end, offset + count // block * nbytes)
-        align = int(meta.get("general.alignment", 32))
+        align = meta.get("general.alignment", 32)
+        if not _count(align) or align < 1:
+            raise ValueError(f"general.alignment is {align!r:.40}, not a positive whole number")
         data_start = -(-cur.pos // align) * align
     if data_start + end > size:
         raise BundleError(
@@ -145,6 +151,12 @@ def _read_gguf(path: Path, size: int, mtime_ns: int, ctime_ns: int, inode: int) 
     return _gguf_info(path, meta, size, end)
 
 
+def _count(value: object) -> bool:
+    """Whether a metadata value is a whole number, 0 or more: a negative block count planned a model into any
+    budget, an array in its place was a TypeError."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _gguf_info(path: Path, meta: dict, size: int, tensor_bytes: int) -> GGUFInfo:
     arch = meta.get("general.architecture")
 
@@ -152,7 +164,10 @@ def _gguf_info(path: Path, meta: dict, size: int, tensor_bytes: int) -> GGUFInfo
         value = meta.get(f"{arch}.{key}", default)
         if value is None:
             raise BundleError(f"GGUF {path} has no {arch}.{key}; cannot budget its memory")
-        return int(max(value)) if isinstance(value, tuple) else int(value)
+        values = value if isinstance(value, tuple) else (value,)  # a tuple: one per layer
+        if not values or not all(_count(v) for v in values):
+            raise BundleError(f"GGUF {path}: {arch}.{key} is {value!r:.60}, not a count; cannot budget its memory")
+        return max(values)
 
     if not isinstance(arch, str):
         raise BundleError(f"GGUF {path} has no general.architecture")
