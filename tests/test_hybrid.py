@@ -143,17 +143,59 @@ def test_full_text_index_commits_with_the_passages(tmp_path, encoder):
     store.close()
 
 
+def _fts_levels(folder) -> int:
+    """The level count of the full-text index's structure record (FTS5's data row 10: a 4-byte cookie, then it as
+    a varint)."""
+    with sqlite3.connect(folder / DB_FILE) as db:
+        record = db.execute(f"SELECT block FROM {FTS_TABLE}_data WHERE id = 10").fetchone()[0]
+    db.close()
+    levels = 0
+    for byte in record[4:]:
+        levels = levels << 7 | byte & 0x7F
+        if byte < 0x80:
+            return levels
+    raise AssertionError("truncated structure record")
+
+
+def _commit_words(store, i: int) -> None:
+    """One commit of a three-passage document of 30 words of its own (the index soon spans several pages)."""
+    doc = make_document(f"Document {i}", doc_id=f"d{i}")
+    texts = [" ".join(f"w{i}x{j}y{w}" for w in range(10)) for j in range(3)]
+    store.add([Part(doc, 0, texts, last=True, sha=doc.doc_id)], np.eye(8, dtype=np.float32)[:3])
+
+
 def test_commits_keep_the_full_text_index_whole(tmp_path):
-    """Each commit merges the index's segments (store_db.FTS_MERGE_MIN_PAGES): after 40 one-passage commits and a
-    removal FTS5's own integrity check against the passages passes, and each passage is found by its word."""
+    """Each commit merges the index's segments (store_fts_index.merge): after 40 commits and a removal FTS5's own
+    integrity check against the passages passes, each passage is found by its word, and the index's structure
+    keeps a few levels. Before: each commit's 'merge' < 0 added two levels once the index spanned two pages (70
+    after these 40 commits), until SQLite called the record malformed (~1,000 commits) and the store never opened
+    again."""
     store = Store(tmp_path, 8, "enc")
     for i in range(40):
-        doc = make_document(f"The word w{i}x appears here", doc_id=f"d{i}")
-        store.add([Part(doc, 0, [doc.text], last=True, sha=doc.doc_id)], np.eye(8, dtype=np.float32)[:1])
+        _commit_words(store, i)
     store.remove(["d7"])
+    assert _fts_levels(tmp_path) <= 8
     with sqlite3.connect(tmp_path / DB_FILE) as db:
         db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('integrity-check', 1)")
-    assert [len(store.search_text([f"w{i}x"], 5)) for i in range(40)] == [int(i != 7) for i in range(40)]
+    db.close()
+    assert [len(store.search_text([f"w{i}x1y2"], 5)) for i in range(40)] == [3 * (i != 7) for i in range(40)]  # by context too
+    store.close()
+
+
+def test_a_full_text_index_sqlite_will_not_load_is_rebuilt_when_the_store_opens(tmp_path):
+    """Its structure record damaged (as earlier versions' commits left it, past ~1,000 of them), the store opened
+    anyway: the index is rebuilt from the passages and finds them."""
+    store = Store(tmp_path, 8, "enc")
+    for i in range(3):
+        _commit_words(store, i)
+    store.close()
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute(f"UPDATE {FTS_TABLE}_data SET block = ? WHERE id = 10", (b"\0\0\0\0\xff\xff\xff\x7f",))
+    db.close()
+    store = Store(tmp_path, 8, "enc", create=False)
+    assert [len(store.search_text([f"w{i}x1y2"], 5)) for i in range(3)] == [3, 3, 3]
+    _commit_words(store, 3)
+    assert store.search_text(["w3x0y0"], 5) and store.count == 12
     store.close()
 
 

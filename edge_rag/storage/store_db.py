@@ -18,7 +18,8 @@ import hnswlib
 
 from ..errors import StoreError, full_disk_is_an_error
 from ..types import Document
-from . import hnsw
+from . import hnsw, store_fts_index
+from .store_fts_index import FTS_DDL, FTS_TABLE, FTS_TRIGGERS
 
 DB_FILE = "passages.sqlite"
 INDEX_GLOB = "vectors*.hnsw"
@@ -37,15 +38,9 @@ CREATE TABLE IF NOT EXISTS deleted (id INTEGER PRIMARY KEY);
 _ADDED_COLUMNS = {"documents": {"sha": "TEXT", "complete": "INTEGER NOT NULL DEFAULT 1"},
                   "passages": {"crc": "INTEGER", "context": "TEXT"}}
 
-# The full-text index (SQLite FTS5, BM25) over each passage's title, text and context. An external-content table kept
-# in step with ``passages`` by triggers, so every commit writes both in its one transaction (crash-safe like the
-# rest); a store from before it (or before its context column) gets the table and a rebuild from its passages, once,
-# in one transaction, when it is opened.
-FTS_TABLE = "passages_fts"
-# Each commit merges the full-text index's segments, at least as many pages as it changes passages (a passage is
-# ~0.05 page): the index stays about one segment, which searches faster than the several that loads and automerge
-# leave, at ~30 ms per 500 pages merged.
-FTS_MERGE_MIN_PAGES = 64
+# The full-text index (SQLite FTS5, BM25) over each passage's title, text and context (store_fts_index); a store
+# from before it (or before its context column) gets the table and a rebuild from its passages, once, in one
+# transaction, when it is opened.
 TITLE_WEIGHT = 0.5  # BM25 weight of a passage's title against its text (1.0)
 # A passage's context: the text of the passages of its document within CONTEXT_NEIGHBOURS positions, indexed beside
 # its own text at CONTEXT_WEIGHT. A sentence holds few of a question's words, the ones around it often hold the rest:
@@ -53,18 +48,6 @@ TITLE_WEIGHT = 0.5  # BM25 weight of a passage's title against its text (1.0)
 # docs/decisions/context-column.md).
 CONTEXT_NEIGHBOURS = 2
 CONTEXT_WEIGHT = 0.5
-_FTS_TRIGGERS = ("passages_fts_insert", "passages_fts_delete", "passages_fts_update")
-_FTS_INSERT = f"INSERT INTO {FTS_TABLE}(rowid, title, text, context) VALUES (new.id, new.title, new.text, new.context)"
-_FTS_DELETE = (f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, title, text, context) "
-               "VALUES ('delete', old.id, old.title, old.text, old.context)")
-_FTS = [
-    f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(title, text, context, content='passages', content_rowid='id', "
-    "tokenize='porter unicode61')",
-    f"CREATE TRIGGER passages_fts_insert AFTER INSERT ON passages BEGIN {_FTS_INSERT}; END",
-    f"CREATE TRIGGER passages_fts_delete AFTER DELETE ON passages BEGIN {_FTS_DELETE}; END",
-    f"CREATE TRIGGER passages_fts_update AFTER UPDATE OF context ON passages BEGIN {_FTS_DELETE}; {_FTS_INSERT}; END",
-    f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')",
-]
 
 
 @dataclass(frozen=True)
@@ -154,9 +137,7 @@ def write_commit(db: sqlite3.Connection, remove: Sequence[str], gone: Sequence[i
                    [(*r, new[r[0]]) for r in rows])
     db.executemany("UPDATE passages SET context = ? WHERE id = ?", updates)
     db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
-    if _has_fts(db):  # FTS5 'merge' < 0: merge segments of any level, this many pages at most (incremental optimize)
-        db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('merge', ?)",
-                   (-max(FTS_MERGE_MIN_PAGES, len(rows) + len(gone)),))
+    store_fts_index.merge(db, len(rows) + len(gone))
 
 
 def check_files(folder: Path, create: bool) -> None:
@@ -195,10 +176,6 @@ def connect(folder: Path) -> sqlite3.Connection:
             raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
 
 
-def _has_fts(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FTS_TABLE,)).fetchone() is not None
-
-
 def _fts_current(db: sqlite3.Connection) -> bool:
     return "context" in {r[1] for r in db.execute(f"PRAGMA table_info({FTS_TABLE})")}
 
@@ -212,14 +189,14 @@ def _add_fts(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         if not _fts_current(db):
-            for name in _FTS_TRIGGERS:
+            for name in FTS_TRIGGERS:
                 db.execute(f"DROP TRIGGER IF EXISTS {name}")
             db.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}")
             rows = db.execute("SELECT doc_id, id, position, text FROM passages ORDER BY doc_id, position")
             for _, group in groupby(rows.fetchall(), key=lambda r: r[0]):
                 context = contexts([r[1:] for r in group])
                 db.executemany("UPDATE passages SET context = ? WHERE id = ?", [(t, i) for i, t in context.items()])
-            for statement in _FTS:
+            for statement in FTS_DDL:
                 db.execute(statement)
         db.execute("COMMIT")
     except BaseException:
@@ -253,6 +230,7 @@ def _open(path: Path) -> sqlite3.Connection:
                 if name not in have:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
         db.commit()
+        store_fts_index.repair(db)
         _add_fts(db)
     except BaseException:
         db.close()
