@@ -6,13 +6,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT, SAMPLE_DOCS
 
 from edge_rag.config import Config
+from edge_rag.documents.chunk import make_document
 from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Store
+from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Part, Store
 
 BATCH = 20  # passages per commit in the crashing process, so the corpus below takes several commits
 FOUNDER = "09-founder-margaret-hollins.md"  # the document the recovered store is asked about
@@ -71,8 +73,8 @@ def test_crash_at_every_commit_step_recovers_the_last_commit(tmp_path, bundle_di
     durable = commit if COMMIT_STEPS.index(step) >= COMMIT_STEPS.index("committed") else commit - 1
     with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
         assert rag.store.count == min(durable * BATCH, sample_total)  # nothing committed is lost
-        assert [p.name for p in db.glob("vectors*.hnsw")] == ([rag.store.index_file] if durable else [])
         added = rag.add_files([docs])
+        assert [p.name for p in db.glob("vectors*.hnsw")] == [rag.store.index_file]  # the writer removed orphans
         assert added == sample_total - min(durable * BATCH, sample_total)  # exactly the rest
         assert rag.store.count == sample_total
         answer = rag.decide("Who founded the Harbourlight Science Museum?")
@@ -159,3 +161,55 @@ def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
             p.stdin.flush()
         outs = [p.communicate(timeout=120) for p in procs]
         assert ready == ["ready\n"] * 4 and [p.returncode for p in procs] == [0] * 4, (ready, outs)
+
+
+def _commit(store: Store, i: int) -> None:
+    doc = make_document(f"Document {i} about the harbour clock.", doc_id=f"d{i}")
+    store.add([Part(doc, 0, [doc.text], last=True, sha=doc.doc_id)], np.eye(8, dtype=np.float32)[i % 8:i % 8 + 1])
+
+
+def test_opening_a_store_removes_no_index_file_the_next_writer_removes_orphans(tmp_path):
+    """An opener cannot tell an orphan from the file another process committed since it read the store's record:
+    opening removes nothing, a writer removes orphans under its lock. Before: opening swept every index file but
+    the one it had read, so a commit landing meanwhile lost its index file and the store stopped opening."""
+    writer = Store(tmp_path, 8)
+    _commit(writer, 0)
+    unknown = tmp_path / "vectors.2.0123abcd.hnsw"  # as far as an opener knows: another process's newer commit
+    unknown.write_bytes((tmp_path / writer.index_file).read_bytes())
+    Store(tmp_path, 8, create=False).close()
+    assert unknown.exists()
+    _commit(writer, 1)
+    assert [p.name for p in tmp_path.glob("vectors*.hnsw")] == [writer.index_file]
+    writer.close()
+
+
+OPEN_AGAIN_AND_AGAIN = """
+import contextlib, sys
+from edge_rag.errors import StoreError
+from edge_rag.storage.store import Store
+print("ready", flush=True)
+while True:
+    with contextlib.suppress(StoreError, OSError):  # a commit replaced the index file it read: it opens again
+        Store(sys.argv[1], 8, create=False).close()
+"""
+
+
+def test_a_process_opening_the_store_never_fails_a_writer(tmp_path):
+    """A process that only opens the store (a question asked, a kiosk restarting) takes no writer lock: 100
+    commits that would not wait for one (lock_timeout 0, as `edge-rag index` without --wait) all land, each
+    committed index file in place. Before: the opener's orphan sweep took the lock, and 13 of 100 commits failed
+    'being written by another process'."""
+    writer = Store(tmp_path, 8)
+    _commit(writer, 0)
+    opener = subprocess.Popen([sys.executable, "-c", OPEN_AGAIN_AND_AGAIN, str(tmp_path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert opener.stdout.readline() == "ready\n"
+        for i in range(1, 101):
+            _commit(writer, i)
+            assert (tmp_path / writer.index_file).is_file()
+        assert opener.poll() is None, opener.communicate()
+    finally:
+        opener.kill()
+        opener.communicate()
+    writer.close()

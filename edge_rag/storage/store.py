@@ -8,10 +8,10 @@ A kiosk loses power and runs for months on an SD card, so every write follows on
 3. only then is the previous index file removed.
 
 A crash at any point leaves the last committed state intact: before step 2 the new file is an orphan, after it the
-old one is; ``Store`` removes orphans when it opens. One process writes at a time (``flock`` on ``writer.lock`` in
-the store folder); it reloads the index under the lock before extending it, so a second writer never overwrites the
-first one's passages. Readers never take the lock: they see the last committed index and reload it when another
-process commits a newer one.
+old one is; the next writer removes orphans when it takes the lock. One process writes at a time (``flock`` on
+``writer.lock`` in the store folder); it reloads the index under the lock before extending it, so a second writer
+never overwrites the first one's passages. Readers (opening a store too) never take the lock: they see the last
+committed index and reload it when another process commits a newer one.
 
 Questions never wait for a commit's file or transaction (and no copy of the index is made: a commit costs no extra
 RAM). hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the search
@@ -87,8 +87,6 @@ class Store:
         check_meta(meta := self._meta(), dim, encoder_id, str(self.folder), "folder")
         self.encoder_id = encoder_id or meta.get("encoder", "")
         self.index, self.index_file, self._version, self._exact = self._load_committed()
-        with contextlib.suppress(StoreError, OSError), writer_lock.exclusive(self.folder, timeout=0.0):
-            store_db.remove_orphans(self.folder, self.index_file)  # no other process writes: its new file is no orphan
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -171,12 +169,14 @@ class Store:
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
         """Hold this store's writer lock (reentrant): other processes' writers wait ``lock_timeout``
-        seconds, then fail with a StoreError. The index is reloaded first if another process committed."""
+        seconds, then fail with a StoreError. The index is reloaded first if another process committed, and index
+        files no commit names are removed: only under the lock, where no other process's new file can be one."""
         with self._write_lock:
             if self._write_depth == 0:
                 self._lock_fd = writer_lock.acquire(self.folder, self.lock_timeout)
                 with self._lock:
                     self._follow()
+                store_db.remove_orphans(self.folder, self.index_file)
             self._write_depth += 1
             try:
                 yield

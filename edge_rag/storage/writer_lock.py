@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import StoreError
@@ -47,11 +46,3 @@ def release(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
 
-
-@contextlib.contextmanager
-def exclusive(folder: Path, timeout: float) -> Iterator[None]:
-    fd = acquire(folder, timeout)
-    try:
-        yield
-    finally:
-        release(fd)
