@@ -194,7 +194,7 @@ class EdgeRAG:
         stages = Stages(self.config.rss_per_stage)
         with stages("cache"):
             certified = self.certified  # decided under this calibration to the end, even if another is swapped in
-            cached = self.cache.get(question, certified.cache_version(self.store))
+            cached = self.cache.get(question, version := certified.cache_version(self.store))
         if cached is not None:
             yield RouteDecided(cached.route, cached.tier, cache_hit=True)
             yield Final(replace(cached, question=question, **stages.finish()))
@@ -212,7 +212,7 @@ class EdgeRAG:
                     else:  # the last: the whole Generation
                         gen = piece
         answer = decision.answer(question, stages, gen)
-        self.cache.put(question, answer, certified.cache_version(self.store))
+        self.cache.put(question, answer, version)  # the version it was computed on, not a commit's since
         yield Final(answer)
 
     def decide(self, question: str) -> Answer:

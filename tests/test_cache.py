@@ -5,8 +5,10 @@ import pytest
 
 from edge_rag.config import Config, Tier
 from edge_rag.errors import StoreError
+from edge_rag.events import Final
+from edge_rag.pipeline import EdgeRAG
 from edge_rag.storage.cache import AnswerCache, answer_from_dict, cache_key
-from edge_rag.types import Answer, PassageRef, Route
+from edge_rag.types import Answer, Document, PassageRef, Route
 
 V1, V2 = "corpus-v1", "corpus-v2"
 
@@ -113,3 +115,27 @@ def test_corrupt_file_is_a_clear_store_error(tmp_path):
 
     with pytest.raises(StoreError, match="missing"):
         AnswerCache(Config(), tmp_path / "missing" / "cache.sqlite")
+
+
+def _lockers(pounds: int) -> Document:
+    return Document("lockers", "Cloakroom lockers", f"The coin lockers next to the cloakroom cost {pounds} pounds per day.")
+
+
+def test_an_answer_computed_before_an_edit_commits_is_not_served_after_it(tmp_path, bundle_dir):
+    """A question asked while an edit commits (here: from the commit's own fault hook, once its index file is
+    saved) is answered from the corpus before the edit and finishes after it: cached under that corpus's version,
+    the question asked again after the edit is answered afresh from the edited document. Before: its cache entry
+    was keyed on the version read when it finished, the edit's, and every later ask got the removed passage."""
+    question = "How much do the coin lockers cost?"
+    with EdgeRAG(tmp_path, bundle=bundle_dir) as rag:
+        rag.add_documents([_lockers(3)])
+        during = []
+        rag.store.fault_hook = lambda step: during.append(next(stream)) if step == "index_saved" else None
+        stream = rag.ask_stream(question)
+        rag.add_documents([_lockers(5)])  # the edit: the 3-pound passage is removed
+        rag.store.fault_hook = None
+        first = [e for e in stream if isinstance(e, Final)][0].answer
+        assert not during[0].cache_hit and [p.id for p in first.passages] == [0]  # decided before the edit landed
+        again = rag.ask(question)
+        assert not again.cache_hit and 0 not in [p.id for p in again.passages]
+        assert all(rag.store.passages([p.id]) for p in again.passages)
