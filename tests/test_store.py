@@ -84,6 +84,16 @@ def test_corrupt_database_is_reported(tmp_path, encoder):
         Store(tmp_path, encoder.dim)
 
 
+def test_an_unreadable_store_record_is_reported(saved_store, encoder):
+    """A damaged meta row that quick_check passes (a key no longer UTF-8, as a flipped bit leaves it) is a
+    StoreError saying what to do, as other damage is; before: sqlite3.OperationalError from the open."""
+    with sqlite3.connect(saved_store / DB_FILE) as db:
+        db.execute("INSERT INTO meta VALUES (CAST(x'ff6e6465' AS TEXT), '1')")
+    db.close()
+    with pytest.raises(StoreError, match="store record .* unreadable .*re-index"):
+        Store(saved_store, encoder.dim, "enc-1")
+
+
 def test_other_encoder_or_dimension_is_refused(saved_store, encoder):
     with pytest.raises(StoreError, match="another encoder"):
         Store(saved_store, encoder.dim, "enc-2")

@@ -297,4 +297,4 @@ class Store:
 
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:
-        return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+        return store_db.read_meta(self.db, self.folder)

@@ -238,6 +238,16 @@ def _open(path: Path) -> sqlite3.Connection:
     return db
 
 
+def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
+    """The store's record (the meta table); StoreError if SQLite cannot read it (a damaged row that quick_check
+    passes, such as a key that is no longer UTF-8)."""
+    try:
+        return dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.Error as exc:
+        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record (meta) is unreadable ({exc}); "
+                         "re-index") from exc
+
+
 def max_id(db: sqlite3.Connection) -> int:
     """The highest passage id ever used (-1: none): stores written before ``next_id`` was kept start after it."""
     row = db.execute("SELECT MAX(m) FROM (SELECT MAX(id) m FROM passages UNION ALL SELECT MAX(id) FROM deleted)")
