@@ -7,6 +7,7 @@ both stores, and ``edge-rag doctor`` measures recall@10 against exact search.
 """
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from edge_rag.pipeline import EdgeRAG
 from edge_rag.storage import hnsw, reachability
 from edge_rag.storage.doctor import RECALL_FLOOR, check_recall
 from edge_rag.storage.store import Part, Store
+from edge_rag.storage.store_db import DB_FILE, FTS_TABLE
 
 TICKETS = "How much does an adult ticket cost?"
 
@@ -118,6 +120,23 @@ def test_doctor_warns_when_recall_is_low(tmp_path):
     store.close()
     assert not report.ok and report.recall < RECALL_FLOOR, report.summary()
     assert "WARNING" in report.summary()
+
+
+def test_doctor_reports_a_damaged_full_text_index(tmp_path):
+    """One flipped byte inside a segment of the full-text index (as a bad SD card sector leaves it) passes the
+    quick_check made at every open; the doctor's FTS5 integrity check reports it, and says how to mend it."""
+    store = Store(tmp_path, 8)
+    docs = [make_document(f"passage {i} about the harbour clock tower number w{i}", f"doc {i}") for i in range(200)]
+    store.add([Part(d, 0, [d.text], True, d.doc_id) for d in docs], np.eye(8, dtype=np.float32)[np.arange(200) % 8])
+    assert check_recall(store, sample=5).full_text_damaged is False
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        rowid, block = db.execute(f"SELECT id, block FROM {FTS_TABLE}_data ORDER BY length(block) DESC").fetchone()
+        db.execute(f"UPDATE {FTS_TABLE}_data SET block = ? WHERE id = ?",
+                   (block[:100] + bytes([block[100] ^ 1]) + block[101:], rowid))
+    db.close()
+    report = check_recall(store, sample=5)
+    store.close()
+    assert report.full_text_damaged and not report.ok and "rebuild" in report.summary()
 
 
 def test_doctor_command(neardup_rag, bundle_dir):

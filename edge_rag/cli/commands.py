@@ -159,7 +159,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """recall@10 of the store's search against exact search on a sample of its own vectors, its worst query, and
     every passage searched with its own vector."""
-    from ..storage.doctor import OUT_OF_LINE, check_recall
+    from ..storage.doctor import FULL_TEXT_DAMAGED, OUT_OF_LINE, check_recall
 
     with open_rag(args, create=False) as rag:
         report = check_recall(rag.store, sample=args.sample, reach=True)
@@ -169,6 +169,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
               "(Config) or re-index into a new store", file=sys.stderr)
     if report.out_of_line:
         print(f"edge-rag: warning: {OUT_OF_LINE}", file=sys.stderr)
+    if report.full_text_damaged:
+        print(f"edge-rag: warning: {FULL_TEXT_DAMAGED}", file=sys.stderr)
     return 0 if report.ok else 1
 
 

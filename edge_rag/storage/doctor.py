@@ -12,6 +12,8 @@ the table without its index, every query in one pass (pgvector).
 The embedded store's vectors are read ``CHUNK`` at a time, each chunk scored against every query at once: hnswlib's
 ``get_items`` builds a Python float per component with the GIL held, so reading all 26k vectors at once took
 ~0.5 GB and stalled every other thread of the server for seconds (issue #43); a chunk is ~4 MB and milliseconds.
+On the embedded store it also runs FTS5's integrity check of the full-text index against the passages: bit rot in its
+pages passes the quick_check made at every open, and full-text searches would return other passages.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import hnsw
+from . import hnsw, store_db, store_fts_index
 from .stores import PassageStore
 
 RECALL_FLOOR = 0.95
@@ -33,6 +35,10 @@ CHUNK = 256  # vectors read from the hnswlib index per hold of the store's lock
 OUT_OF_LINE = ("vectors stored outside their rows (a store written before edge-rag kept them in the row), so every "
                "search scans the whole table: run `VACUUM FULL edge_rag_passages` once, at a quiet time (it locks "
                "the table while it rewrites it and rebuilds its indexes)")
+FULL_TEXT_DAMAGED = ("the full-text index disagrees with the passages (FTS5 integrity-check: damaged pages), so "
+                     "full-text searches return wrong passages: re-index, or rebuild it from the passages with "
+                     f"`sqlite3 passages.sqlite \"INSERT INTO {store_fts_index.FTS_TABLE}({store_fts_index.FTS_TABLE}) "
+                     "VALUES('rebuild')\"` while nothing writes the store")
 
 Exact = Callable[[np.ndarray, int], list[list[int]]]  # (queries, k) → each query's exact top-k ids
 
@@ -51,6 +57,7 @@ class RecallReport:
     exact_ms: float  # per query, the whole exact pass divided by the queries
     unreachable: int | None = None  # passages not in their own vector's top k (None: not checked)
     out_of_line: bool | None = None  # pgvector: vectors outside their rows, so every search scans the table
+    full_text_damaged: bool | None = None  # embedded: the full-text index fails FTS5's integrity check
 
     @property
     def misses(self) -> bool:
@@ -59,7 +66,7 @@ class RecallReport:
 
     @property
     def ok(self) -> bool:
-        return not self.misses and not self.out_of_line
+        return not self.misses and not self.out_of_line and not self.full_text_damaged
 
     def to_dict(self) -> dict:
         return asdict(self) | {"ok": self.ok, "floor": RECALL_FLOOR, "worst_floor": WORST_FLOOR}
@@ -69,6 +76,7 @@ class RecallReport:
         faults += [f"a query below {WORST_FLOOR:.1f}"] if self.worst < WORST_FLOOR else []
         faults += [f"{self.unreachable} passages unreachable"] if self.unreachable else []
         faults += [OUT_OF_LINE] if self.out_of_line else []
+        faults += [FULL_TEXT_DAMAGED] if self.full_text_damaged else []
         reach = "" if self.unreachable is None else f"; {self.unreachable} unreachable by their own vector"
         return (f"recall@{self.k} {self.recall:.3f} against exact search over {self.queries} stored vectors "
                 f"(worst query {self.worst:.1f}; {self.passages} passages{reach}, ef_search {self.ef_search}; "
@@ -97,7 +105,7 @@ def check_recall(store: PassageStore, sample: int = SAMPLE, k: int = K, seed: in
                         statistics.median(search_ms) if search_ms else 0.0,
                         exact_ms,
                         len(unreachable(store, k)) if reach else None,
-                        _out_of_line(store, count))
+                        _out_of_line(store, count), _full_text_damaged(store))
 
 
 def unreachable(store: PassageStore, k: int = K) -> list[int]:
@@ -162,6 +170,20 @@ def _out_of_line(store, count: int) -> bool | None:
 
     with store._errors("cannot check"), store.pool.connection() as conn:
         return vectors_out_of_line(conn, count, store.dim)
+
+
+def _full_text_damaged(store) -> bool | None:
+    """The embedded store: whether its full-text index fails FTS5's integrity check (store_fts_index.damaged), on a
+    connection of its own; None for pgvector."""
+    from .store import Store
+
+    if not isinstance(store, Store):
+        return None
+    db = store_db.second_connection(store.folder)
+    try:
+        return store_fts_index.damaged(db)
+    finally:
+        db.close()
 
 
 def _postgres(store, sample: int, seed: int) -> tuple[np.ndarray, Exact]:

@@ -66,3 +66,15 @@ def _loads(db: sqlite3.Connection) -> bool:
     except sqlite3.DatabaseError:
         return False
     return True
+
+
+def damaged(db: sqlite3.Connection) -> bool:
+    """Whether FTS5's integrity check finds the index disagreeing with the passages: bit rot in its pages, which
+    quick_check does not read, and searches would return other passages. Run in a transaction it rolls back."""
+    try:
+        db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.DatabaseError:
+        return True
+    finally:
+        db.rollback()
+    return False
