@@ -4,7 +4,7 @@ import errno
 import re
 import shutil
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
@@ -79,3 +79,19 @@ def check_question(question: object) -> str:
     if len(question) > MAX_QUESTION_CHARS:
         raise InputError(f"the question is {len(question)} characters; the limit is {MAX_QUESTION_CHARS}")
     return question
+
+
+def one_or_many(value: object, kinds: tuple[type, ...], what: str) -> list:
+    """``value`` as a list of ``kinds``: one of them alone is a list of it (a str is never iterated: a file name read
+    character by character walked "." and "/", a text became one-letter documents); None, anything not iterable,
+    or an item of another kind is an InputError naming ``what``."""
+    if isinstance(value, kinds):
+        return [value]
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        raise InputError(f"{what}: expected one or an iterable of them, not {type(value).__name__}")
+    items = list(value)
+    for item in items:
+        if not isinstance(item, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise InputError(f"{what}: each must be a {names}, not {type(item).__name__}")
+    return items

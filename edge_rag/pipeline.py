@@ -5,6 +5,7 @@ is recorded in the Answer, which is built once, at the end.
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -19,7 +20,7 @@ from .decision.outcome import Decision, Stages
 from .decision.policy import decide
 from .documents.files import read_files
 from .documents.indexing import Progress, Todo, as_document, index, plan_changes, plan_files
-from .errors import BudgetError, InputError, check_question
+from .errors import BudgetError, InputError, check_question, one_or_many
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
 from .models import bundle as B
@@ -80,9 +81,9 @@ class EdgeRAG:
         self.cache = AnswerCache(self.config, cache_file)
 
     # -- indexing ------------------------------------------------------------------------------
-    def add_documents(self, documents: Iterable[Document | str], progress: bool | Progress = False,
+    def add_documents(self, documents: Iterable[Document | str] | Document | str, progress: bool | Progress = False,
                       source: str = "", encoder: Encoder | None = None) -> int:
-        """Chunk, embed and store documents (plain strings become untitled documents).
+        """Chunk, embed and store documents, or one (plain strings become untitled documents).
 
         Documents already in the store (same id and text) are skipped; one stored under the same id with
         another text is replaced. ``source`` names where they all came from (an uploaded file's name):
@@ -90,26 +91,27 @@ class EdgeRAG:
         ``progress``: a progress bar, or a callback (passages done, planned). ``encoder``: another session
         of this encoder (``indexing_encoder``) so indexing does not share the question path's threads.
         Returns passages added."""
-        docs = [as_document(d) for d in documents]
+        docs = [as_document(d) for d in one_or_many(documents, (str, Document), "documents")]
         with self.store.writing():
             # Counted in full (they are in memory already); files are counted only up to what fits.
             changes = plan_changes(self.store, docs, self.config, source)
             return self._index(*changes, self._room(), progress, encoder)
 
-    def add_files(self, paths: Iterable[str | Path], progress: bool | Progress = False, strict: bool = False,
+    def add_files(self, paths: Iterable[str | Path] | str | Path, progress: bool | Progress = False, strict: bool = False,
                   on_skip: Callable[[Path, str], None] | None = None) -> int:
-        """Index text, Markdown, JSON/JSONL, PDF and HTML files (folders are searched recursively). A file
+        """Index text, Markdown, JSON/JSONL, PDF and HTML files, or one (folders are searched recursively). A file
         indexed before is synchronised: its changed documents replace the old ones, vanished ones are removed.
         Files that cannot be read are skipped and reported to ``on_skip`` (default: a warning); ``strict``
         raises on the first one."""
+        files = one_or_many(paths, (str, os.PathLike), "paths")
         with self.store.writing():
             room = self._room()
-            changes = plan_files(self.store, read_files(paths, strict, on_skip), self.config, room, strict, on_skip)
+            changes = plan_files(self.store, read_files(files, strict, on_skip), self.config, room, strict, on_skip)
             return self._index(*changes, room, progress)
 
     def remove(self, doc_ids: str | Iterable[str]) -> int:
         """Remove documents by id (an unknown id is an InputError); returns the passages removed."""
-        ids = [doc_ids] if isinstance(doc_ids, str) else list(doc_ids)
+        ids = one_or_many(doc_ids, (str,), "document ids")
         with self.store.writing():
             unknown = [i for i in ids if self.store.document(i) is None]
             if unknown:

@@ -79,6 +79,24 @@ def test_a_document_reached_twice_in_one_call_is_stored_once(rag, tmp_path):
     assert rag.add_files([docs]) == 0 and rag.store.count == 3  # nothing added, nothing removed
 
 
+def test_one_file_or_text_alone_is_not_read_letter_by_letter(rag, tmp_path, monkeypatch):
+    """A str was iterated: add_files("notes.md") took its "." for the working folder (and any "/" for the whole disk),
+    indexing a private file beside it; add_documents("text") stored one document per letter. One alone is one now;
+    None, a number or bytes are an InputError."""
+    (tmp_path / "notes.md").write_text("# Lockers\n\nLockers are on level two by the stairs.")
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "staff.txt").write_text("The staff wifi password is hunter2.")
+    monkeypatch.chdir(tmp_path)
+    rag.add_files("notes.md")
+    assert _texts(rag) == ["Lockers are on level two by the stairs."]
+    rag.add_documents("The cafe on the ground floor opens at nine.")
+    assert _texts(rag) == ["Lockers are on level two by the stairs.", "The cafe on the ground floor opens at nine."]
+    for call in (lambda: rag.add_files(None), lambda: rag.add_files([5]), lambda: rag.add_documents(None),
+                 lambda: rag.add_documents(b"bytes"), lambda: rag.remove(None)):
+        with pytest.raises(InputError):
+            call()
+
+
 def test_one_id_with_two_texts_in_two_files_skips_the_second(rag, tmp_path):
     """Two JSONL files giving id "1" different texts replaced each other on every re-index. Now the second file is
     skipped with a reason naming the first, and re-indexing keeps what is stored."""
