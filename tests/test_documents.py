@@ -97,6 +97,16 @@ def test_one_file_or_text_alone_is_not_read_letter_by_letter(rag, tmp_path, monk
             call()
 
 
+def test_a_write_that_fails_before_it_starts_leaves_no_lock_behind(rag, tmp_path, bundle_dir):
+    """A write on a closed EdgeRAG failed after taking the store's file lock and kept it until the process ended:
+    every later writer, in this process or another, was refused as "being written by another process"."""
+    rag.close()
+    with pytest.raises(Exception):  # noqa: B017 - what a closed store raises is not the point here
+        rag.add_documents("The lift is by the stairs.")
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as again:
+        assert again.add_documents("The lift is by the stairs.") == 1
+
+
 def test_one_id_with_two_texts_in_two_files_skips_the_second(rag, tmp_path):
     """Two JSONL files giving id "1" different texts replaced each other on every re-index. Now the second file is
     skipped with a reason naming the first, and re-indexing keeps what is stored."""

@@ -7,11 +7,11 @@ A kiosk loses power and runs for months on an SD card, so every write follows on
    (``synchronous=FULL``: the commit is on disk when it returns);
 3. only then is the previous index file removed.
 
-A crash at any point leaves the last committed state intact: before step 2 the new file is an orphan, after it the
-old one is; the next writer removes orphans when it takes the lock. One process writes at a time (``flock`` on
-``writer.lock`` in the store folder); it reloads the index under the lock before extending it, so a second writer
-never overwrites the first one's passages. Readers (opening a store too) never take the lock: they see the last
-committed index and reload it when another process commits a newer one.
+A crash at any point leaves the last committed state intact: before step 2 the new file is an orphan, after it the old
+one is; the next writer removes orphans when it takes the lock. One process writes at a time (``flock`` on
+``writer.lock`` in the store folder); it reloads the index under the lock before extending it, so a second writer never
+overwrites the first one's passages. Readers (opening a store too) never take the lock: they see the last committed
+index and reload it when another process commits a newer one.
 
 Questions never wait for a commit's file or transaction (and no copy of the index is made: a commit costs no extra
 RAM). hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the search
@@ -19,8 +19,8 @@ lock (a ``FairLock``: a waiting search goes before the next chunk); saving, fsyn
 growing with the index) only read the index, as searches do, and the transaction runs on the writer's own connection
 (WAL: searches read theirs meanwhile), both without the lock; only the switch to the new commit takes it again.
 Searches skip the commit's labels until then (``_pending_from``), and its removals are marked deleted at the switch
-(opening marks them from the ``deleted`` table): a passage is searchable while it is committed, as before.
-Full-text searches take no lock (``store_fts``).
+(opening marks them from the ``deleted`` table): a passage is searchable while it is committed, as before. Full-text
+searches take no lock (``store_fts``).
 
 Opening checks the index file's size and sha256 against the committed record and its ids against the passages
 (the database itself: ``store_db``); every passage read is checked against its CRC32.
@@ -78,8 +78,7 @@ class Store:
         self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
         self._write_db: sqlite3.Connection | None = None  # the writer's own connection: searches read self.db
         self._lock_fd: int | None = None
-        self._counted = (-1, 0)  # (version, passages) that search last counted
-        self._write_depth = 0
+        self._write_depth, self._counted = 0, (-1, 0)  # writing()'s nesting; (version, passages) search last counted
         check_files(self.folder, create)
         self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.db = connect(self.folder)
@@ -174,11 +173,12 @@ class Store:
         with self._write_lock:
             if self._write_depth == 0:
                 self._lock_fd = writer_lock.acquire(self.folder, self.lock_timeout)
-                with self._lock:
-                    self._follow()
-                store_db.remove_orphans(self.folder, self.index_file)
             self._write_depth += 1
-            try:
+            try:  # a reload that fails (a closed or damaged store) releases the lock: it was held until exit
+                if self._write_depth == 1:
+                    with self._lock:
+                        self._follow()
+                    store_db.remove_orphans(self.folder, self.index_file)
                 yield
             finally:
                 self._write_depth -= 1
