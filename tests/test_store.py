@@ -5,7 +5,8 @@ import pytest
 from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
 from edge_rag.documents.chunk import make_document
-from edge_rag.errors import StoreError
+from edge_rag.errors import InputError, StoreError
+from edge_rag.storage import writer_lock
 from edge_rag.storage.store import DB_FILE, Part, Store
 
 DOCS = [
@@ -136,3 +137,10 @@ def test_a_store_from_before_the_record_stays_unrecorded(tmp_path, encoder):
     _add(store, encoder, DOCS[1:2])
     assert store.passage_kinds == frozenset()
     store.close()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, float("inf")])
+def test_a_lock_timeout_that_is_no_finite_wait_is_refused(tmp_path, timeout) -> None:
+    """``EdgeRAG(lock_timeout=nan)`` (or ``--wait nan``) waited forever for a busy store: no time passes NaN."""
+    with pytest.raises(InputError, match="lock_timeout"):
+        writer_lock.acquire(tmp_path, timeout)

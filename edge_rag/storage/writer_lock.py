@@ -13,13 +13,15 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import StoreError
+from ..errors import InputError, StoreError
 
 LOCK_FILE = "writer.lock"
 
 
 def acquire(folder: Path, timeout: float) -> int:
     """The locked file's descriptor; waits up to ``timeout`` s, then StoreError naming the holder."""
+    if not 0 <= timeout < float("inf"):  # NaN never ends a wait
+        raise InputError(f"lock_timeout must be a finite number of seconds, 0 or more, not {timeout!r}")
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout
     while True:
