@@ -112,3 +112,21 @@ def test_a_load_soon_after_a_passing_one_reads_no_blocks_until_a_file_changes(co
     monkeypatch.setattr(B, "RECHECK_S", 0.0)
     B.Bundle.load(copy)
     assert checks == [False] * 4
+
+
+def test_a_model_under_another_role_is_named_as_not_that_model(bundle) -> None:
+    """A manifest that names one model for another's role (its hashes right) gave a raw ValueError from inside
+    onnxruntime ("Required inputs (['features']) are missing") or from int('sequence'); the reader already said."""
+    from edge_rag.reading.reader import Reader
+    from edge_rag.retrieval.encode import Encoder
+    from edge_rag.retrieval.route import Router
+
+    tokenizer = bundle.require(B.ROLE_TOKENIZER)
+    for role in (B.ROLE_READER, B.ROLE_ROUTER):
+        with pytest.raises(BundleError, match="is not a sentence encoder"):
+            Encoder(bundle.require(role), tokenizer)
+    for role in (B.ROLE_READER, B.ROLE_ENCODER):
+        with pytest.raises(BundleError, match="is not a tier router"):
+            Router(bundle.require(role))
+    with pytest.raises(BundleError, match="is not a reader model"):
+        Reader(bundle.require(B.ROLE_ENCODER), tokenizer)

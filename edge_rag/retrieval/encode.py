@@ -65,7 +65,10 @@ class Encoder:
         self.session = load_session(Path(onnx_path), threads)
         self.run_options = ort.RunOptions()  # stop() sets its terminate flag from another thread
         self.input_names = {i.name for i in self.session.get_inputs()}
-        self.dim = int(self.session.get_outputs()[0].shape[-1])
+        hidden = self.session.get_outputs()[0].shape  # (batch, sequence, dim): a manifest naming another model fails here
+        if not {"input_ids", "attention_mask"} <= self.input_names or len(hidden) != 3 or not isinstance(hidden[2], int):
+            raise BundleError(f"{onnx_path} is not a sentence encoder: inputs {sorted(self.input_names)}, output {hidden}")
+        self.dim = hidden[2]
         self.max_seq_len = max_seq_len
         self.batch_tokens = max(batch_tokens, max_seq_len)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import TIERS, Config, Tier, TierSpec
+from ..errors import BundleError
 from ..types import Passage
 from .compress import terms_of, weigh_terms
 from .encode import load_session
@@ -119,8 +120,10 @@ def columns(width: int, row_width: int) -> slice:
 class Router:
     def __init__(self, onnx_path: str | Path, threads: int = 1) -> None:
         self.session = load_session(Path(onnx_path), threads)
-        self.input = self.session.get_inputs()[0].name
-        self.width = int(self.session.get_inputs()[0].shape[1])
+        rows, logits = self.session.get_inputs()[0], self.session.get_outputs()[0].shape
+        if len(rows.shape) != 2 or not isinstance(rows.shape[1], int) or logits[-1] != len(TIERS):
+            raise BundleError(f"{onnx_path} is not a tier router: input {rows.shape}, output {logits}")
+        self.input, self.width = rows.name, rows.shape[1]
 
     def logits(self, rows: np.ndarray) -> np.ndarray:
         """Logits of ``features`` rows (batch, embedding + profile); the model gets the columns it reads."""
