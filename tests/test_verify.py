@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import onnxruntime
 import pytest
 from conftest import EMULATED_SHARE, on_emulated_haswell, reference_share
@@ -15,6 +16,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from edge_rag.cli.commands import main
 from edge_rag.config import Config
+from edge_rag.errors import BundleError
 from edge_rag.memory.estimate import ENCODER_HEADS, encoder_estimate
 from edge_rag.models import bundle as B
 from edge_rag.models import registry as M
@@ -230,3 +232,20 @@ def test_verify_under_an_emulated_avx2_only_cpu(bundle: B.Bundle, tmp_path: Path
     assert verdict.cpu == "x86_64 AVX2" and verdict.precision == "int8", verdict
     assert verdict.sentences == len(load_reference(share)[0]) == EMULATED_SHARE, verdict
     assert verdict.passed, verdict.summary()
+
+
+@pytest.mark.parametrize("arrays", [
+    None,  # not an .npz at all
+    {"texts": np.array(["a", "b"])},  # no vectors
+    {"texts": np.array(["a", "b"]), "vectors": np.zeros((3, 384), np.float32)},  # three vectors for two sentences
+    {"texts": np.array(["a", "b"]), "vectors": np.zeros((2, 100), np.float32)},  # another width than the encoder's
+])
+def test_a_damaged_reference_set_is_a_bundle_error(bundle: B.Bundle, tmp_path: Path, arrays) -> None:
+    """It was a raw traceback (KeyError, a broadcast ValueError) from `models verify` and from the first open."""
+    reference = tmp_path / "reference.npz"
+    if arrays is None:
+        reference.write_bytes(b"not a numpy archive")
+    else:
+        np.savez(reference, **arrays)
+    with pytest.raises(BundleError, match="reference set"):
+        verify_encoder(bundle.require(B.ROLE_ENCODER), bundle.require(B.ROLE_TOKENIZER), reference, "int8")

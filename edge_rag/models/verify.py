@@ -86,8 +86,16 @@ def save_reference(path: str | Path, texts: list[str], vectors: np.ndarray) -> P
 
 
 def load_reference(path: str | Path) -> tuple[list[str], np.ndarray]:
-    with np.load(path, allow_pickle=False) as data:
-        return [str(t) for t in data["texts"]], data["vectors"].astype(np.float32)
+    """(sentences, torch's fp32 vectors of them); a file that is not such a pair is a BundleError."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            texts, vectors = [str(t) for t in data["texts"]], data["vectors"].astype(np.float32)
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # not an .npz, a missing array, object arrays
+        raise BundleError(f"cannot read the encoder's reference set {path}: {exc}; rebuild the bundle") from exc
+    if vectors.ndim != 2 or len(vectors) != len(texts) or not texts:
+        raise BundleError(f"the encoder's reference set {path} holds {len(texts)} sentences and vectors of shape "
+                          f"{vectors.shape}; rebuild the bundle")
+    return texts, vectors
 
 
 def cpu_features() -> str:
@@ -153,6 +161,9 @@ def verify_encoder(onnx_path: Path, tokenizer: Path, reference: Path, precision:
                    threads: int = 0, repeats: int = 20) -> Verdict:
     texts, vectors = load_reference(reference)
     encoder = Encoder(onnx_path, tokenizer, max_seq_len=max_seq_len, threads=threads)
+    if vectors.shape[1] != encoder.dim:
+        raise BundleError(f"the reference set {reference} holds {vectors.shape[1]}-float vectors, the encoder makes "
+                          f"{encoder.dim}; rebuild the bundle")
     return measure(encoder, texts, vectors, precision, repeats)
 
 
