@@ -1,11 +1,13 @@
 """Errors a user can act on: each names the file, component or input at fault."""
 import contextlib
 import errno
+import functools
 import re
 import shutil
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
 MAX_QUESTION_CHARS = 2000
@@ -92,6 +94,21 @@ def one_or_many(value: object, kinds: tuple[type, ...], what: str) -> list:
     items = list(value)
     for item in items:
         if not isinstance(item, kinds):
-            names = " or ".join(k.__name__ for k in kinds)
-            raise InputError(f"{what}: each must be a {names}, not {type(item).__name__}")
+            names = " or ".join(f"a {k.__name__}" for k in kinds)
+            raise InputError(f"{what}: each must be {names}, not {type(item).__name__}")
     return items
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def open_only(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """A method of an object with ``closed``: called after ``close()`` it is a StoreError saying so, not a raw error
+    from a closed SQLite connection (an ``sqlite3.ProgrammingError``, which no caller catches as ours)."""
+    @functools.wraps(method)
+    def call(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.closed:
+            raise StoreError(f"this {type(self).__name__} was closed; open the store again to use it")
+        return method(self, *args, **kwargs)
+    return call

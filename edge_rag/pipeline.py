@@ -20,7 +20,7 @@ from .decision.outcome import Decision, Stages
 from .decision.policy import decide
 from .documents.files import read_files
 from .documents.indexing import Progress, Todo, as_document, index, plan_changes, plan_files
-from .errors import BudgetError, InputError, check_question, one_or_many
+from .errors import BudgetError, InputError, check_question, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
 from .models import bundle as B
@@ -75,12 +75,13 @@ class EdgeRAG:
         self.certified.check_store(self.store)
         held = generator if self.plan.generator and generator else None
         self._generator = held if held and held.serves(self.bundle.path(B.ROLE_GENERATOR), c.n_ctx) else None
-        self._generator_lock = threading.Lock()
+        self._generator_lock, self.closed = threading.Lock(), False
         self.router = Router(path, threads=1) if (path := self.bundle.path(B.ROLE_ROUTER)) else None
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
         self.cache = AnswerCache(self.config, cache_file)
 
     # -- indexing ------------------------------------------------------------------------------
+    @open_only
     def add_documents(self, documents: Iterable[Document | str] | Document | str, progress: bool | Progress = False,
                       source: str = "", encoder: Encoder | None = None) -> int:
         """Chunk, embed and store documents, or one (plain strings become untitled documents).
@@ -97,6 +98,7 @@ class EdgeRAG:
             changes = plan_changes(self.store, docs, self.config, source)
             return self._index(*changes, self._room(), progress, encoder)
 
+    @open_only
     def add_files(self, paths: Iterable[str | Path] | str | Path, progress: bool | Progress = False, strict: bool = False,
                   on_skip: Callable[[Path, str], None] | None = None) -> int:
         """Index text, Markdown, JSON/JSONL, PDF and HTML files, or one (folders are searched recursively). A file
@@ -109,6 +111,7 @@ class EdgeRAG:
             changes = plan_files(self.store, read_files(files, strict, on_skip), self.config, room, strict, on_skip)
             return self._index(*changes, room, progress)
 
+    @open_only
     def remove(self, doc_ids: str | Iterable[str]) -> int:
         """Remove documents by id (an unknown id is an InputError); returns the passages removed."""
         ids = one_or_many(doc_ids, (str,), "document ids")
@@ -189,6 +192,7 @@ class EdgeRAG:
         assert isinstance(final, Final)  # the stream always ends with the Answer
         return final.answer
 
+    @open_only
     def ask_stream(self, question: str) -> EventStream:
         """``ask`` as it happens: the route once decided, whole sentences as llama.cpp generates them (GPT route
         only), then the final Answer (``edge_rag.events``)."""
@@ -217,6 +221,7 @@ class EdgeRAG:
         self.cache.put(question, answer, version)  # the version it was computed on, not a commit's since
         yield Final(answer)
 
+    @open_only
     def decide(self, question: str) -> Answer:
         """Everything up to the route, without generating: the RAG answer, a refusal, or a GPT route
         whose context is ready (``ask`` then generates). Cheap: milliseconds, no LLM call."""
@@ -283,6 +288,7 @@ class EdgeRAG:
         return self.ask(question)
 
     def close(self) -> None:
+        self.closed = True
         self.cache.close()
         self.store.close()
 

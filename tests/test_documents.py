@@ -97,12 +97,17 @@ def test_one_file_or_text_alone_is_not_read_letter_by_letter(rag, tmp_path, monk
             call()
 
 
-def test_a_write_that_fails_before_it_starts_leaves_no_lock_behind(rag, tmp_path, bundle_dir):
-    """A write on a closed EdgeRAG failed after taking the store's file lock and kept it until the process ended:
-    every later writer, in this process or another, was refused as "being written by another process"."""
+def test_a_closed_edgerag_says_so_and_a_failed_write_leaves_no_lock_behind(rag, tmp_path, bundle_dir):
+    """A closed EdgeRAG raised sqlite3.ProgrammingError from every method, and a write on it failed after taking the
+    store's file lock, keeping it until the process ended: every later writer, in this process or another, was
+    refused as "being written by another process"."""
     rag.close()
-    with pytest.raises(Exception):  # noqa: B017 - what a closed store raises is not the point here
-        rag.add_documents("The lift is by the stairs.")
+    for call in (lambda: rag.add_documents("The lift is by the stairs."), lambda: rag.ask("Where is the lift?"),
+                 lambda: rag.decide("Where is the lift?"), lambda: rag.remove("x")):
+        with pytest.raises(StoreError, match="was closed"):
+            call()
+    with pytest.raises(sqlite3.ProgrammingError), rag.store.writing():  # the reload under the lock fails
+        pass
     with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as again:
         assert again.add_documents("The lift is by the stairs.") == 1
 

@@ -243,6 +243,8 @@ def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
     passes, such as a key that is no longer UTF-8)."""
     try:
         return dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.ProgrammingError:  # a closed connection is no damage to the file
+        raise
     except sqlite3.Error as exc:
         raise StoreError(f"{folder / DB_FILE} is corrupt: its store record (meta) is unreadable ({exc}); "
                          "re-index") from exc
