@@ -114,9 +114,11 @@ def cosines(index: hnswlib.Index, query: np.ndarray, ids: Sequence[int]) -> dict
 
 def load(path: Path, dim: int, size: int, sha256: str) -> hnswlib.Index:
     """The committed index file, checked against the size and sha256 recorded with it (StoreError otherwise)."""
-    if not path.is_file():
-        raise StoreError(f"vector index {path} is missing; re-index the documents")
-    if path.stat().st_size != size or sha256_file(path) != sha256:
+    try:  # it may also be removed while read: a newer commit landed (store_load loads that one)
+        intact = path.stat().st_size == size and sha256_file(path) == sha256
+    except FileNotFoundError as exc:
+        raise StoreError(f"vector index {path} is missing; re-index the documents") from exc
+    if not intact:
         raise StoreError(f"vector index {path} is corrupt or truncated (size/hash mismatch); re-index")
     index = hnswlib.Index(space="cosine", dim=dim)
     try:

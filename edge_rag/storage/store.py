@@ -11,7 +11,7 @@ A crash at any point leaves the last committed state intact: before step 2 the n
 one is; the next writer removes orphans when it takes the lock. One process writes at a time (``flock`` on
 ``writer.lock`` in the store folder); it reloads the index under the lock before extending it, so a second writer never
 overwrites the first one's passages. Readers (opening a store too) never take the lock: they see the last committed
-index and reload it when another process commits a newer one.
+index and reload it when another process commits a newer one, each load from one snapshot (``store_load``).
 
 Questions never wait for a commit's file or transaction (and no copy of the index is made: a commit costs no extra
 RAM). hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the search
@@ -23,7 +23,7 @@ Searches skip the commit's labels until then (``_pending_from``), and its remova
 searches take no lock (``store_fts``).
 
 Opening checks the index file's size and sha256 against the committed record and its ids against the passages
-(the database itself: ``store_db``); every passage read is checked against its CRC32.
+(the database itself: ``store_db``; the index: ``store_load``); every passage read is checked against its CRC32.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import StoreError, full_disk_is_an_error
 from ..retrieval.lexical import POSTINGS_BUDGET
 from ..types import Passage, in_order
-from . import hnsw, reachability, store_db, writer_lock
+from . import hnsw, reachability, store_db, store_load, writer_lock
 from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .passage_kinds import KINDS_KEY, read_kinds, sqlite_kinds_after
@@ -51,7 +51,6 @@ from .store_meta import check_meta
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 
-LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 # Named points of the commit sequence, in order; ``Store.fault_hook`` is called at each (crash tests).
 COMMIT_STEPS = ("begin", "index_saved", "rows_written", "committed", "old_index_removed")
 ADD_CHUNK = 32  # vectors inserted per hold of the search lock (~20-30 ms at 25k passages on 2 cores)
@@ -279,15 +278,10 @@ class Store:
             self.fault_hook(name)
 
     def _load_committed(self) -> tuple[hnswlib.Index, str | None, int, reachability.Exact]:
-        """The committed index, its file name, the store version and the passages it does not reach; retried when a
-        writer in another process replaces the file between reading its name and opening it."""
-        for _ in range(5):
-            meta = self._meta()
-            name = meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
-            if name is None or (self.folder / name).is_file() or self._meta() == meta:
-                index = store_db.load_index(self.db, self.folder, name, meta, self.dim, self.m, self.ef_construction)
-                return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
-        raise StoreError(f"store {self.folder} keeps changing under this reader; try again")
+        """The last commit's index, its file name, the store version and the passages it does not reach, all read
+        from one snapshot (store_load): another process may be committing meanwhile."""
+        index, name, meta = store_load.load_committed(self.db, self.folder, self.dim, self.m, self.ef_construction)
+        return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
 
     def _follow(self) -> None:
         """Reload the index if another process committed since we loaded it (caller holds _lock); not during

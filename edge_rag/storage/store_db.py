@@ -5,7 +5,6 @@ A lost or emptied database beside an existing index is an error, never a silent 
 """
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import time
 import zlib
@@ -14,11 +13,9 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
-import hnswlib
-
 from ..errors import StoreError, full_disk_is_an_error
 from ..types import Document
-from . import hnsw, store_fts_index
+from . import store_fts_index
 from .store_fts_index import FTS_DDL, FTS_TABLE, FTS_TRIGGERS
 
 DB_FILE = "passages.sqlite"
@@ -265,26 +262,3 @@ def remove_orphans(folder: Path, keep: str | None) -> None:
     for path in folder.glob(f".{INDEX_GLOB}.*.tmp"):  # the atomic-rename temp files of old stores
         path.unlink()
 
-
-def load_index(db: sqlite3.Connection, folder: Path, name: str | None, meta: dict[str, str], dim: int, m: int,
-               ef_construction: int) -> hnswlib.Index:
-    """The committed index file ``name`` in ``folder`` (None: none yet, an empty index), checked against the
-    passages: its live labels are exactly their ids. A commit marks its removals deleted after it saved its
-    file (``Store._commit``), so they are marked here, from the ``deleted`` table."""
-    count = db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
-    if name is None:
-        if count:
-            raise StoreError(f"store {folder} has {count} passages but no index record; re-index")
-        return hnsw.new(dim, m, ef_construction)
-    path = folder / name
-    index = hnsw.load(path, dim, int(meta["index_size"]), meta["index_sha256"])
-    deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
-    labels = set(index.get_ids_list())
-    for label in labels & deleted:
-        with contextlib.suppress(RuntimeError):  # marked in the file already
-            index.mark_deleted(label)
-    live = labels - deleted
-    stored = {r[0] for r in db.execute("SELECT id FROM passages")}
-    if live != stored:
-        raise StoreError(f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index")
-    return index

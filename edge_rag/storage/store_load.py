@@ -1,0 +1,75 @@
+"""Loading the last commit whole while another process may be committing the next one.
+
+A writer commits a new index file's name with its passages in one transaction, then removes the previous file
+(store.py). A reader therefore reads the store's record, its passage ids and its deleted ids in one read transaction:
+a WAL snapshot, taken without waiting for the writer, in which all of them are of one commit, and the file that commit
+names holds exactly its vectors (every commit saves under a new name). Read one statement at a time, they mixed two
+commits ('... disagree; re-index'). A newer commit may still land meanwhile and remove the file the snapshot names:
+the reader then loads again from a fresh snapshot. A failure while the store's version stays put is damage.
+"""
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import hnswlib
+
+from ..errors import StoreError
+from . import hnsw
+from .store_db import DB_FILE, read_meta
+
+LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
+LOAD_TRIES = 10  # snapshots tried while commits keep removing the file just read (each retry: a newer commit landed)
+
+
+def load_committed(db: sqlite3.Connection, folder: Path, dim: int, m: int, ef_construction: int
+                   ) -> tuple[hnswlib.Index, str | None, dict[str, str]]:
+    """The last commit's index, its file name and its store record (meta), all of one commit; StoreError if the
+    store is damaged, or if commits kept landing for LOAD_TRIES loads in a row."""
+    for _ in range(LOAD_TRIES):
+        with _snapshot(db):
+            meta = read_meta(db, folder)
+            name = meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
+            try:
+                return load_index(db, folder, name, meta, dim, m, ef_construction), name, meta
+            except StoreError as exc:
+                error = exc
+        if read_meta(db, folder).get("version") == meta.get("version"):
+            raise error  # no newer commit: the one read is damaged
+    raise StoreError(f"store {folder} keeps changing under this reader; try again")
+
+
+@contextlib.contextmanager
+def _snapshot(db: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction: its first read fixes the commit every later one sees (WAL; no writer is waited for)."""
+    db.execute("BEGIN")
+    try:
+        yield
+    finally:
+        db.rollback()  # it only read
+
+
+def load_index(db: sqlite3.Connection, folder: Path, name: str | None, meta: dict[str, str], dim: int, m: int,
+               ef_construction: int) -> hnswlib.Index:
+    """The committed index file ``name`` in ``folder`` (None: none yet, an empty index), checked against the
+    passages (read in the caller's snapshot): its live labels are exactly their ids. A commit marks its removals
+    deleted after it saved its file (``Store._commit``), so they are marked here, from the ``deleted`` table."""
+    count = db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
+    if name is None:
+        if count:
+            raise StoreError(f"store {folder} has {count} passages but no index record; re-index")
+        return hnsw.new(dim, m, ef_construction)
+    path = folder / name
+    index = hnsw.load(path, dim, int(meta["index_size"]), meta["index_sha256"])
+    deleted = {r[0] for r in db.execute("SELECT id FROM deleted")}
+    labels = set(index.get_ids_list())
+    for label in labels & deleted:
+        with contextlib.suppress(RuntimeError):  # marked in the file already
+            index.mark_deleted(label)
+    live = labels - deleted
+    stored = {r[0] for r in db.execute("SELECT id FROM passages")}
+    if live != stored:
+        raise StoreError(f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index")
+    return index
