@@ -1,15 +1,17 @@
 """``rag.ask_stream`` and ``Generator.stream``: the streamed events are the ones ``ask`` is built from."""
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
+import pytest
 from conftest import SAMPLE_DOCS
 
 from edge_rag import Config, EdgeRAG
 from edge_rag.config import DEFAULT_TIERS, Tiers
-from edge_rag.events import Final, RouteDecided, Token
+from edge_rag.events import Event, EventStream, Final, RouteDecided, Token
 from edge_rag.reading.generate import Generation
-from edge_rag.types import Route
+from edge_rag.types import Answer, Route
 
 
 def test_extractive_and_refused_questions_stream_route_then_answer(sample_rag):
@@ -39,7 +41,6 @@ def test_stream_pieces_add_up_to_the_generation(bundle_dir, tmp_path):
     assert again == result
 
 
-
 def test_an_answer_cut_before_its_first_sentence_ends_is_refused_and_never_streamed(bundle_dir, tmp_path):
     """A fragment is no answer: with a budget too small for one sentence the GPT route refuses saying why,
     and the page (which shows the streamed pieces until the answer event) was sent none of it."""
@@ -53,3 +54,59 @@ def test_an_answer_cut_before_its_first_sentence_ends_is_refused_and_never_strea
     assert answer.route is Route.REFUSE and answer.answer is None and not answer.confident
     assert answer.refusal_reason.startswith("the generated answer was cut off")
     assert not [e for e in events if isinstance(e, Token)]
+
+
+# At 24 tokens this GPT-route question's first sentence ends mid-answer: its stream pauses while llama.cpp is decoding.
+PAUSED, OTHER = "Describe Margaret Hollins and her life.", "Describe the harbour."
+WAIT_S = 120  # an answer takes seconds here; before the fix the other ask waited forever
+
+
+def _ask_while_paused(rag: EdgeRAG, same_thread: bool) -> tuple[EventStream, list[Event], list[Answer]]:
+    """Take PAUSED's route and first sentence, then ask OTHER (on this thread or another) with that stream left
+    unread. Bounded: if OTHER is not answered within WAIT_S the stream is closed (which frees a stuck ask)."""
+    streams: list[EventStream] = []
+    events: list[Event] = []
+    answers: list[Answer] = []
+
+    def pause() -> None:
+        streams.append(stream := rag.ask_stream(PAUSED))
+        events.extend([next(stream), next(stream)])
+
+    def ask() -> None:
+        if same_thread:
+            pause()
+        answers.append(rag.ask(OTHER))
+
+    if not same_thread:
+        pause()
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(WAIT_S)
+    if worker.is_alive():
+        streams[0].close()
+        worker.join(WAIT_S)
+        pytest.fail(f"a GPT-route ask waited over {WAIT_S} s for a paused stream ({'same' if same_thread else 'other'}"
+                    " thread)")
+    return streams[0], events, answers
+
+
+@pytest.mark.parametrize("same_thread", [False, True], ids=["other-thread", "same-thread"])
+def test_a_paused_stream_holds_no_other_question_up(sample_rag, bundle_dir, same_thread):
+    """A caller that took a sentence and paused (or kept the stream unread) held llama.cpp's lock: every other
+    GPT-route question waited forever, and the next ask on its own thread deadlocked. Now the other question is
+    answered as if alone, and the paused stream can still be read to the same answer, or closed."""
+    tiers = Tiers({t: replace(s, max_new_tokens=24) for t, s in DEFAULT_TIERS.items()})
+    config = Config(temperature=0.0, certified=False, cache_size=0, tiers=tiers)
+    with EdgeRAG(sample_rag.store.folder, bundle=bundle_dir, config=config, create=False) as rag:
+        assert rag.decide(PAUSED).route is rag.decide(OTHER).route is Route.GPT
+        expected = {q: rag.ask(q).answer for q in (PAUSED, OTHER)}
+        stream, events, answers = _ask_while_paused(rag, same_thread)
+        assert isinstance(events[0], RouteDecided) and isinstance(events[1], Token)
+        assert [a.answer for a in answers] == [expected[OTHER]]
+        if same_thread:
+            stream.close()
+            assert rag.ask(PAUSED).answer == expected[PAUSED]
+        else:
+            *_, final = stream
+            assert isinstance(final, Final) and final.answer.answer == expected[PAUSED]
+            assert final.answer.answer.startswith(events[1].text)

@@ -6,16 +6,17 @@ models get their own chat template from the GGUF metadata. Decoding is our own s
 ``Llama.generate`` so we can count tokens exactly and stop degenerate output with a sliding-window
 n-gram repetition detector (EverydayGPT §4.3).
 
-One llama.cpp context serves every thread: decoding holds a lock (two threads decoding on one context
-crash llama.cpp), and each question starts from a fresh sampler and a KV cache that holds only the prompt
-template's fixed prefix (the instructions, the one-shot example: the same tokens at the same positions for every
-question, evaluated on their own once), so the same question at temperature 0 gives the same answer whatever was
-generated before it.
+One llama.cpp context serves every thread: decoding holds a lock (two threads decoding on one context crash
+llama.cpp) on a thread of its own, never the stream reader's, and each question starts from a fresh sampler and a
+KV cache that holds only the prompt template's fixed prefix (the instructions, the one-shot example: the same tokens
+at the same positions for every question, evaluated on their own once), so the same question at temperature 0 gives
+the same answer whatever was generated before it.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import sys
 import threading
 from collections import abc, deque
@@ -41,6 +42,7 @@ NO_CONTEXT = "(no context)"
 # End-of-turn pieces of the common chat templates (Gemma, ChatML, Llama 3, GPT-2 style): a bundle's profile may add
 # its own (manifest generator "stop"); they end an answer like the vocabulary's EOS.
 END_OF_TURN = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>")
+Ended = tuple[bool, BaseException | None]  # a decode thread's last item: the answer was cut off; what it raised
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,6 @@ class RepetitionDetector:
         seq = list(self.tokens)
         last = tuple(seq[-self.n :])
         return any(tuple(seq[i : i + self.n]) == last for i in range(len(seq) - self.n))
-
 
 
 GGML_LOG_ERROR, GGML_LOG_CONT = 4, 5  # ggml_log_level of the llama.cpp that llama-cpp-python 0.3.36 builds
@@ -172,21 +173,24 @@ class Generator:
 
     def tokens(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.4, top_k: int = 50,
                seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> abc.Generator[int, None, bool]:
-        """The answer's tokens as they are decoded (for streaming), holding the context while iterating;
-        returns whether the answer was cut off (by the budget or the repetition rule, not by the model).
+        """The answer's tokens as they are decoded; returns whether it was cut off (budget, repetition rule).
 
-        A token is yielded only once the repetition rule can no longer take it back (it drops the last
-        ``repeat_ngram`` tokens of a repeat), so a stream never shows what the answer will not contain."""
-        with self._lock:
+        A thread decodes holding the context at its own pace, not the consumer's: a stream paused (or kept unread)
+        holds no other question up, nor deadlocks the next one on its thread; closing or dropping it ends the
+        decoding at the next token. A token is yielded once the repetition rule can no longer take it back (it
+        drops the last ``repeat_ngram`` tokens of a repeat): a stream never shows what the answer will not contain."""
+        found: queue.SimpleQueue[int | Ended] = queue.SimpleQueue()  # at most max_new_tokens + 1 items
+        cancel, decoding = threading.Event(), threading.Event()
+
+        def decode() -> bool:
             self._keep_prefix(prompt)
             self.llm.set_seed(seed)
             out: list[int] = []
-            sent = 0
-            cut = False
+            sent, cut = 0, False
             detector = RepetitionDetector(repeat_ngram, repeat_window)
             for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
                                            repeat_penalty=1.0, reset=True):
-                if self.llm.token_eos() == token or self._is_end_of_turn(token):
+                if cancel.is_set() or self.llm.token_eos() == token or self._is_end_of_turn(token):
                     break
                 out.append(token)
                 if self._stops(out):
@@ -199,10 +203,33 @@ class Generator:
                     cut = True
                     break
                 while sent < len(out) - repeat_ngram:
-                    yield out[sent]
+                    found.put(out[sent])
                     sent += 1
-            yield from out[sent:]
+            for token in out[sent:]:
+                found.put(token)
             return cut
+
+        def run() -> None:
+            try:
+                with self._lock:
+                    decoding.set()
+                    cut = not cancel.is_set() and decode()  # not if dropped while it waited for the context
+                found.put((cut, None))  # once the lock is released: a stream read to its end leaves the context free
+            except BaseException as exc:  # noqa: BLE001 - raised again in the consumer's thread
+                found.put((False, exc))
+
+        worker = threading.Thread(target=run, name="edge-rag-decode")
+        worker.start()
+        try:
+            while isinstance(item := found.get(), int):
+                yield item
+        finally:
+            cancel.set()
+            if decoding.is_set() and worker is not threading.current_thread():
+                worker.join()  # a closed stream's decoding has ended (within one token) when close() returns
+        if item[1] is not None:
+            raise item[1]
+        return item[0]
 
     def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
         """Prompt tokens and the answer length that fit in n_ctx: a question longer than half the room is
