@@ -223,7 +223,7 @@ def served(bundle_dir: Path, sample_db: Path, tmp_path_factory: pytest.TempPathF
     db = tmp_path_factory.mktemp("served") / "db"
     shutil.copytree(sample_db, db)
     rag = EdgeRAG(db, bundle=bundle_dir, config=serving.test_config())
-    questions = serving.gpt_questions(rag, 6)
+    questions = serving.gpt_questions(rag, 4)
     with serving.running_server(rag) as url:
         yield url, questions
 

@@ -215,17 +215,17 @@ def test_a_process_opening_the_store_never_fails_a_writer(tmp_path):
 
 
 LIVE = 5  # documents in the store while the writer below commits: each commit adds one and removes the oldest
-WRITE_SECONDS = 3.0
+MET = 50  # commits the reader meets, and stores it opens, at least: however fast either process runs
 COMMIT_AGAIN_AND_AGAIN = """
-import sys, time
+import sys
+from pathlib import Path
 import numpy as np
 from edge_rag.documents.chunk import make_document
 from edge_rag.storage.store import Part, Store
-store, live, end = Store(sys.argv[1], 8, lock_timeout=30), int(sys.argv[2]), float(sys.argv[3])
+store, live, stop = Store(sys.argv[1], 8, lock_timeout=30), int(sys.argv[2]), Path(sys.argv[3])
 print("ready", flush=True)
 i = live
-end += time.monotonic()
-while time.monotonic() < end:
+while not stop.exists():
     doc = make_document(f"Document {i} about the harbour clock.", doc_id=f"d{i}")
     store.add([Part(doc, 0, [doc.text], last=True, sha=doc.doc_id)], np.eye(8, dtype=np.float32)[i % 8:i % 8 + 1],
               remove=[f"d{i - live}"])
@@ -239,20 +239,21 @@ def test_readers_in_another_process_load_a_whole_commit_while_a_writer_commits(t
     last commit or the one before it, never an error. Before: the store's record, the index file, the passages and
     their ids were read one statement at a time, and the writer removed the file read once its next commit landed:
     50-70 of ~400 rounds of an open and four searches failed ('... disagree; re-index', '... cannot be read')."""
-    store = Store(tmp_path, 8)
+    store = Store(tmp_path / "db", 8)
     for i in range(LIVE):
         _commit(store, i)
     store.close()
-    writer = subprocess.Popen([sys.executable, "-c", COMMIT_AGAIN_AND_AGAIN, str(tmp_path), str(LIVE),
-                               str(WRITE_SECONDS)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = tmp_path / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", COMMIT_AGAIN_AND_AGAIN, str(tmp_path / "db"), str(LIVE),
+                               str(stop)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     reader, errors, opens, searches = None, [], 0, 0
     try:
         assert writer.stdout.readline() == "ready\n", writer.communicate()
-        reader = Store(tmp_path, 8, create=False)  # open all along: follows each commit as it searches
-        rng = np.random.default_rng(0)
-        while writer.poll() is None:
+        reader = Store(tmp_path / "db", 8, create=False)  # open all along: follows each commit as it searches
+        first, rng = reader.version, np.random.default_rng(0)
+        while (opens < MET or reader.version < first + MET) and writer.poll() is None:
             try:  # opened anew: a question asked by a new process
-                with contextlib.closing(Store(tmp_path, 8, create=False)) as opened:
+                with contextlib.closing(Store(tmp_path / "db", 8, create=False)) as opened:
                     opens += 1
                     for searched in (opened, reader, reader, reader):
                         hits = searched.search(rng.normal(size=8).astype(np.float32), 3)
@@ -261,6 +262,7 @@ def test_readers_in_another_process_load_a_whole_commit_while_a_writer_commits(t
                         assert all(p.text == f"Document {p.doc_id[1:]} about the harbour clock." for p in hits), hits
             except Exception as exc:  # every failure counts, whatever it is
                 errors.append(repr(exc))
+        stop.touch()
         out, err = writer.communicate(timeout=60)
     finally:
         if writer.poll() is None:
@@ -269,5 +271,5 @@ def test_readers_in_another_process_load_a_whole_commit_while_a_writer_commits(t
         if reader is not None:
             reader.close()
     assert writer.returncode == 0, err
-    assert int(out) >= 50 and opens >= 50, (out, opens)  # the reader met many commits
+    assert int(out) >= MET and opens >= MET, (out, opens)  # the reader met many commits
     assert errors == [], f"{len(errors)} errors in {opens} opens and {searches} searches: {errors[:3]}"
