@@ -15,14 +15,21 @@ from tqdm import tqdm
 
 from edge_rag import EdgeRAG, Route
 from edge_rag.decision.certify import F1_CORRECT, clopper_pearson_upper
+from evaluation.metrics import best_f1
 
 from . import data, splits
 
 CI_DELTA = 0.025  # each side of a 95% two-sided Clopper-Pearson interval
 
 
+def wrong(answer: str, row: dict) -> bool:
+    """Whether ``answer`` to ``row``'s question is an error, judged against the row's gold answers (not against the
+    row's own F1, which is that of what the system said: None or 0 when it refused)."""
+    return not row["answerable"] or best_f1(answer, row["gold"]) < F1_CORRECT
+
+
 def is_error(row: dict) -> bool:
-    return bool(row["answer"]) and (not row["answerable"] or (row["f1"] or 0.0) < F1_CORRECT)
+    return bool(row["answer"]) and wrong(row["answer"], row)
 
 
 def error_among_answered(rows: list[dict]) -> dict:
@@ -51,8 +58,9 @@ def ood_refused(rag: EdgeRAG, n: int | None, seed: int) -> dict:
 
 
 def risk_coverage(rows: list[dict]) -> list[tuple[float, float]]:
-    """(coverage, error among answered) when only candidates with score >= t are answered, for every t seen."""
-    scored = sorted(((r["score"], is_error({**r, "answer": r["candidate"]})) for r in rows
+    """(coverage, error among answered) when only candidates with score >= t are answered, for every t seen: each
+    candidate judged by its own F1, also the refused ones the curve would answer."""
+    scored = sorted(((r["score"], wrong(r["candidate"], r)) for r in rows
                      if r.get("candidate") and r.get("score") is not None), reverse=True)
     errors = np.cumsum([e for _, e in scored])
     return [((i + 1) / len(rows), float(errors[i]) / (i + 1)) for i in range(len(scored))]
