@@ -1,6 +1,6 @@
 """The benchmark's figures computed as labelled: hand-made question rows through the harness's own summaries.
 
-The rows are what ``benchmarks.run.ask_all`` writes to questions.jsonl; no model runs here.
+The rows are what ``benchmarks.run.ask_all`` writes to questions.jsonl.
 """
 from __future__ import annotations
 
