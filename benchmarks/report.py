@@ -199,7 +199,9 @@ def write(results: dict, path: Path, plots: list[Path]) -> Path:
                   "### Decision layer: who is answered, and how often wrongly\n",
                   "An error is an answer with F1 < 0.5, or any answer to an unanswerable or out-of-domain question. "
                   "OOD-test: questions on articles absent from the corpus (decide only; a GPT route counts as "
-                  "answered). read p50 = the read stage (neural reader or rule extractor).\n", _decision(ds),
+                  "answered). read p50 = the read stage (neural reader or rule extractor). Peak RSS: this process's "
+                  "high-water mark from the system's start (the run's llama.cpp model is dropped before a system "
+                  "that never generates).\n", _decision(ds),
                   "### Context and answer quality\n", _detail(ds),
                   "### Router: tier choices against tier labels\n", routing.report(ds.get("router")),
                   "### Stage latency, ms: mean over all questions (p50 / p95 where the stage ran)\n", _stages(ds)]

@@ -21,12 +21,13 @@ import numpy as np
 from tqdm import tqdm
 
 from edge_rag import EdgeRAG, EdgeRAGError, Route, Tier
-from edge_rag.config import DEFAULT_TIERS, PASSAGE_MODES
+from edge_rag.config import DEFAULT_TIERS, PASSAGE_MODES, Config
+from edge_rag.decision.certified import CertifiedPath
 from edge_rag.models.bundle import ROLE_ENCODER, Bundle
 from edge_rag.models.registry import PROFILES, default_bundle, home
 from edge_rag.reading.generate import Generator
 
-from . import data, decision, hardware, peer, plots, report, routing, scale, scale_backends, summary
+from . import data, decision, hardware, peer, plots, report, routing, rss, scale, scale_backends, summary
 from . import metrics as M
 from .systems import BASELINE, SYSTEMS, available, bench_config, preset
 
@@ -128,6 +129,36 @@ def ask_all(rag: EdgeRAG, ds: data.Dataset, qvecs: np.ndarray, label: str) -> li
     return rows
 
 
+def run_system(system: str, ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, db: Path, base: Config,
+               qvecs: np.ndarray, shared: dict[str, Generator] | None) -> tuple[list[dict], dict | None]:
+    """One system's rows and, on SQuAD, its OOD-test refusals. Its memory figures are its own: the run's llama.cpp
+    model is dropped first when this system never generates, and the high-water mark starts again here (None where
+    it cannot: it would be an earlier system's)."""
+    config = preset(base, system)
+    if shared and not CertifiedPath(bundle, config).may_generate:
+        shared.clear()  # a later system that generates loads it again
+    gc.collect()
+    fresh_peak = rss.reset_peak()
+    held = (shared or {}).get("generator")
+    with EdgeRAG(db, bundle=bundle, config=config, generator=held) as rag:
+        # load before timing (cold start is measured in the peer section), unless an earlier system did
+        loaded = rag.certified.may_generate and rag.generator is not held
+        if loaded and shared is not None:
+            shared["generator"] = rag.generator
+        if loaded or not rag.certified.may_generate:
+            rag.ask(WARMUP_QUESTION)
+        else:  # llama.cpp is warm from an earlier system (an answer does not depend on what came before)
+            rag.decide(WARMUP_QUESTION)  # the rest of what the first question would load
+        rows = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")
+        for row in rows if not fresh_peak else []:
+            row["peak_rss_mb"] = None
+        # out-of-domain: OOD-test articles against this corpus; a system without a decision never refuses
+        if ds.name != "squad":
+            return rows, None
+        return rows, (decision.ood_refused(rag, args.n if not args.full else None, args.seed)
+                      if config.cgr else {"n": 0, "refused": 0.0, "p50_ms": None})
+
+
 def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_rows: TextIO,
                 shared: dict[str, Generator] | None = None) -> tuple[dict, Path, dict]:
     """All systems on one dataset; returns its results, its index folder and, for the scale test, its passages
@@ -147,23 +178,10 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_
     errors: dict[str, dict] = {}
     ood: dict[str, dict] = {}
     for system in args.systems:
-        config = preset(base, system)
         try:
-            held = (shared or {}).get("generator")
-            with EdgeRAG(db, bundle=bundle, config=config, generator=held) as rag:
-                # load before timing (cold start is measured in the peer section), unless an earlier system did
-                loaded = rag.certified.may_generate and rag.generator is not held
-                if loaded and shared is not None:
-                    shared["generator"] = rag.generator
-                if loaded or not rag.certified.may_generate:
-                    rag.ask(WARMUP_QUESTION)
-                else:  # llama.cpp is warm from an earlier system (an answer does not depend on what came before)
-                    rag.decide(WARMUP_QUESTION)  # the rest of what the first question would load
-                rows_by_system[system] = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")
-                # out-of-domain: OOD-test articles against this corpus; a system without a decision never refuses
-                if ds.name == "squad":
-                    ood[system] = (decision.ood_refused(rag, args.n if not args.full else None, args.seed)
-                                   if config.cgr else {"n": 0, "refused": 0.0, "p50_ms": None})
+            rows_by_system[system], ood_of = run_system(system, ds, args, bundle, db, base, qvecs, shared)
+            if ood_of is not None:
+                ood[system] = ood_of
         except EdgeRAGError as exc:  # e.g. a memory budget the system cannot fit: report, keep going
             print(f"{ds.name}/{system} failed: {exc}")
             errors[system] = {"error": str(exc)}

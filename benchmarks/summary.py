@@ -39,7 +39,7 @@ def summarise(rows: list[dict], base: list[dict] | None, seed: int) -> dict:
         **{k: M.mean([r.get(k) for r in rows])
            for k in ("context_precision", "context_recall", "faithfulness", "relevance", "context_chars")},
         "rss_mb": max((r["rss_mb"] for r in rows if r["rss_mb"] is not None), default=None),
-        "process_peak_rss_mb": max((r["peak_rss_mb"] or 0.0 for r in rows), default=None),
+        "process_peak_rss_mb": max((r["peak_rss_mb"] for r in rows if r["peak_rss_mb"] is not None), default=None),
         "answered": decision.error_among_answered(rows),
         "alpha": next((r["alpha"] for r in rows if r.get("alpha") is not None), None),
     }

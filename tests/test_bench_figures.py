@@ -1,10 +1,17 @@
-"""The benchmark's figures computed as labelled: hand-made question rows through the harness's own summaries.
+"""The benchmark's figures computed as labelled: hand-made question rows through the harness's own summaries, and a
+small run (one article's first paragraphs, the baseline and the default system) checked on invariants, never timings.
 
 The rows are what ``benchmarks.run.ask_all`` writes to questions.jsonl.
 """
 from __future__ import annotations
 
-from benchmarks import decision
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import decision, run
+from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
 from evaluation.metrics import best_f1
 
 
@@ -24,3 +31,31 @@ def test_risk_coverage_judges_each_candidate_by_its_own_answer():
     assert decision.risk_coverage(rows) == [(0.25, 0.0), (0.5, 0.0), (0.75, 1 / 3), (1.0, 0.5)]
     answered = decision.error_among_answered(rows)  # the operating point: what the system said
     assert (answered["n_answered"], answered["n_errors"], answered["coverage"]) == (1, 0, 0.25)
+
+
+@pytest.fixture(scope="module")
+def small_run(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """fixed_k (llama.cpp on every question) then certified (never generates) on 4 questions of a tiny SQuAD file."""
+    tmp = tmp_path_factory.mktemp("bench")
+    squad = json.loads(squad_path.read_text(encoding="utf-8"))
+    squad["data"] = [{**squad["data"][0], "paragraphs": squad["data"][0]["paragraphs"][:3]}]
+    (tmp / "squad.json").write_text(json.dumps(squad), encoding="utf-8")
+    out = tmp / "out"
+    results = run.main(["--n", "4", "--datasets", "squad", "--squad", str(tmp / "squad.json"), "--bundle",
+                        str(bundle_dir), "--out", str(out), "--index-cache", str(tmp / "index"), "--skip-peer",
+                        "--skip-scale", "--threads", "1", "--part", "all", "--max-new-tokens", "6",
+                        "--systems", "fixed_k,certified"])
+    return results, out
+
+
+def test_peak_rss_is_each_systems_own(small_run, bundle_dir: Path):
+    """A system that never loads llama.cpp peaks below the baseline that generated every answer, by at least half the
+    GGUF (whose weights every generation reads): it once showed the process's peak so far, the baseline's model
+    included (601 MB for certified after fixed_k, 229 MB run alone)."""
+    results, _ = small_run
+    systems = results["datasets"]["squad"]["systems"]
+    gguf_mb = Bundle.load(bundle_dir).require(ROLE_GENERATOR).stat().st_size / 2**20
+    assert systems["fixed_k"]["route_mix"].get("GPT", 0) + systems["fixed_k"]["route_mix"].get("REFUSE", 0) == 1
+    assert systems["certified"]["completion_tokens"] == 0
+    assert systems["certified"]["process_peak_rss_mb"] < systems["fixed_k"]["process_peak_rss_mb"] - gguf_mb / 2
+    assert systems["certified"]["rss_mb"] < systems["fixed_k"]["rss_mb"] - gguf_mb / 2
