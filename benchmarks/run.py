@@ -152,11 +152,12 @@ def run_system(system: str, ds: data.Dataset, args: argparse.Namespace, bundle: 
         rows = ask_all(rag, ds, qvecs, f"{ds.name}/{system}")
         for row in rows if not fresh_peak else []:
             row["peak_rss_mb"] = None
-        # out-of-domain: OOD-test articles against this corpus; a system without a decision never refuses
+        # out-of-domain: OOD-test articles against this corpus, decided only. A system without a decision is not
+        # measured there (it would have to generate every answer, and refuses those cut off: not 0% for sure)
         if ds.name != "squad":
             return rows, None
         return rows, (decision.ood_refused(rag, args.n if not args.full else None, args.seed)
-                      if config.cgr else {"n": 0, "refused": 0.0, "p50_ms": None})
+                      if config.cgr else {"n": 0, "refused": None, "p50_ms": None})
 
 
 def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_rows: TextIO,

@@ -59,3 +59,15 @@ def test_peak_rss_is_each_systems_own(small_run, bundle_dir: Path):
     assert systems["certified"]["completion_tokens"] == 0
     assert systems["certified"]["process_peak_rss_mb"] < systems["fixed_k"]["process_peak_rss_mb"] - gguf_mb / 2
     assert systems["certified"]["rss_mb"] < systems["fixed_k"]["rss_mb"] - gguf_mb / 2
+
+
+def test_ood_refusal_is_reported_only_where_measured(small_run):
+    """OOD-test questions are only decided, so a system without a decision has no OOD figure: it once showed 0%
+    refused, though such a system refuses an answer cut off before its first sentence."""
+    results, out = small_run
+    systems = results["datasets"]["squad"]["systems"]
+    assert systems["fixed_k"]["ood"] == {"n": 0, "refused": None, "p50_ms": None}
+    assert systems["certified"]["ood"]["n"] == 4 and 0 <= systems["certified"]["ood"]["refused"] <= 1
+    table = (out / "report.md").read_text(encoding="utf-8").split("### Decision layer")[1]
+    fixed_k = next(line.split(" | ") for line in table.splitlines() if line.startswith("| fixed_k |"))
+    assert fixed_k[4] == "–"  # the OOD-test refused column
