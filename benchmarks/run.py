@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -220,7 +221,10 @@ def main(argv: list[str] | None = None) -> dict:
     arrays: list[dict] = []
     items: dict[str, list] = {}
     shared: dict[str, Generator] = {}
-    with open(args.out / "questions.jsonl", "w", encoding="utf-8") as out_rows:
+    # this run's rows go beside the folder's last complete run until this one is complete too: an interrupted run
+    # leaves questions.jsonl matching the results.json and report.md it came with
+    partial = args.out / "questions.jsonl.partial"
+    with open(partial, "w", encoding="utf-8") as out_rows:
         for name in args.datasets:
             if not paths[name].is_file():
                 print(f"skipping {name}: {paths[name]} not found (see ../shared/data/README.md)")
@@ -249,6 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                         bench_config(args.threads), args.out, args.seed
                                                         ) if store_sizes else {"rows": []}
     results["runtime_s"] = time.perf_counter() - started
+    os.replace(partial, args.out / "questions.jsonl")
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     figures = plots.write(results, args.out)
     for name, ds in results["datasets"].items():

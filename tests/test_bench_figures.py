@@ -6,6 +6,7 @@ The rows are what ``benchmarks.run.ask_all`` writes to questions.jsonl.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,21 @@ def test_ood_refusal_is_reported_only_where_measured(small_run):
     table = (out / "report.md").read_text(encoding="utf-8").split("### Decision layer")[1]
     fixed_k = next(line.split(" | ") for line in table.splitlines() if line.startswith("| fixed_k |"))
     assert fixed_k[4] == "–"  # the OOD-test refused column
+
+
+def test_an_interrupted_run_leaves_the_last_complete_one_whole(small_run, bundle_dir: Path, tmp_path: Path):
+    """A run into a folder holding a complete one, stopped after its first dataset (here: the second dataset's file
+    does not parse), leaves that folder's questions.jsonl, results.json and report.md as they were, and its own rows
+    aside: questions.jsonl was emptied at the start, then held the stopped run's rows beside the old results."""
+    _, done = small_run
+    out = shutil.copytree(done, tmp_path / "out")
+    before = {name: (out / name).read_bytes() for name in ("questions.jsonl", "results.json", "report.md")}
+    (tmp_path / "broken.jsonl").write_text("{not json\n", encoding="utf-8")
+    with pytest.raises(ValueError):
+        run.main(["--n", "4", "--datasets", "squad,hotpotqa", "--squad", str(done.parent / "squad.json"), "--hotpot",
+                  str(tmp_path / "broken.jsonl"), "--bundle", str(bundle_dir), "--out", str(out), "--index-cache",
+                  str(done.parent / "index"), "--skip-peer", "--skip-scale", "--threads", "1", "--part", "all",
+                  "--systems", "certified"])
+    assert {name: (out / name).read_bytes() for name in before} == before
+    rows = [json.loads(line) for line in (out / "questions.jsonl.partial").read_text(encoding="utf-8").splitlines()]
+    assert [(r["dataset"], r["system"]) for r in rows] == [("squad", "certified")] * 4
