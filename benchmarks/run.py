@@ -44,6 +44,14 @@ def answer_tokens(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def question_count(text: str) -> int:
+    """--n: at least one question (0 ran every system on nothing, then failed writing the report; < 0, sampling)."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text}: at least 1 question per dataset")
+    return n
+
+
 def tier_chars(text: str) -> tuple[Tier, int]:
     """--context-chars TIER=N: one tier's context budget, by Tier's and TierSpec's own checks and messages."""
     name, _, value = text.partition("=")
@@ -60,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--datasets", default="squad,hotpotqa", help="comma-separated: squad,hotpotqa")
     p.add_argument("--squad", type=Path, default=data.FILES["squad"], help="SQuAD 2.0 JSON file")
     p.add_argument("--hotpot", type=Path, default=data.FILES["hotpotqa"], help="HotpotQA JSONL file")
-    p.add_argument("--n", type=int, default=100, help="questions per dataset in the quick run")
+    p.add_argument("--n", type=question_count, default=100, help="questions per dataset in the quick run")
     p.add_argument("--part", default="benchmark", choices=data.PARTS,
                    help="questions from the test split (default), the router/reader val split (for choices"
                         " made before a test run), or the whole file")

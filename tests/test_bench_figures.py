@@ -90,3 +90,11 @@ def test_an_interrupted_run_leaves_the_last_complete_one_whole(small_run, bundle
     assert {name: (out / name).read_bytes() for name in before} == before
     rows = [json.loads(line) for line in (out / "questions.jsonl.partial").read_text(encoding="utf-8").splitlines()]
     assert [(r["dataset"], r["system"]) for r in rows] == [("squad", "certified")] * 4
+
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_no_questions_is_refused_before_the_run(n: str, capsys):
+    """--n 0 once ran every system on no question and then failed writing report.md; --n -1 failed sampling."""
+    with pytest.raises(SystemExit):
+        run.parse_args([f"--n={n}"])
+    assert "at least 1 question" in capsys.readouterr().err
