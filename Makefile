@@ -70,10 +70,12 @@ pi-check: bundle system-packages
 	$(BIN)/python -m benchmarks.pi_check --archive dist/edge-rag-$(PROFILE).tar $(ARGS)
 
 # Benchmarks: quick (100 questions per dataset) or FULL=1 (all); extra options via ARGS="--threads 2 ...".
+# BENCH_OUT: the one folder all three write (the site renders another with EDGE_RAG_BENCH_RESULTS=BENCH_OUT).
+BENCH_OUT ?= bench-results
 bench: models
-	$(BIN)/python -m benchmarks $(if $(FULL),--full) --profile $(PROFILE) $(ARGS)
-	$(BIN)/python -m benchmarks.load --profile $(PROFILE)
-	$(BIN)/python -m benchmarks.own_calibration --profile $(PROFILE)
+	$(BIN)/python -m benchmarks $(if $(FULL),--full) --profile $(PROFILE) --out $(BENCH_OUT) $(ARGS)
+	$(BIN)/python -m benchmarks.load --profile $(PROFILE) --out $(BENCH_OUT)/load.json
+	$(BIN)/python -m benchmarks.own_calibration --profile $(PROFILE) --out $(BENCH_OUT)/own_calibration
 
 # Re-train the shipped router (edge_rag/assets/router.onnx) from ../shared/data; labels are cached.
 router: models

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from benchmarks import decision, run
 from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
@@ -98,3 +100,12 @@ def test_no_questions_is_refused_before_the_run(n: str, capsys):
     with pytest.raises(SystemExit):
         run.parse_args([f"--n={n}"])
     assert "at least 1 question" in capsys.readouterr().err
+
+
+def test_make_bench_writes_every_file_into_one_folder(tmp_path: Path):
+    """The site renders one folder (EDGE_RAG_BENCH_RESULTS): the report, load.json and own_calibration must all be in
+    it. With the folder given through ARGS="--out DIR", the load test and own_calibration still wrote bench-results/."""
+    plan = subprocess.run(["make", "-n", "bench", f"BENCH_OUT={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+    runs = [line for line in plan.splitlines() if " -m benchmarks" in line]
+    assert len(runs) == 3 and all(f"--out {tmp_path}" in line for line in runs), runs
