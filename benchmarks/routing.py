@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from edge_rag import Config
+from edge_rag import Config, EdgeRAGError
 from edge_rag.config import TIERS
 from edge_rag.models.bundle import Bundle
 from evaluation.datasets import QAItem
@@ -25,12 +25,15 @@ LABEL_SYSTEM = "full"
 def router_confusion(db: Path, bundle: Path | Bundle, base: Config, items: list[QAItem],
                      rows_by_system: dict[str, list[dict]]) -> dict | None:
     """Accuracy, majority-label share and confusion (rows = label, columns = router) of the first routed
-    system that ran; None when none ran."""
+    system that ran; None when none ran; an error when the labels' pipelines cannot be opened (the run goes on)."""
     system = next((s for s in ROUTED if s in rows_by_system), None)
     if system is None:
         return None
     chosen = {r["id"]: r["tier"] for r in rows_by_system[system]}
-    rags = open_tiers(db, bundle, preset(base, LABEL_SYSTEM))
+    try:
+        rags = open_tiers(db, bundle, preset(base, LABEL_SYSTEM))
+    except EdgeRAGError as exc:  # three label pipelines at once may not fit a --memory-mb the systems fit one by one
+        return {"system": system, "error": str(exc)}
     try:
         labels = {q.id: label(tier_contexts(rags, q)[0]) for q in items if q.answers and not q.is_impossible}
     finally:
@@ -53,6 +56,8 @@ def report(r: dict | None) -> str:
     """Markdown: the labelled share, accuracy, and the confusion matrix."""
     if not r:
         return "No routed system ran.\n"
+    if "error" in r:
+        return f"No tier labels for `{r['system']}`: {r['error']}\n"
     names = [t.value for t in TIERS]
     acc = "–" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
     head = (f"Router tiers of `{r['system']}` against tier labels (cheapest tier whose `full` context serves the "

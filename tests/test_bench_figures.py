@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from benchmarks import decision, run
+from benchmarks import decision, routing, run
+from benchmarks.systems import bench_config
 from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
 from evaluation.metrics import best_f1
 
@@ -109,3 +110,13 @@ def test_make_bench_writes_every_file_into_one_folder(tmp_path: Path):
                           check=True).stdout
     runs = [line for line in plan.splitlines() if " -m benchmarks" in line]
     assert len(runs) == 3 and all(f"--out {tmp_path}" in line for line in runs), runs
+
+
+def test_router_labels_that_do_not_fit_the_budget_are_reported_not_raised(small_run, bundle_dir: Path):
+    """The router's labels open three pipelines at once: under a --memory-mb the systems fit one by one they may not
+    fit, and the BudgetError ended the whole run after every system had been measured (700 MB, routing alone)."""
+    results, _ = small_run
+    db = Path(results["datasets"]["squad"]["corpus"]["db"])
+    out = routing.router_confusion(db, bundle_dir, bench_config(memory_mb=100), [], {"routing": []})
+    assert out is not None and out["system"] == "routing" and "memory_budget_mb" in out["error"]
+    assert routing.report(out).startswith("No tier labels for `routing`: ")
