@@ -1,11 +1,14 @@
 """Certified selective answering: Clopper-Pearson, Learn-then-Test, the calibration artifact."""
 import json
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from edge_rag.decision.certify import (
+    CALIBRATION_ASSET,
+    PGVECTOR_CALIBRATION_ASSET,
     Calibration,
     Combiner,
     RiskTable,
@@ -127,6 +130,52 @@ def test_malformed_calibration_names_the_file(tmp_path):
         Calibration.load(bad)
     with pytest.raises(BundleError, match="missing"):
         Calibration.load(tmp_path / "absent.json")
+
+
+def _neural(raw: dict) -> dict:
+    return raw["readers"]["neural"]
+
+
+def _counts(key: str, value: object) -> Callable[[dict], None]:
+    return lambda raw: _neural(raw)["table"].update({key: [value] * len(_neural(raw)["table"][key])})
+
+
+HOSTILE: dict[str, Callable[[dict], None]] = {
+    "half an error": _counts("n_errors", 0.5),  # certified answering every candidate at alpha 0.05
+    "errors as false": _counts("n_errors", False),  # so did this
+    "more answered than asked": lambda raw: _neural(raw)["table"].update(
+        n_answered=[10**6] * len(_neural(raw)["table"]["n_answered"]), n_errors=[0] * len(_neural(raw)["table"]["n_errors"])),
+    "negative errors": _counts("n_errors", -1),  # a bare ValueError when the path opened
+    "answered sets that do not nest": lambda raw: _neural(raw)["table"].update(
+        n_answered=_neural(raw)["table"]["n_answered"][::-1], n_errors=[0] * len(_neural(raw)["table"]["n_errors"])),
+    "fewer counts than thresholds": lambda raw: _neural(raw)["table"].update(n_errors=[0, 0]),
+    "no multi-hop table for the kind model": lambda raw: _neural(raw)["kinds"].update(tables={}),  # single-hop's decided
+    "negative generated errors": lambda raw: _neural(raw)["gpt"].update(errors=-3),
+    "a combiner with one weight": lambda raw: _neural(raw)["combiner"].update(weights=[1.0]),  # failed every question
+    "a feature nothing computes": lambda raw: _neural(raw)["combiner"]["features"].__setitem__(0, "shoe_size"),
+    "n_cal as text": lambda raw: _neural(raw)["table"].update(n_cal="1247"),
+    "source as text": lambda raw: raw.update(source="x"),
+    "the Config as a list": lambda raw: raw["source"].update(config=[1]),
+    "readers as a list": lambda raw: raw.update(readers=[]),
+}
+
+
+@pytest.mark.parametrize("asset", (CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET), ids=lambda p: p.name)
+def test_the_shipped_calibrations_pass_the_file_check(asset):
+    assert set(Calibration.load(asset).readers) == {"rules", "neural"}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_calibration_file_whose_counts_cannot_be_counts_is_an_error_never_a_certificate(tmp_path, name):
+    """Counts no calibration set gives, or entries of the wrong shape, are a BundleError naming the file when it is
+    loaded: read as they came, some certified answering every candidate, and a kind model without its kind's
+    table decided multi-hop questions by the single-hop threshold."""
+    raw = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))
+    HOSTILE[name](raw)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(BundleError, match="calibration.json is missing or malformed"):
+        Calibration.load(path)
 
 
 def test_each_kind_s_certificate_holds_its_alpha_where_one_pooled_certificate_does_not():

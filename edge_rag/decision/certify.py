@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BundleError
+from .calibration_file import check
 from .kind import Kind, kind_of
 
 CALIBRATION_ASSET = Path(__file__).resolve().parent.parent / "assets" / "calibration.json"
@@ -247,6 +248,7 @@ class Calibration:
         path = Path(path)
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
+            check(raw, FEATURES)  # counts that cannot be counts certify nothing: an error naming the entry
             readers = {
                 name: ReaderCalibration(
                     Combiner.from_json(r["combiner"]), RiskTable.from_json(r["table"]), float(r["ood_distance"]),
