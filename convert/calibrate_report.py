@@ -25,18 +25,19 @@ def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: fl
                   f"{1 - rc.ood_distance / 2:.3f}) refuses. Floor refuses {fr['ood_calibration']:.1%} of OOD-calibration, {fr['calibration_answerable']:.1%} of "
                   f"answerable and {fr['calibration_unanswerable']:.1%} of unanswerable calibration questions.", "",
                   f"GPT route: {rc.gpt_errors} errors in {rc.gpt_n} generated answers "
-                  f"(upper bound {clopper_pearson_upper(rc.gpt_errors, rc.gpt_n, 0.05):.2f} at delta 0.05).", "",
+                  f"(upper bound {clopper_pearson_upper(rc.gpt_errors, rc.gpt_n, 0.05 / rc.tests):.2f} at delta 0.05, "
+                  f"shared by the {rc.tests} certificates a decision answers by).", "",
                   "| alpha | delta | threshold | coverage | error among answered | CP upper | errors: to unanswerables "
                   "/ wrong answers |", "|---|---|---|---|---|---|---|"]
         table = out["readers"][name]["table"]
         for alpha in alphas:
             for delta in (0.05, 0.1):
-                c = rc.table.choose(alpha, delta)
+                c = rc.certificate(Kind.SINGLE_HOP, alpha, delta)
                 to_none = table["n_errors_unanswerable"][table["thresholds"].index(c.threshold)] if c.n_answered else 0
                 lines.append(f"| {alpha:g} | {delta:g} | {c.threshold:.3f} | {c.coverage:.1%} | {c.error:.1%} "
                              f"| {c.upper:.3f} | {to_none} / {c.n_errors - to_none} |")
         lines += kind_lines(out["readers"][name], rc, alphas, design_alpha)
-        useful = [a for a in alphas if rc.table.choose(a, 0.05).coverage >= useful_coverage]
+        useful = [a for a in alphas if rc.certificate(Kind.SINGLE_HOP, a, 0.05).coverage >= useful_coverage]
         lines += ["", f"Smallest alpha certified at delta 0.05 while answering >= {useful_coverage:.0%} of calibration: "
                       f"{useful[0] if useful else 'none'} (the default Config().max_error_rate is "
                       f"{design_alpha:g}).", ""]
@@ -57,11 +58,11 @@ def kind_lines(raw: dict, rc, alphas: tuple[float, ...], design_alpha: float) ->
     lines = ["", f"The table counts the {rc.table.n_cal} questions the kind model calls single-hop "
                  f"({hotpot[Kind.SINGLE_HOP.value]} of them HotpotQA's)."]
     for kind, table in rc.kind_tables.items():
-        certified = [(a, table.choose(a, 0.05)) for a in alphas]
+        certified = [(a, rc.certificate(kind, a, 0.05)) for a in alphas]
         shown = ", ".join(f"{a:g}: {c.coverage:.1%}" for a, c in certified if c.n_answered) or "none"
         lines.append(f"{kind.value}: {table.n_cal} calibration questions ({hotpot[kind.value]} HotpotQA); "
                      f"coverage certified at delta 0.05 by alpha: {shown}.")
-        single = rc.table.choose(design_alpha, 0.05).threshold
+        single = rc.certificate(Kind.SINGLE_HOP, design_alpha, 0.05).threshold
         if single in table.thresholds:  # the same grid; inf (nothing certified) is not on it
             at = table.thresholds.index(single)
             lines[-1] += (f" At the single-hop threshold of alpha {design_alpha:g} they would be answered "

@@ -351,3 +351,53 @@ def test_the_planned_path_keeps_its_certificate_and_keys_answers_by_the_planned_
     assert path.planned(path.config).cache_version(sample_rag.store) == path.cache_version(sample_rag.store)
     with pytest.raises(ValueError, match="only in n_ctx and encode_batch_tokens"):
         path.planned(path.config.with_(max_error_rate=0.5))
+
+
+def test_the_certificates_share_delta_so_the_error_among_all_answered_questions_holds(bundle, tmp_path):
+    """The promise is about every answered question, and the path answers by three certificates: the single-hop
+    threshold, the multi-hop one and the GPT route's count. When every answer of every kind is wrong with probability
+    p just above alpha, anything the path answers is an error rate above alpha, so the chance that any of the three
+    certifies must be <= delta. Exactly, by binomial sums over the counts a calibration of the shipped sizes (1,247
+    single-hop and 95 multi-hop questions, 40 generated answers) can draw, each decided by CertifiedPath itself: each
+    certificate chosen at the whole delta made that chance 0.103 (0.038, 0.034 and 0.034), twice the promise."""
+    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.decision.certify import FEATURES, binom_cdf
+    from edge_rag.decision.kind import FORM
+    from edge_rag.reading.read import Candidate
+
+    config = Config(temperature=0.0)  # generated as the counted answers were: the GPT route may answer
+    p, sizes = config.max_error_rate + 0.001, {"single": 1247, "multi": 95, "gpt": 40}  # wrong just above alpha
+    short, long = "Who founded it?", "Who founded the museum that the city beside the river of the old county built?"
+
+    def combiner(features: tuple[str, ...], weights: list[float], mean: list[float]) -> dict:
+        return {"features": list(features), "weights": weights, "bias": 0.0, "mean": mean, "scale": [1.0] * len(features)}
+
+    def table(n: int, errors: int) -> dict:  # one threshold, 0: every question answered
+        return {"thresholds": [0.0], "n_answered": [n], "n_errors": [errors], "n_cal": n}
+
+    def answers(part: str, errors: int) -> bool:
+        counts = {**sizes, part: errors}
+        kinds = {"model": combiner(FORM, [1.0] + [0.0] * (len(FORM) - 1), [10.0] * len(FORM)),  # > 10 words: multi-hop
+                 "cut": 0.5, "tables": {"multi-hop": table(sizes["multi"], counts["multi"])}}
+        raw = {"readers": {"neural": {
+            "combiner": combiner(FEATURES, [0.0] * len(FEATURES), [0.0] * len(FEATURES)),
+            "table": table(sizes["single"], counts["single"]), "ood_distance": 1.0, "kinds": kinds,
+            "gpt": {"n": sizes["gpt"], "errors": counts["gpt"]}}}, "source": {}}
+        (tmp_path / "calibration.json").write_text(json.dumps(raw), encoding="utf-8")
+        path = CertifiedPath(bundle, config, tmp_path / "calibration.json")
+        if part == "gpt":
+            return path.gpt_allowed
+        verdict = path.decide(short if part == "single" else long, 0.0, Candidate("Ada", 0, 1.0, 0.0, 1.0), [])
+        assert verdict.fields["kind"] == ("single-hop" if part == "single" else "multi-hop")
+        return verdict.route is Route.RAG
+
+    certified = {}
+    for part, n in sizes.items():  # fewer errors never certify less: the most errors certified, by bisection
+        low, high = -1, n  # answers(low) or low = -1; not answers(high)
+        assert not answers(part, n)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if answers(part, mid) else (low, mid)
+        certified[part] = binom_cdf(low, n, p)  # P(errors <= low): the chance this certificate answers
+    anything = 1 - math.prod(1 - q for q in certified.values())
+    assert anything <= config.delta, certified

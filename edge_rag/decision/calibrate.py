@@ -29,6 +29,7 @@ from ..storage.fileio import atomic_write_text, sha256_file
 from .calibrated_config import encoder_identity
 from .certified import reader_sha256
 from .certify import F1_CORRECT, Calibration, RiskTable, answer_score
+from .kind import Kind
 from .squad_f1 import best_f1
 
 MAX_FILE_BYTES = 64_000_000  # a questions file is read whole: ~300,000 questions, far more than calibration needs
@@ -176,7 +177,7 @@ def rows(cal: Calibration, reader: str, delta: float) -> list[dict]:
     of its questions answered, the error among them and its upper bound at level 1 - delta."""
     out = []
     for alpha in REPORT_ALPHAS:
-        c = cal.reader(reader).table.choose(alpha, delta)
+        c = cal.reader(reader).certificate(Kind.SINGLE_HOP, alpha, delta)  # as the path it certifies chooses
         out.append({"alpha": alpha, "threshold": c.threshold if c.n_answered else None, "answered": c.coverage,
                     "error": c.error, "upper": c.upper, "n_answered": c.n_answered})
     return out

@@ -86,7 +86,7 @@ class CertifiedPath:
             self._measured = State({}, why)
         else:
             rc = cal.reader(config.reader)
-            by_kind = {kind: rc.table_of(kind).choose(config.max_error_rate, config.delta) for kind in Kind}
+            by_kind = {kind: rc.certificate(kind, config.max_error_rate, config.delta) for kind in Kind}
             # whether generated answers are certified too: by this generator, at this alpha (a bisection, once,
             # here), generated as this config generates
             gpt = (rc.gpt_refused(config.max_error_rate, config.delta, bundle.generator.get("name"))

@@ -9,7 +9,8 @@ The calibration split (questions no training or tuning touched) gives, for every
 before calibration (strict -> permissive), n answered and n errors; an error is an answer with F1 < 0.5 to
 an answerable question, or any answer to an unanswerable one. ``choose`` runs fixed-sequence testing: walk
 the grid from strict to permissive and keep going while the one-sided Clopper-Pearson upper bound on the
-error proportion at level 1 - delta is <= alpha; the last threshold that passed is chosen.
+error proportion at level 1 - delta is <= alpha; the last threshold that passed is chosen. The decision's
+certificates (each kind's, the GPT route's) share delta: ReaderCalibration.tests.
 
 What the certificate covers: the calibration questions and a future question must be exchangeable, i.e.
 drawn from the same distribution (questions a person asks about an article of the same kind, answered by
@@ -180,19 +181,20 @@ class RiskTable:
         return cls(tuple(float(t) for t in grid), tuple(int(a.sum()) for a in answered),
                    tuple(int((a & wrong).sum()) for a in answered), int(scores.size))
 
-    def choose(self, alpha: float, delta: float) -> Certificate:
+    def choose(self, alpha: float, delta: float, tests: int = 1) -> Certificate:
         """Fixed-sequence Learn-then-Test: the most permissive threshold reached before the first whose
         Clopper-Pearson bound exceeds alpha. Valid at level delta because the order is fixed in advance
-        (the grid comes from the reader-val split), so no multiplicity correction is needed."""
-        last = None
+        (the grid comes from the reader-val split), so no correction is needed across thresholds; ``tests``:
+        the certificates one decision answers by, which share delta (ReaderCalibration.tests), each at delta / tests."""
+        level, last = delta / tests, None
         for t, n, e in zip(self.thresholds, self.n_answered, self.n_errors):
-            if not bounded_by(e, n, alpha, delta):
+            if not bounded_by(e, n, alpha, level):
                 break
             last = t, n, e
         if last is None:
             return Certificate(alpha, delta, math.inf, self.n_cal, 0, 0, 0.0)
         t, n, e = last
-        return Certificate(alpha, delta, t, self.n_cal, n, e, clopper_pearson_upper(e, n, delta))
+        return Certificate(alpha, delta, t, self.n_cal, n, e, clopper_pearson_upper(e, n, level))
 
     def curve(self) -> list[tuple[float, float]]:
         """(coverage, error among answered) per threshold: the risk-coverage curve."""
@@ -224,14 +226,25 @@ class ReaderCalibration:
         """The calibration counts of questions of ``kind``."""
         return self.kind_tables.get(kind, self.table)
 
+    @property
+    def tests(self) -> int:
+        """The certificates a decision answers by: one per kind of question counted (one table without a kind model)
+        and the GPT route's, if generated answers were counted. The error among all answered questions exceeds alpha
+        only if one of theirs does, so each is chosen at delta / tests (Bonferroni) for the whole to hold at delta."""
+        return (len(Kind) if self.kind_model is not None else 1) + (self.gpt_n > 0)
+
+    def certificate(self, kind: Kind, alpha: float, delta: float) -> Certificate:
+        """The certificate of questions of ``kind``, its share of delta taken."""
+        return self.table_of(kind).choose(alpha, delta, self.tests)
+
     def gpt_refused(self, alpha: float, delta: float, generator: str | None) -> str | None:
         """Why the GPT route may not answer (None: it may): only with the generator model its answers were measured
         with (``generator``: the bundle's), as another one makes other mistakes, and only if their error is
-        certified <= alpha too."""
+        certified <= alpha too, at its share of delta."""
         if self.gpt_generator is not None and generator != self.gpt_generator:
             return (f"generated answers are not certified for this generator ({generator}; the calibration counted "
                     f"{self.gpt_generator}'s)")
-        if clopper_pearson_upper(self.gpt_errors, self.gpt_n, delta) > alpha:
+        if clopper_pearson_upper(self.gpt_errors, self.gpt_n, delta / self.tests) > alpha:
             return f"generated answers are not certified at alpha {alpha:g}"
         return None
 
