@@ -45,6 +45,7 @@ def test_the_file_keeps_the_shipped_score_and_counts_only_the_new_questions(own)
     assert (mine.gpt_n, mine.gpt_errors) == (0, 0)
     assert Calibration.load(out).source["encoder"] == Calibration.load(CALIBRATION_ASSET).source["encoder"]
     assert Calibration.load(out).source["passages"] == ["sentence:20"]  # the store it measured on
+    assert Calibration.load(out).source["backend"] == "embedded"  # and its kind: a PostgreSQL store's is refused
 
 
 @pytest.mark.parametrize("alpha", ALPHAS)

@@ -401,3 +401,19 @@ def test_the_certificates_share_delta_so_the_error_among_all_answered_questions_
         certified[part] = binom_cdf(low, n, p)  # P(errors <= low): the chance this certificate answers
     anything = 1 - math.prod(1 - q for q in certified.values())
     assert anything <= config.delta, certified
+
+
+def test_a_calibration_counted_on_another_kind_of_store_certifies_nothing(bundle):
+    """A PostgreSQL store ranks its full-text half otherwise, so its decisions differ from the embedded store's: each
+    shipped calibration certifies the kind of store it counted on, and refuses the other's (given as ``calibration``,
+    the embedded one's certified a PostgreSQL store, and the PostgreSQL one's an embedded store)."""
+    from edge_rag.decision.certified import CertifiedPath
+
+    config = Config(temperature=0.0)
+    for remote, mine, other, counted in ((False, CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET, "pgvector"),
+                                         (True, PGVECTOR_CALIBRATION_ASSET, CALIBRATION_ASSET, "embedded")):
+        assert CertifiedPath(bundle, config, remote=remote).uncertified is None  # the shipped one of its kind
+        assert CertifiedPath(bundle, config, mine, remote=remote).uncertified is None  # the same, given
+        path = CertifiedPath(bundle, config, other, remote=remote)
+        assert path.certificate is None
+        assert path.uncertified.startswith(f"not calibrated for this kind of store (calibrated on a '{counted}' store")

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import BundleError, InputError, check_question, check_str
 from ..pipeline import EdgeRAG
 from ..storage.fileio import atomic_write_text, sha256_file
-from .calibrated_config import encoder_identity
+from .calibrated_config import backend, encoder_identity
 from .certified import reader_sha256
 from .certify import F1_CORRECT, Calibration, RiskTable, answer_score
 from .kind import Kind
@@ -163,7 +163,8 @@ def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Pat
     source = {"command": made_by, "questions": str(questions_file),
               "questions_sha256": sha256_file(questions_file), "n_questions": len(questions),
               "n_without_answer": sum(not q.answers for q in questions), "store": str(rag.store.location),
-              "reader": rag.config.reader, "config": repr(rag.config), "encoder": encoder_identity(rag.bundle),
+              "backend": backend(rag.certified.remote), "reader": rag.config.reader, "config": repr(rag.config),
+              "encoder": encoder_identity(rag.bundle),
               **({"passages": sorted(kinds)} if (kinds := rag.store.passage_kinds) else {}),
               "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     model = reader_sha256(rag.bundle) if rag.config.reader == "neural" else None

@@ -176,6 +176,23 @@ def encoder_change(source: dict, bundle: Bundle) -> str | None:
             "(`edge-rag calibrate`), or use the bundle it was calibrated with" if changed else None)
 
 
+def backend(remote: bool) -> str:
+    """The kind of store a calibration records it measured on ("backend"): a PostgreSQL store, or the embedded one."""
+    return "pgvector" if remote else "embedded"
+
+
+def backend_change(source: dict, remote: bool) -> str | None:
+    """Why a calibration whose "source" is ``source`` does not certify a store of this kind (``remote``: PostgreSQL;
+    None: the kind it measured, or a file that records none): a PostgreSQL store ranks its full-text half by
+    ts_rank_cd, not BM25, so its fused lists, candidates and scores differ (245 of 865 SQuAD test decisions under one
+    calibration: benchmarks.backend_parity), and a count made on one kind says nothing of the other's."""
+    then, now = source.get("backend"), backend(remote)
+    if then is None or then == now:
+        return None
+    return (f"not calibrated for this kind of store (calibrated on a {str(then)[:40]!r} store, this one is {now}): "
+            "use the shipped calibration of its kind, or calibrate again on this store (`edge-rag calibrate`)")
+
+
 def store_change(source: dict, kinds: frozenset[str]) -> str | None:
     """Why a calibration whose "source" is ``source`` does not certify a store whose passages are of ``kinds``
     (passage_kinds.py; None: all of a kind it measured, or either side unknown). The Config check sees how the

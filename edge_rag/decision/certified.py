@@ -18,7 +18,7 @@ from ..reading.reader import reader_file
 from ..storage.fileio import sha256_file
 from ..storage.stores import PassageStore
 from ..types import Passage, Route
-from .calibrated_config import config_change, encoder_change, generation_change, store_change
+from .calibrated_config import backend_change, config_change, encoder_change, generation_change, store_change
 from .certify import Calibration, Certificate, ReaderCalibration, beyond_floor, shipped_calibration
 from .kind import Kind
 from .policy import decide_certified
@@ -160,13 +160,14 @@ class CertifiedPath:
 
     def _mismatch(self, cal: Calibration, bundle: B.Bundle, config: Config) -> str | None:
         """Why the loaded calibration does not certify this config (None: it does): it has no entry for its
-        reader, was measured under other decision inputs or another encoder (calibrated_config), or with another
-        reader model."""
+        reader, was measured under other decision inputs, another encoder or on another kind of store
+        (calibrated_config), or with another reader model."""
         if config.reader not in cal.readers:
             return (f"not calibrated for reader {config.reader!r} ({self.calibration_path.name} holds "
                     f"{', '.join(cal.readers)}): calibrate again with this Config (`edge-rag calibrate`)")
         rc = cal.reader(config.reader)
         return (config_change(cal.source, config) or encoder_change(cal.source, bundle)
+                or backend_change(cal.source, self.remote)
                 or (stale_reader(bundle, rc) if config.reader == "neural" else None))
 
     def read(self, question: str, passages: list[Passage], context_passages: list[Passage], store,
