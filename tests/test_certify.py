@@ -156,6 +156,8 @@ HOSTILE: dict[str, Callable[[dict], None]] = {
     "n_cal as text": lambda raw: _neural(raw)["table"].update(n_cal="1247"),
     "source as text": lambda raw: raw.update(source="x"),
     "the Config as a list": lambda raw: raw["source"].update(config=[1]),
+    "a list among the kinds of passages": lambda raw: raw["source"].update(passages=[["sentence:20"]]),  # every question
+    "the kind of store as a number": lambda raw: raw["source"].update(backend=1),
     "readers as a list": lambda raw: raw.update(readers=[]),
 }
 

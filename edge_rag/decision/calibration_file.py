@@ -4,7 +4,7 @@ The file is data from disk, the shipped asset or an operator's own (``edge-rag c
 every number in it decides what is answered. Read as it came, a risk table whose counts cannot be counts (half an
 error, ``false``, more questions answered than asked) certified answering every candidate at alpha 0.05; a negative
 count or a list for a dict crashed opening the path with a bare ValueError or AttributeError; a combiner whose
-lengths or feature names do not match failed at every question; and a kind model without its kind's table decided
+lengths or feature names do not match, or a list among the measured kinds of passages, failed every question; and a kind model without its kind's table decided
 multi-hop questions by the single-hop threshold, which their counts never measured. So each entry is checked here,
 and a file that fails is a ValueError naming the entry (a BundleError naming the file, from ``load``), never a
 certificate.
@@ -27,6 +27,11 @@ def check(raw: object, features: Sequence[str]) -> None:
     source = _dict(top.get("source", {}), "source")
     if not isinstance(source.get("config", ""), str):
         raise ValueError("source.config: not a Config's repr (a string)")
+    if not isinstance(source.get("backend", ""), str):
+        raise ValueError("source.backend: not a kind of store (a string)")
+    passages = source.get("passages", [])  # each question's store check compares these kinds
+    if not isinstance(passages, list) or not all(isinstance(k, str) for k in passages):
+        raise ValueError("source.passages: not a list of kinds of passages (strings)")
     for name, entry in readers.items():
         at = f"readers.{name}"
         r = _dict(entry, at)
