@@ -122,16 +122,8 @@ class EdgeRAG:
             return self.store.remove(ids)
 
     def _room(self) -> int:
-        """How many more passages the memory plan can index (the largest n ``with_passages`` accepts)."""
-        lo, hi, have = 0, 1 << 31, self._held(0)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            try:
-                self.plan.with_passages(have + mid, self.config, self.encoder.dim)
-                lo = mid
-            except BudgetError:
-                hi = mid - 1
-        return lo
+        """How many more passages the memory plan can index."""
+        return self.plan.room(self._held(0), self.config, self.encoder.dim)
 
     def _held(self, new: int) -> int:
         """Passages the plan holds after ``new`` more (a remote store's index is on the server: new texts only)."""
@@ -229,6 +221,7 @@ class EdgeRAG:
         stages = Stages(self.config.rss_per_stage)
         return self._decide(question, stages, self.certified).answer(question, stages)
 
+    @open_only  # it reads the store's version: closed, a StoreError, not sqlite3's
     def use_calibration(self, calibration: Path, max_error_rate: float) -> None:
         """Decide the next questions under ``calibration`` at ``max_error_rate`` (CertifiedPath.swapped)."""
         new = self.certified.swapped(calibration, max_error_rate, self.store)

@@ -100,10 +100,12 @@ def test_one_file_or_text_alone_is_not_read_letter_by_letter(rag, tmp_path, monk
 def test_a_closed_edgerag_says_so_and_a_failed_write_leaves_no_lock_behind(rag, tmp_path, bundle_dir):
     """A closed EdgeRAG raised sqlite3.ProgrammingError from every method, and a write on it failed after taking the
     store's file lock, keeping it until the process ended: every later writer, in this process or another, was
-    refused as "being written by another process"."""
+    refused as "being written by another process". Applying a calibration (the server's /admin "Apply") raised it
+    still."""
     rag.close()
     for call in (lambda: rag.add_documents("The lift is by the stairs."), lambda: rag.ask("Where is the lift?"),
-                 lambda: rag.decide("Where is the lift?"), lambda: rag.remove("x")):
+                 lambda: rag.decide("Where is the lift?"), lambda: rag.remove("x"),
+                 lambda: rag.use_calibration(rag.certified.shipped, 0.1)):
         with pytest.raises(StoreError, match="was closed"):
             call()
     with pytest.raises(sqlite3.ProgrammingError), rag.store.writing():  # the reload under the lock fails
