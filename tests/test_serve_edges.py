@@ -288,3 +288,32 @@ def _passages(db: Path) -> int:
         return store.count
     finally:
         store.close()
+
+
+def test_a_kiosk_request_waiting_for_the_store_holds_up_no_other_request(edge):
+    """``/api/kiosk`` read the store for the page's decision block on the event loop: while a commit step or an
+    index reload held the store's lock, the loop waited for it, and with it every request of every client (the page,
+    health, questions). Here the test holds that lock, as a commit does, while a kiosk request waits for it: the page
+    is served meanwhile, and the kiosk request is answered once the lock is let go."""
+    url, _, rag = edge
+    assert httpx.get(f"{url}/api/kiosk", timeout=T).status_code == 200  # the suggestions of this version are kept
+    lock, kiosk = rag.store._lock, queue.Queue()
+    thread = threading.Thread(target=lambda: kiosk.put(httpx.get(f"{url}/api/kiosk", timeout=T)))
+    with lock:
+        thread.start()
+        _until_waited_for(lock)  # the kiosk request's first read of the store
+    with lock:  # first come first served: that read goes before this; the next one waits for the test
+        _until_waited_for(lock)  # before: on the event loop
+        page = httpx.get(f"{url}/", timeout=30)  # before: ReadTimeout, the event loop waited for the lock
+        assert page.status_code == 200 and kiosk.empty()
+    thread.join(300)
+    answered = kiosk.get(timeout=1)
+    assert answered.status_code == 200 and answered.json()["decision"]["summary"]
+
+
+def _until_waited_for(lock) -> None:
+    """Return once another thread waits for ``lock`` (a FairLock the caller holds)."""
+    deadline = time.monotonic() + 60
+    while not lock._queue:
+        assert time.monotonic() < deadline, "no request asked for the store"
+        time.sleep(0.01)

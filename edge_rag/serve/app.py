@@ -99,10 +99,14 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
             data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()  # off the fast lane
         return JSONResponse(data)
 
+    def kiosk_page() -> dict:
+        """Both halves read the store under its lock (a commit step or an index reload may hold it): on the fast
+        lane, never on the event loop, which every other request needs meanwhile."""
+        return {"title": config.title, "questions": suggestions(rag, config.suggestions), "decision": decision(rag),
+                "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars}
+
     async def kiosk(request: Request) -> Response:
-        questions = await lanes.fast(suggestions, rag, config.suggestions)
-        return JSONResponse({"title": config.title, "questions": questions, "decision": decision(rag),
-                             "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars})
+        return JSONResponse(await lanes.fast(kiosk_page))
 
     async def accepted(text: str) -> str:
         """The question as the server takes it (``_question``'s checks); what was typed (as long as the page allows)
