@@ -25,6 +25,8 @@ from edge_rag.serve.admin_cal import Files  # noqa: E402
 from edge_rag.serve.admin_cal import calibrate as calibrate_job  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 from edge_rag.serve.jobs import Job, Jobs  # noqa: E402
+from edge_rag.serve.suggest import suggestions  # noqa: E402
+from edge_rag.types import Route  # noqa: E402
 
 AUTH = serving.WRITE
 
@@ -188,3 +190,17 @@ def test_a_calibration_job_makes_no_indexing_encoder_session(sample_db, tmp_path
             assert "index_threads" in encodes.error["error"]
         finally:
             jobs.close()
+
+
+def test_the_suggested_questions_follow_the_certificate_in_force(sample_db, bundle_dir, tmp_path):
+    """The kiosk page's suggested questions were kept until the documents changed: after the operator applied a
+    certificate that refuses them (here: one at alpha 0.01), the page went on offering six questions, each refused."""
+    shutil.copytree(sample_db, tmp_path / "db")
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        offered = suggestions(rag, 6)
+        assert offered
+        for alpha in (0.01, rag.config.max_error_rate):
+            rag.use_calibration(rag.certified.shipped, alpha)
+            now = suggestions(rag, 6)
+            assert all(rag.decide(q).route is not Route.REFUSE for q in now), (alpha, now)
+        assert now == offered

@@ -2,7 +2,7 @@
 
 Candidates are the packaged sample questions, then "<title>?" for the corpus's document titles; each is
 kept only if ``decide`` (milliseconds, no generation) would not refuse it. Recomputed when the corpus
-changes.
+changes, or the certificate deciding (the operator's /admin "Apply": it may refuse what it answered).
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from ..types import Route
 
 SAMPLE_QUESTIONS = Path(__file__).resolve().parent.parent / "sample" / "questions.json"
 TITLES = 50  # document titles tried as questions
-_memo: dict[tuple[int, int, int], list[str]] = {}
+_memo: dict[tuple[int, str, int], list[str]] = {}
 
 
 def suggestions(rag: EdgeRAG, n: int) -> list[str]:
     """Up to ``n`` questions the corpus answers (RAG or GPT route), in a stable order."""
-    key = (id(rag), rag.store.version, n)
+    key = (id(rag), rag.certified.cache_version(rag.store), n)  # the corpus's version and the certificate's
     if key not in _memo:
         _memo.clear()  # only the current corpus's list is kept
         _memo[key] = _answerable(rag, _candidates(rag), n)
