@@ -31,6 +31,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed: pip i
 import serving  # noqa: E402
 from serving import TOKEN, WRITE, running_server  # noqa: E402
 
+from edge_rag.config import Config  # noqa: E402
 from edge_rag.models import bundle as B  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
@@ -309,6 +310,29 @@ def test_a_kiosk_request_waiting_for_the_store_holds_up_no_other_request(edge):
     thread.join(300)
     answered = kiosk.get(timeout=1)
     assert answered.status_code == 200 and answered.json()["decision"]["summary"]
+
+
+def test_a_question_never_waits_for_the_kiosk_pages_suggestions(bundle_dir, sample_db, tmp_path):
+    """The kiosk page's suggested questions (a ``decide`` per candidate, the sample questions then every title, until
+    six are answered) were made on the fast lane, the questions' own: a question sent while another client loaded the
+    page waited for all of them (on a SQuAD store after each commit of an upload: 480-750 ms instead of 50-130).
+    Here a certificate that refuses everything has the page try all 54 candidates; questions sent meanwhile are
+    answered before the page is."""
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0))
+    rag.use_calibration(rag.certified.shipped, 0.01)  # every question refused: the page tries every candidate
+    with running_server(rag, ServeConfig(port=0, question_timeout_s=900, shutdown_grace_s=5)) as url:
+        lock, page = rag.store._lock, queue.Queue()
+        thread = threading.Thread(target=lambda: page.put(httpx.get(f"{url}/api/kiosk", timeout=T)))
+        with lock:
+            thread.start()
+            _until_waited_for(lock)  # the page's suggestions have begun: they wait for the store
+        for question in (TICKETS, "When does the museum open?", "Where can I park?"):
+            answered = httpx.post(f"{url}/api/ask", json={"question": question}, timeout=T)
+            assert answered.status_code == 200 and answered.json()["route"] == "REFUSE"
+        assert page.empty(), "the questions waited for the page's suggestions"
+        thread.join(300)
+        assert page.get(timeout=1).json()["questions"] == []
 
 
 def _until_waited_for(lock) -> None:

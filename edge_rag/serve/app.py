@@ -100,13 +100,13 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return JSONResponse(data)
 
     def kiosk_page() -> dict:
-        """Both halves read the store under its lock (a commit step or an index reload may hold it): on the fast
-        lane, never on the event loop, which every other request needs meanwhile."""
+        """Both halves read the store under its lock (a commit step or an index reload may hold it): never on the
+        event loop, which every other request needs meanwhile; on the page lane, where no question waits for it."""
         return {"title": config.title, "questions": suggestions(rag, config.suggestions), "decision": decision(rag),
                 "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars}
 
     async def kiosk(request: Request) -> Response:
-        return JSONResponse(await lanes.fast(kiosk_page))
+        return JSONResponse(await lanes.page(kiosk_page))
 
     async def accepted(text: str) -> str:
         """The question as the server takes it (``_question``'s checks); what was typed (as long as the page allows)

@@ -1,8 +1,10 @@
-"""Two lanes between the HTTP server and one EdgeRAG: fast work and one generation at a time.
+"""Three lanes between the HTTP server and one EdgeRAG: fast work, the kiosk page's, one generation at a time.
 
 - The **fast lane** (one thread) runs the question path up to the route: the cache, encode → route →
   retrieve → gate → extract (milliseconds), and health. Writes run on their own thread (``jobs.py``);
   the store's own locks keep the two apart (a question waits for one commit at most).
+- The **page lane** (one thread) makes the kiosk page's suggested questions: a ``decide`` per candidate, up to 60,
+  seconds each time the documents or the certificate change; on the fast lane every question waited behind them.
 - The **generation lane** (one thread) runs llama.cpp, first come first served. A question whose route
   is GPT is queued there and learns its place in line (``Queued`` events); RAG and REFUSE answers never
   wait for it, so extractive answers keep being served while a generation runs.
@@ -77,6 +79,7 @@ class Lanes:
         self.max_queue = max_queue
         self._fast = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-fast")
         self._generate = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-generate")
+        self._page = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-page")
         self._line: list[Job] = []  # submitted generation jobs in order; [0] is running or next
         self._starting = threading.Lock()  # a job starts, or is abandoned before it starts, never both
         self._stopping = False
@@ -84,6 +87,10 @@ class Lanes:
     async def fast(self, fn: Callable, *args):
         """Run ``fn(*args)`` on the fast lane."""
         return await asyncio.get_running_loop().run_in_executor(self._fast, fn, *args)
+
+    async def page(self, fn: Callable, *args):
+        """Run ``fn(*args)`` on the page lane."""
+        return await asyncio.get_running_loop().run_in_executor(self._page, fn, *args)
 
     @property
     def waiting(self) -> int:
@@ -171,3 +178,4 @@ class Lanes:
             job.abandoned = True
         self._generate.shutdown(wait=True, cancel_futures=True)
         self._fast.shutdown(wait=True, cancel_futures=True)
+        self._page.shutdown(wait=True, cancel_futures=True)
