@@ -107,6 +107,20 @@ def test_an_older_question_log_is_made_private(tmp_path):
     assert [json.loads(x)["question"] for x in path.read_text().splitlines()] == ["kept", "When do you open?"]
 
 
+def test_a_line_cut_by_a_crash_loses_no_later_question(tmp_path):
+    """Power lost mid-write leaves the log's last line without its newline; the restarted server appended the next
+    question to it, and the operator's page skipped both (the cut line is not JSON): that question was never listed."""
+    path = tmp_path / "questions.jsonl"
+    QuestionLog(path).add("Where is the cafe?")
+    with open(path, "ab") as f:
+        f.write(b'{"question": "When does the muse')  # the crash
+    QuestionLog(path).add("How much is a ticket?")  # the server started again
+    QuestionLog(path).add("Where can I park?")  # and again, the log whole this time: no empty line is added
+    assert [question for question, _ in read(path)] == ["Where is the cafe?", "How much is a ticket?",
+                                                        "Where can I park?"]
+    assert path.read_bytes().count(b"\n") == 4
+
+
 def test_questions_with_unicode_line_separators_are_listed(tmp_path):
     """The log is JSON Lines: U+2028, U+2029 and U+0085 sit raw inside its strings and end no line. They did, so
     such questions were logged but never listed on the operator's page for labelling."""

@@ -33,7 +33,7 @@ class QuestionLog:
         self._failed = False
         if path is not None:
             try:
-                os.close(_open(path))
+                _end_cut_line(path)
             except OSError as exc:
                 raise EdgeRAGError(f"cannot write the question log {path}: {exc}") from exc
 
@@ -77,6 +77,22 @@ def read(path: Path | None) -> list[tuple[str, str]]:
         if isinstance(entry, dict) and isinstance(entry.get("question"), str):
             out.append((entry["question"], str(entry.get("asked", ""))))
     return out
+
+
+def _end_cut_line(path: Path) -> None:
+    """Create the log, or end the line a crash cut short (power lost mid-write): else the next question appended
+    is glued to it, and skipped with it."""
+    fd = _open(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            with open(path, "rb") as f:
+                f.seek(size - 1)
+                cut = f.read(1) != b"\n"
+            if cut:
+                os.write(fd, b"\n")
+    finally:
+        os.close(fd)
 
 
 def _open(path: Path) -> int:
