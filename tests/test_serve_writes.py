@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +40,7 @@ from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.auth import token_from_file  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
+from edge_rag.serve.uploads import TEMP_PREFIX  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T = httpx.Timeout(300.0, connect=10.0)
@@ -358,3 +360,63 @@ def test_sigterm_while_the_server_says_it_serves_stops_it_cleanly(bundle_dir, sa
                 proc.wait()
     assert proc.returncode == 0 and text.endswith("edge-rag: stopped\n"), (proc.returncode, text,
                                                                           proc.stderr.read()[-2000:])
+
+
+
+UPLOADS = 8  # more uploads than asyncio's default executor has threads on a 2-core device (min(32, cores + 4))
+
+
+def test_uploads_being_parsed_hold_up_no_question(bundle_dir, sample_db, tmp_path):
+    """Uploads were parsed in asyncio's default executor, where a logged question's append to the question log runs
+    too: with as many uploads being parsed as it has threads, every question waited for a parse to end (8 HTML
+    uploads of 3.5 MB: a question took 8.5 s instead of 0.2). Here each parse child is frozen (SIGSTOP) as it starts:
+    the question is answered while they are, and every upload is indexed once they go on."""
+    psutil = pytest.importorskip("psutil")
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=serving.test_config())
+    config = ServeConfig(port=0, question_timeout_s=900, token=serving.TOKEN, question_log=str(tmp_path / "q.jsonl"))
+    html = b"<html><body><p>The roof garden opens in May.</p></body></html>"
+    with running_server(rag, config) as url, ThreadPoolExecutor(UPLOADS) as pool:
+        with _frozen_parses(psutil) as frozen:
+            uploads = [pool.submit(httpx.post, f"{url}/api/documents", files={"file": (f"garden{i}.html", html)},
+                                   headers=WRITE, timeout=T) for i in range(UPLOADS)]
+            while _saved_uploads() < UPLOADS or not frozen:  # every upload is being parsed or waits for it
+                assert not any(u.done() for u in uploads), [u.result().text for u in uploads if u.done()]
+                time.sleep(0.01)
+            assert _answer(url, TICKETS)["route"] == "RAG"
+            # before: answered only once the frozen parses had been killed at their time limit
+            assert all(p.is_running() and p.status() == psutil.STATUS_STOPPED for p in frozen)
+        jobs = [wait_job(url, u.result()) for u in uploads]
+        assert [j["state"] for j in jobs] == ["done"] * UPLOADS, jobs
+
+
+@contextlib.contextmanager
+def _frozen_parses(psutil):
+    """The list of this process's parse children, each stopped (SIGSTOP) as soon as it is seen; continued on exit."""
+    frozen: list = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for child in psutil.Process().children():
+                with contextlib.suppress(psutil.Error):
+                    if child not in frozen and "parse_child" in " ".join(child.cmdline()):
+                        child.suspend()
+                        frozen.append(child)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield frozen
+    finally:
+        done.set()
+        watcher.join()
+        for child in frozen:
+            with contextlib.suppress(psutil.Error):
+                child.resume()
+
+
+def _saved_uploads() -> int:
+    """Upload folders of this process holding their file (saved: its parse is next)."""
+    return sum(1 for f in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}{os.getpid()}-*/000/*.html"))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -68,6 +69,9 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     questions = QuestionLog(Path(config.question_log) if config.question_log else None)
     jobs = Jobs(rag)
     parser = Parser()  # the uploads' PDF/HTML parse children
+    # Uploads are parsed one at a time on a thread of their own (one child of PARSE_MEMORY_MB at once): in asyncio's
+    # default executor, 6 threads on 2 cores, parses filled it and every logged question waited for a free thread.
+    parsing = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-parse")
     remove_stale_folders()
     deep_check = asyncio.Lock()  # one recall measurement at a time: it reads every stored vector
     admin = Admin(rag, config, jobs, STATIC, PAGE_HEADERS)  # the operator's certificate, if one was applied
@@ -80,6 +84,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
             log.warning("a model did not load: %s", exc)
         yield
         parser.stop()  # a parse in progress does not hold the shutdown
+        parsing.shutdown(wait=True, cancel_futures=True)
         jobs.close()
         admin.close()
         lanes.close()
@@ -176,7 +181,8 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         with upload_folder() as tmp:
             saved = await save_files(files, tmp)
             # Parse every file before adding any (one bad file adds nothing), off the fast lane.
-            parsed = await asyncio.to_thread(lambda: [parse(name, path, parser) for name, path in saved])
+            parsed = await asyncio.get_running_loop().run_in_executor(
+                parsing, lambda: [parse(name, path, parser) for name, path in saved])
         names = [name for name, _ in saved]
 
         def work(job: Job) -> dict:
