@@ -5,7 +5,9 @@ old certificate: too few labels, labels older than the documents, a calibration 
 from __future__ import annotations
 
 import json
+import queue
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -204,3 +206,25 @@ def test_the_suggested_questions_follow_the_certificate_in_force(sample_db, bund
             now = suggestions(rag, 6)
             assert all(rag.decide(q).route is not Route.REFUSE for q in now), (alpha, now)
         assert now == offered
+
+
+def test_saving_a_label_while_the_store_is_busy_holds_up_no_other_request(server):
+    """Saving a label read the store's version on the event loop (an argument of the call sent to a thread): while a
+    commit step held the store's lock, every request of every client waited with it. Here the test holds that lock
+    while a label is saved: the kiosk page is served meanwhile, and the label is saved once the lock is let go."""
+    url, rag, _ = server
+    lock, saved = rag.store._lock, queue.Queue()
+    label = {"question": OFF_TOPIC[0], "label": "off-topic"}
+    thread = threading.Thread(target=lambda: saved.put(httpx.post(f"{url}/api/admin/labels", json=label,
+                                                                  headers=AUTH, timeout=300)))
+    with lock:
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not lock._queue:  # the save waits for the store
+            assert time.monotonic() < deadline, "the label's save never asked for the store"
+            time.sleep(0.01)
+        page = httpx.get(f"{url}/", timeout=30)  # before: ReadTimeout, the event loop waited for the lock
+        assert page.status_code == 200 and saved.empty()
+    thread.join(300)
+    assert saved.get(timeout=1).status_code == 200
+    httpx.post(f"{url}/api/admin/labels", json={**label, "label": None}, headers=AUTH, timeout=30)

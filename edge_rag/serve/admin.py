@@ -96,8 +96,9 @@ class Admin:
             raise HTTPException(400, 'send {"question": "...", "label": "answer", "answers": ["..."]}')
         if body.get("label") is None:
             return JSONResponse({"removed": await asyncio.to_thread(labels.remove, body["question"])})
-        saved = await asyncio.to_thread(labels.set, body["question"], body["label"], body.get("answers", []),
-                                        self.rag.store.version)
+        # the store's version too off the event loop: it waits for the store's lock, as long as a commit step holds it
+        saved = await asyncio.to_thread(lambda: labels.set(body["question"], body["label"], body.get("answers", []),
+                                                           self.rag.store.version))
         return JSONResponse(saved.to_dict())
 
     async def search(self, request: Request) -> Response:
