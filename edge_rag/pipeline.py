@@ -146,6 +146,11 @@ class EdgeRAG:
                 raise BudgetError(f"{exc} — at least: counting stopped after {total} new passages, more than the "
                                   f"{room} that fit") from None
             raise
+        if self.plan.encode_batch_tokens != self.config.encode_batch_tokens:  # the batch that fits beside this index
+            self.config = self.plan.apply(self.config)
+            self.certified = self.certified.planned(self.config)  # its reader, if loaded, reads in the new batch
+            for session in {self.encoder, encoder or self.encoder}:
+                session.batch_tokens = max(self.config.encode_batch_tokens, session.max_seq_len)
         with tqdm(total=total, unit="passage", disable=progress is not True or not total, desc="indexing") as bar:
             def report(done: int, planned: int) -> None:
                 bar.update(done - bar.n)

@@ -68,13 +68,13 @@ def test_a_file_too_big_for_the_budget_is_refused_before_encoding(tmp_path, bund
     write_text(path, 8)
     from edge_rag.config import Config
 
-    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(memory_budget_mb=1100)) as rag:
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(memory_budget_mb=600)) as rag:
         try:
             rag.add_files([path])
         except BudgetError as exc:
             assert "passages" in str(exc)
         else:
-            raise AssertionError("an 8 MB file indexed inside 1100 MB: pick a smaller budget for this test")
+            raise AssertionError("an 8 MB file indexed inside 600 MB: pick a smaller budget for this test")
         assert rag.store.count == 0
 
 

@@ -255,6 +255,55 @@ def test_tight_budget_shrinks_n_ctx_then_the_encoder_batch(bundle: B.Bundle) -> 
         fixed_plan(bundle, wide.with_(memory_budget_mb=math.floor(smallest.total_mb)))
 
 
+def test_a_larger_store_is_planned_as_plan_would_plan_it(bundle: B.Bundle) -> None:
+    """A larger index leaves less of the budget to the encoder batch: ``with_passages`` accepts exactly the stores
+    ``plan`` accepts, at the batch ``plan`` would choose for them (it kept the batch it had and refused a store that
+    fits at a smaller one: 3,000 sentences in 800 MB were refused although 1,024 tokens fit them in 536), and refuses
+    the rest with the smallest plan's numbers."""
+    dim, big = int(bundle.encoder["dim"]), Config(memory_budget_mb=100_000)
+    tight = big.with_(memory_budget_mb=math.ceil(fixed_plan(bundle, big).total_mb))
+    start = fixed_plan(bundle, tight)
+    assert start.encode_batch_tokens == tight.encode_batch_tokens  # the budget holds the largest batch, just
+    lo, hi = 0, 1 << 24  # the largest store plan() accepts in this budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            fixed_plan(bundle, tight, mid)
+            lo = mid
+        except BudgetError:
+            hi = mid - 1
+    for n in (3000, lo // 2, lo):
+        grown, fresh = start.with_passages(n, tight, dim), fixed_plan(bundle, tight, n)
+        assert (grown.encode_batch_tokens, grown.n_ctx, grown.components) == (
+            fresh.encode_batch_tokens, fresh.n_ctx, fresh.components), n
+        assert grown.total_mb <= tight.memory_budget_mb
+    assert start.with_passages(3000, tight, dim).encode_batch_tokens < start.encode_batch_tokens
+    with pytest.raises(BudgetError) as err:
+        start.with_passages(lo + 1, tight, dim)
+    smallest = fixed_plan(bundle, big.with_(encode_batch_tokens=1), lo + 1)
+    assert f"for {lo + 1} passages" in str(err.value)
+    assert str(err.value).endswith(f"raise memory_budget_mb to at least {int(smallest.total_mb) + 1}")
+
+
+def test_indexing_runs_the_sessions_at_the_batch_the_grown_plan_holds(bundle: B.Bundle, bundle_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    """A budget that holds the largest encoder batch for an empty store, not for 4,000 passages more: adding them
+    re-plans to a smaller batch and every session (the question encoder, the loaded reader) runs at it, so what runs
+    is what the plan priced (the add was refused, naming a budget that was enough)."""
+    config = Config()
+    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False)
+    config = config.with_(memory_budget_mb=math.ceil(opened.total_mb) + 8)  # room for this process's RSS to move
+    docs = [f"Sentence number {i} describes a topic of its own in several plain words." for i in range(4000)]
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config) as rag:
+        assert rag.plan.encode_batch_tokens == config.encode_batch_tokens and config.reads_neural
+        rag.warm_up()  # the reader is loaded at the batch of the plan it opened with
+        assert rag.add_documents(docs) == len(docs)
+        batch = rag.plan.encode_batch_tokens
+        assert batch < config.encode_batch_tokens and rag.plan.total_mb <= config.memory_budget_mb
+        assert rag.config.encode_batch_tokens == rag.certified.config.encode_batch_tokens == batch
+        assert rag.encoder.batch_tokens == rag.certified.neural_reader().reader.batch_tokens == batch
+
+
 def test_stored_passages(tmp_path: Path) -> None:
     from edge_rag.storage.store import Part, Store
     from edge_rag.types import Document
@@ -309,7 +358,7 @@ out["peak_after_refusal"] = peak_rss_mb()
 out["cli_exit"] = main(["ask", "When does the museum open?", "--db", db, "--bundle", bundle, "--memory-mb", str(tight),
                         "--seed-decision"])
 rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=fits, certified=False))
-docs = [Document(f"d{i}", f"t{i}", f"Passage number {i} talks about a topic of its own.") for i in range(20000)]
+docs = [Document(f"d{i}", f"t{i}", f"Passage number {i} talks about a topic of its own.") for i in range(100000)]
 try:
     rag.add_documents(docs)
 except BudgetError as exc:
@@ -323,8 +372,8 @@ def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, b
                                                              tmp_path: Path) -> None:
     """In a fresh process, on the seeds' decision (which generates): a budget below the generator's needs raises
     BudgetError from EdgeRAG() (and exit 2 from the CLI) while peak RSS is still far below the models' sizes, so
-    nothing large was loaded; a budget that fits the models but not 20k more passages refuses the add before
-    encoding any of them."""
+    nothing large was loaded; a budget that fits the models but not 100k more passages, at any encoder batch,
+    refuses the add before encoding any of them."""
     fits = math.ceil(fixed_plan(bundle, Config(memory_budget_mb=100_000, certified=False)).total_mb) + 20
     out = subprocess.run([sys.executable, "-c", REFUSE_SCRIPT, str(tmp_path / "db"), str(bundle_dir), "200", str(fits)],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -333,7 +382,7 @@ def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, b
     assert result["error"].startswith("generator needs ~") and "of the 200 MB budget" in result["error"]
     assert result["peak_after_refusal"] < 150  # the GGUF alone is 241 MB, the encoder session ~50 MB
     assert result["cli_exit"] == 2 and "generator needs ~" in out.stderr
-    assert result["index_error"].startswith("index needs ~") and "for 20000 passages" in result["index_error"]
+    assert result["index_error"].startswith("index needs ~") and "for 100000 passages" in result["index_error"]
     assert result["stored"] == 0
 
 

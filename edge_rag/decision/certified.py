@@ -14,6 +14,7 @@ from ..config import Config
 from ..errors import BundleError
 from ..models import bundle as B
 from ..reading.read import NOTHING, Candidate, NeuralReader, paragraphs, read_rules, reader_path
+from ..reading.reader import MAX_SEQ_LEN as READER_SEQ_LEN
 from ..reading.reader import reader_file
 from ..storage.fileio import sha256_file
 from ..storage.stores import PassageStore
@@ -108,6 +109,8 @@ class CertifiedPath:
             raise ValueError("a planned config may differ from the path's only in n_ctx and encode_batch_tokens")
         new = copy.copy(self)
         new.config, new._cache_key, new._neural_lock = config, _cache_key(config, self.calibration_sha256), threading.Lock()
+        if new._neural is not None:  # loaded already: it reads in the batch the plan now holds
+            new._neural.reader.batch_tokens = max(config.encode_batch_tokens, READER_SEQ_LEN)
         return new
 
     def swapped(self, calibration: Path, max_error_rate: float, store: PassageStore) -> CertifiedPath:

@@ -11,7 +11,8 @@ loads it.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import Config
@@ -44,6 +45,9 @@ class Plan:
     encode_batch_tokens: int
     passages: int
     components: tuple[Estimate, ...]
+    batches: tuple[int, ...]  # the encoder batches plan() may choose, largest first
+    # (n_ctx, batch) -> every component but the index, priced as plan() priced them (the same runtime base)
+    price: Callable[[int, int], tuple[Estimate, ...]] = field(repr=False, compare=False)
     remote_index: bool = False  # the store is on PostgreSQL: its index is not counted on the device
 
     @property
@@ -63,13 +67,28 @@ class Plan:
         return config.with_(n_ctx=self.n_ctx, encode_batch_tokens=self.encode_batch_tokens)
 
     def with_passages(self, passages: int, config: Config, dim: int) -> Plan:
-        """This plan for a store of ``passages``; BudgetError (before anything is encoded) if the larger
-        index no longer fits beside what is already planned."""
+        """This plan for a store of ``passages``, at the largest encoder batch with which the larger index fits
+        (a larger index leaves less for the batch's activations: the caller runs its sessions at the batch this plan
+        gives); n_ctx stays (llama.cpp may hold its KV cache already). BudgetError (before anything is encoded) if
+        it fits at no batch, with the numbers of the smallest."""
         index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, self.remote_index)
-        parts = tuple(index if c.name == index.name else c for c in self.components)
-        if sum(c.mb for c in parts) > self.budget_mb:
-            raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, self.encode_batch_tokens, passages))
-        return replace(self, passages=passages, components=parts)
+        for batch in self.batches:
+            parts = (*self.price(self.n_ctx, batch), index)
+            if sum(c.mb for c in parts) <= self.budget_mb:
+                return replace(self, passages=passages, encode_batch_tokens=batch, components=parts)
+        raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, batch, passages))
+
+    def room(self, held: int, config: Config, dim: int) -> int:
+        """How many passages more than ``held`` the budget can index (the largest n ``with_passages`` accepts)."""
+        lo, hi = 0, 1 << 31
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                self.with_passages(held + mid, config, dim)
+                lo = mid
+            except BudgetError:
+                hi = mid - 1
+        return lo
 
     def room(self, have: int, config: Config, dim: int) -> int:
         """How many passages beyond ``have`` this plan can index: the largest n ``with_passages(have + n)`` takes."""
@@ -127,24 +146,24 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     reader = reader_file(bundle) if config.reads_neural else None
     reader_bytes = reader.stat().st_size if reader is not None and reader.is_file() else 0
 
-    def components(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
+    def price(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
         encoder = encoder_estimate(onnx_bytes, dim, batch, seq, heads, ffn)
         # The server's second session (EdgeRAG.indexing_encoder): the encoder alone (no router), at the same batch.
         second = encoder_estimate(encoder_bytes, dim, batch, seq, heads, ffn) if config.index_threads else None
         indexing = (replace(second, name=INDEXING_ENCODER),) if second else ()
         reader_part = (reader_estimate(reader_bytes, dim, batch, READER_SEQ_LEN),) if reader_bytes else ()
         llm = (generator_estimate(info, n_ctx),) if generator else ()
-        return base, *llm, encoder, *reader_part, *indexing, index  # errors name the first over
+        return base, *llm, encoder, *reader_part, *indexing  # errors name the first over, the index last
 
     budget = config.memory_budget_mb
     ctxs = _n_ctx_candidates(config.n_ctx, info.context_length) if generator else [config.n_ctx]
-    batches = _batch_candidates(config.encode_batch_tokens, seq)
+    batches = tuple(_batch_candidates(config.encode_batch_tokens, seq))
     for batch in batches:
         for n_ctx in ctxs:
-            parts = components(n_ctx, batch)
+            parts = (*price(n_ctx, batch), index)
             if sum(c.mb for c in parts) <= budget:
-                return Plan(budget, n_ctx, batch, passages, parts, remote_index)
-    raise BudgetError(_no_fit(components(ctxs[-1], batches[-1]), budget, ctxs[-1], batches[-1], passages))
+                return Plan(budget, n_ctx, batch, passages, parts, batches, price, remote_index)
+    raise BudgetError(_no_fit((*price(ctxs[-1], batches[-1]), index), budget, ctxs[-1], batches[-1], passages))
 
 
 def _n_ctx_candidates(n_ctx: int, trained: int) -> list[int]:
