@@ -23,6 +23,7 @@ from .documents.indexing import Progress, Todo, as_document, index, plan_changes
 from .errors import BudgetError, InputError, check_question, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
+from .memory.hold import admit, hold
 from .models import bundle as B
 from .models.registry import default_bundle
 from .models.verify import select_encoder
@@ -35,6 +36,7 @@ from .retrieval.rerank import rerank
 from .retrieval.route import Router, choose_tier, correct, search_width
 from .storage.cache import AnswerCache
 from .storage.dburl import is_remote
+from .storage.store import Store
 from .storage.stores import open_store
 from .types import Answer, Document, Route
 
@@ -72,6 +74,8 @@ class EdgeRAG:
                                c.encode_batch_tokens, c.threads)
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == self._encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
+        if isinstance(self.store, Store):  # another process's commit is loaded only if the plan holds it
+            self.store.admit = lambda passages: admit(self, passages)
         self.certified.check_store(self.store)
         held = generator if self.plan.generator and generator else None
         self._generator = held if held and held.serves(self.bundle.path(B.ROLE_GENERATOR), c.n_ctx) else None
@@ -140,17 +144,12 @@ class EdgeRAG:
                encoder: Encoder | None = None) -> int:
         total = sum(t.units for t in todo)
         try:
-            self.plan = self.plan.with_passages(self._held(total), self.config, self.encoder.dim)
+            hold(self, self.plan.with_passages(self._held(total), self.config, self.encoder.dim), encoder)
         except BudgetError as exc:
             if total > room:
                 raise BudgetError(f"{exc} — at least: counting stopped after {total} new passages, more than the "
                                   f"{room} that fit") from None
             raise
-        if self.plan.encode_batch_tokens != self.config.encode_batch_tokens:  # the batch that fits beside this index
-            self.config = self.plan.apply(self.config)
-            self.certified = self.certified.planned(self.config)  # its reader, if loaded, reads in the new batch
-            for session in {self.encoder, encoder or self.encoder}:
-                session.batch_tokens = max(self.config.encode_batch_tokens, session.max_seq_len)
         with tqdm(total=total, unit="passage", disable=progress is not True or not total, desc="indexing") as bar:
             def report(done: int, planned: int) -> None:
                 bar.update(done - bar.n)

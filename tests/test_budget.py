@@ -304,6 +304,36 @@ def test_indexing_runs_the_sessions_at_the_batch_the_grown_plan_holds(bundle: B.
         assert rag.encoder.batch_tokens == rag.certified.neural_reader().reader.batch_tokens == batch
 
 
+def test_a_store_grown_by_another_process_is_loaded_only_if_the_plan_holds_it(bundle: B.Bundle, bundle_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    """A reader follows commits of other processes (`edge-rag index` beside a server): the index it loads is re-planned
+    first, like its own additions. A commit the plan holds is loaded (the plan counts it); one it holds at no batch
+    fails the question with a BudgetError and stays unloaded (it was loaded whatever its size, past the budget)."""
+    from edge_rag.storage.store import Part, Store
+    from edge_rag.types import Document
+
+    config = Config(encode_batch_tokens=256)  # the smallest batch already: growth has nothing to shrink
+    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False)
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir,
+                 config=config.with_(memory_budget_mb=math.ceil(opened.total_mb) + 20)) as rag:
+        dim, room = rag.encoder.dim, rag.plan.room(0, rag.config, rag.encoder.dim)
+        other = Store(tmp_path / "db", dim, rag.store.encoder_id)  # the other process's store
+        vectors = np.random.default_rng(0).standard_normal((room + 1, dim)).astype(np.float32)
+
+        def commit(doc: str, n: int, at: int) -> None:
+            other.add([Part(Document(doc, doc, "x"), 0, [f"{doc} {i}" for i in range(n)], last=True)], vectors[at:at + n])
+
+        commit("a", room // 2, 0)
+        rag.ask("Who founded the museum?")
+        assert rag.plan.passages == rag.store.index.get_current_count() == room // 2
+        commit("b", room + 1 - room // 2, room // 2)
+        with pytest.raises(BudgetError, match=f"grew to {room + 1} passages") as err:
+            rag.ask("Who founded the museum?")
+        assert "raise memory_budget_mb to at least" in str(err.value)
+        assert rag.store.index.get_current_count() == rag.plan.passages == room // 2
+        other.close()
+
+
 def test_stored_passages(tmp_path: Path) -> None:
     from edge_rag.storage.store import Part, Store
     from edge_rag.types import Document

@@ -72,6 +72,7 @@ class Store:
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
         self.lock_timeout, self.passage_kind = lock_timeout, passage_kind  # the kind of the passages it adds
         self.fault_hook: Callable[[str], None] | None = None
+        self.admit: Callable[[int], None] | None = None  # told another process's commit's passages before they load
         self._lock = FairLock()  # index + connection: held briefly by readers and by steps of a commit
         self._pending_from: int | None = None  # first label of the commit in progress: not searchable yet
         self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
@@ -277,17 +278,20 @@ class Store:
         if self.fault_hook is not None:
             self.fault_hook(name)
 
-    def _load_committed(self) -> tuple[hnswlib.Index, str | None, int, reachability.Exact]:
+    def _load_committed(self, admit: Callable[[int], None] | None = None
+                        ) -> tuple[hnswlib.Index, str | None, int, reachability.Exact]:
         """The last commit's index, its file name, the store version and the passages it does not reach, all read
         from one snapshot (store_load): another process may be committing meanwhile."""
-        index, name, meta = store_load.load_committed(self.db, self.folder, self.dim, self.m, self.ef_construction)
+        index, name, meta = store_load.load_committed(self.db, self.folder, self.dim, self.m, self.ef_construction,
+                                                      admit)
         return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
 
     def _follow(self) -> None:
         """Reload the index if another process committed since we loaded it (caller holds _lock); not during
-        this store's own commit (its transaction lands before its switch; no other process writes meanwhile)."""
+        this store's own commit (its transaction lands before its switch; no other process writes meanwhile).
+        ``admit`` (the memory plan) is told the new commit's passages first and may refuse to load it."""
         if self._pending_from is None and int(self._meta().get("version", 0)) != self._version:
-            self.index, self.index_file, self._version, self._exact = self._load_committed()
+            self.index, self.index_file, self._version, self._exact = self._load_committed(self.admit)
 
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:

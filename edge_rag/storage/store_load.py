@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import hnswlib
@@ -24,14 +24,17 @@ LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written be
 LOAD_TRIES = 10  # snapshots tried while commits keep removing the file just read (each retry: a newer commit landed)
 
 
-def load_committed(db: sqlite3.Connection, folder: Path, dim: int, m: int, ef_construction: int
-                   ) -> tuple[hnswlib.Index, str | None, dict[str, str]]:
+def load_committed(db: sqlite3.Connection, folder: Path, dim: int, m: int, ef_construction: int,
+                   admit: Callable[[int], None] | None = None) -> tuple[hnswlib.Index, str | None, dict[str, str]]:
     """The last commit's index, its file name and its store record (meta), all of one commit; StoreError if the
-    store is damaged, or if commits kept landing for LOAD_TRIES loads in a row."""
+    store is damaged, or if commits kept landing for LOAD_TRIES loads in a row. ``admit`` is told the commit's passage
+    count before its index is read, and may refuse it by raising (the memory plan of the process loading it)."""
     for _ in range(LOAD_TRIES):
         with _snapshot(db):
             meta = read_meta(db, folder)
             name = meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
+            if admit is not None:
+                admit(db.execute("SELECT COUNT(*) FROM passages").fetchone()[0])
             try:
                 return load_index(db, folder, name, meta, dim, m, ef_construction), name, meta
             except StoreError as exc:

@@ -1,0 +1,49 @@
+"""Running under a grown plan: a larger store leaves a smaller encoder batch, which every session must then run at.
+
+EdgeRAG re-plans when it adds documents and when another process's commit is about to load (Plan.with_passages);
+the sessions it has made were sized by the plan it opened with.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import BudgetError
+
+if TYPE_CHECKING:  # types only: the pipeline's modules import memory
+    from ..config import Config
+    from ..decision.certified import CertifiedPath
+    from ..retrieval.encode import Encoder
+    from ..storage.stores import PassageStore
+    from .plan import Plan
+
+
+class Planned(Protocol):
+    """What runs under a plan (EdgeRAG)."""
+
+    plan: Plan
+    config: Config
+    certified: CertifiedPath
+    encoder: Encoder
+    store: PassageStore
+
+
+def hold(rag: Planned, plan: Plan, encoder: Encoder | None = None) -> None:
+    """``rag`` runs under ``plan`` from now on: its batch in the config, the certified path (whose reader, if loaded,
+    reads in it), the question encoder and ``encoder`` (a second session indexing beside it)."""
+    rag.plan = plan
+    if plan.encode_batch_tokens != rag.config.encode_batch_tokens:
+        rag.config = plan.apply(rag.config)
+        rag.certified = rag.certified.planned(rag.config)
+        for session in {rag.encoder, encoder or rag.encoder}:
+            session.batch_tokens = max(plan.encode_batch_tokens, session.max_seq_len)
+
+
+def admit(rag: Planned, passages: int) -> None:
+    """Another process committed a store of ``passages`` that ``rag`` is about to load: hold it in the plan first, at
+    the batch that leaves room for it, or refuse to load it (BudgetError: the question fails, the process stays in
+    its budget)."""
+    try:
+        hold(rag, rag.plan.with_passages(passages, rag.config, rag.encoder.dim))
+    except BudgetError as exc:
+        raise BudgetError(f"the store at {rag.store.location} grew to {passages} passages (another process added them) "
+                          f"past this process's memory plan: {exc}; then open it again") from None
