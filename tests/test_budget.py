@@ -371,6 +371,35 @@ def test_real_run_stays_inside_the_planned_budget(bundle: B.Bundle, bundle_dir: 
     assert (p["n_ctx"] == 2048) == (at_2048.total_mb <= budget_mb), (p, at_2048.total_mb)
 
 
+ENCODE_LONG = """
+import json, sys
+import numpy as np
+from edge_rag.memory import peak_rss_mb
+from edge_rag.retrieval.encode import Encoder
+encoder = Encoder(sys.argv[1], sys.argv[2], 256, 2048)
+words = "alpha beta gamma delta harbour museum lighthouse river valley engine copper station garden".split()
+texts = [" ".join(words[(i + j) % len(words)] for j in range(9000)) for i in range(256)]  # ~60k chars, one sentence
+same = np.array_equal(encoder.encode(texts[:8]), encoder.encode([t[:3000] for t in texts[:8]]))  # 256 of ~450 tokens
+before = peak_rss_mb()
+encoder.encode(texts)
+print(json.dumps({"rise": peak_rss_mb() - before, "same": bool(same)}))
+"""
+
+
+def test_encoding_long_passages_stays_within_the_planned_activations(bundle: B.Bundle) -> None:
+    """A passage is cut to max_seq_len tokens, but the tokenizer kept the whole of each long text of a batch as overflow:
+    1,024 passages of 60k characters (a file without sentence ends) held 1.8 GB during one indexing batch, in a
+    budget of 340 MB. In a fresh process: encoding 256 of them raises peak RSS by no more than the plan prices the
+    activations of that batch (it rose ~440 MB), and a long text keeps the vector of its first 3,000 characters."""
+    path = bundle.require(B.ROLE_ENCODER)
+    out = subprocess.run([sys.executable, "-c", ENCODE_LONG, str(path), str(bundle.require(B.ROLE_TOKENIZER))],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    priced = encoder_estimate(path.stat().st_size, int(bundle.encoder["dim"]), 2048, 256).parts["activations"]
+    assert result["same"] and result["rise"] <= priced, (result, priced)
+
+
 # -- EdgeRAG plans before it loads ----------------------------------------------------------------
 REFUSE_SCRIPT = """
 import json, sys

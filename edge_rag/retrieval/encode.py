@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnxruntime as ort
@@ -45,6 +46,17 @@ def load_session(path: Path, threads: int) -> ort.InferenceSession:
         raise BundleError(f"cannot load ONNX model {path}: {exc}") from exc
 
 
+TOKENIZE_CHARS = 1 << 19  # characters the tokenizer encodes at once (a long text's overflow is dropped after each)
+
+
+class Tokens(NamedTuple):
+    """One text's tokens as the encoder feeds them (pad_batch reads these fields of a tokenizers Encoding too)."""
+
+    ids: np.ndarray
+    attention_mask: np.ndarray
+    type_ids: np.ndarray
+
+
 class Encoder:
     """Embeds texts into unit vectors of ``dim`` floats."""
 
@@ -77,9 +89,23 @@ class Encoder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encodings = self.tokenizer.encode_batch(list(texts))
+        encodings = self._tokenize(texts)
         for rows in length_batches([len(e.ids) for e in encodings], self.batch_tokens):
             out[rows] = self._run([encodings[i] for i in rows])
+        return out
+
+    def _tokenize(self, texts: Sequence[str]) -> list[Tokens]:
+        """The texts' tokens, cut to max_seq_len, tokenized about TOKENIZE_CHARS characters at a time and kept as arrays:
+        the tokenizer's encodings hold the whole of a long text as overflow, ~1.7 MB for a 60k-character passage, so a
+        batch of 1,024 such passages held 1.8 GB (the memory plan prices the activations, not the tokenizer)."""
+        out: list[Tokens] = []
+        start, chars = 0, 0
+        for end, text in enumerate(texts, 1):
+            chars += len(text)
+            if chars >= TOKENIZE_CHARS or end == len(texts):
+                out += [Tokens(*(np.asarray(x, dtype=np.int64) for x in (e.ids, e.attention_mask, e.type_ids)))
+                        for e in self.tokenizer.encode_batch(list(texts[start:end]))]
+                start, chars = end, 0
         return out
 
     def encode_one(self, text: str) -> np.ndarray:
