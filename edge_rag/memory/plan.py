@@ -90,18 +90,6 @@ class Plan:
                 hi = mid - 1
         return lo
 
-    def room(self, have: int, config: Config, dim: int) -> int:
-        """How many passages beyond ``have`` this plan can index: the largest n ``with_passages(have + n)`` takes."""
-        lo, hi = 0, 1 << 31
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            try:
-                self.with_passages(have + mid, config, dim)
-                lo = mid
-            except BudgetError:
-                hi = mid - 1
-        return lo
-
     def __str__(self) -> str:
         lines = [f"memory plan: ~{self.total_mb:.0f} of {self.budget_mb} MB (n_ctx {self.n_ctx}, "
                  f"encode_batch_tokens {self.encode_batch_tokens}, {self.passages} passages)"]
