@@ -417,3 +417,22 @@ def test_a_calibration_counted_on_another_kind_of_store_certifies_nothing(bundle
         path = CertifiedPath(bundle, config, other, remote=remote)
         assert path.certificate is None
         assert path.uncertified.startswith(f"not calibrated for this kind of store (calibrated on a '{counted}' store")
+
+
+def test_answers_cached_under_other_certificates_are_not_served(sample_rag, monkeypatch):
+    """A persisted answer cache outlives an upgrade of edge-rag, and the rule that chooses a certificate from the same
+    calibration file may change with it (sharing delta moved the default threshold 0.481 -> 0.499): the cache's key
+    was the config and the file's hash only, so answers decided by the old threshold were served under the new one."""
+    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.decision.certify import ReaderCalibration
+
+    config = Config(temperature=0.0)
+    now = CertifiedPath(sample_rag.bundle, config)
+    with monkeypatch.context() as older:  # the rule of an earlier edge-rag: each certificate at the whole delta
+        older.setattr(ReaderCalibration, "tests", property(lambda self: 1))
+        before = CertifiedPath(sample_rag.bundle, config)
+    assert before.calibration_sha256 == now.calibration_sha256 and before.config == now.config
+    assert before.certificate.threshold < now.certificate.threshold
+    assert before.cache_version(sample_rag.store) != now.cache_version(sample_rag.store)
+    same = CertifiedPath(sample_rag.bundle, config)  # the key is stable for the same certificates
+    assert same.cache_version(sample_rag.store) == now.cache_version(sample_rag.store)

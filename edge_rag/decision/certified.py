@@ -78,7 +78,6 @@ class CertifiedPath:
         self.calibration: Calibration | None = cal
         # cached answers were decided under one calibration: its hash is part of the cache's key
         self.calibration_sha256 = sha256_file(self.calibration_path) if cal is not None else None
-        self._cache_key = _cache_key(config, self.calibration_sha256)
         # why every question is refused (no reason: the calibration certifies this config, whatever the store holds)
         if cal is None:
             missing = f"not calibrated: run `python -m convert calibrate{' --backend pgvector' if remote else ''}`"
@@ -94,6 +93,7 @@ class CertifiedPath:
                    or generation_change(cal.source, config))
             self._measured = State(by_kind, None, gpt)
         self._state = self._measured
+        self._cache_key = _cache_key(config, self.calibration_sha256, self._measured)
         self._store_version: int | None = None  # as of the store's version last checked
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
@@ -108,7 +108,8 @@ class CertifiedPath:
         if config.with_(n_ctx=self.config.n_ctx, encode_batch_tokens=self.config.encode_batch_tokens) != self.config:
             raise ValueError("a planned config may differ from the path's only in n_ctx and encode_batch_tokens")
         new = copy.copy(self)
-        new.config, new._cache_key, new._neural_lock = config, _cache_key(config, self.calibration_sha256), threading.Lock()
+        new.config, new._neural_lock = config, threading.Lock()
+        new._cache_key = _cache_key(config, self.calibration_sha256, self._measured)
         if new._neural is not None:  # loaded already: it reads in the batch the plan now holds
             new._neural.reader.batch_tokens = max(config.encode_batch_tokens, READER_SEQ_LEN)
         return new
@@ -220,9 +221,11 @@ class CertifiedPath:
             "cal_error": cert.error, "kind": kind.value})
 
 
-def _cache_key(config: Config, calibration_sha256: str | None) -> str:
-    """Cached answers were decided under one config and one calibration: both are part of the cache's key."""
-    return hashlib.sha1(repr((config, calibration_sha256)).encode()).hexdigest()[:12]
+def _cache_key(config: Config, calibration_sha256: str | None, measured: State) -> str:
+    """Cached answers were decided under one config, one calibration and the certificates chosen from it: all three
+    are the cache's key. The certificates too, as the rule choosing them may change with edge-rag itself (sharing delta
+    raised the default threshold 0.481 -> 0.499 for the same file): a persisted cache must not answer by the old one."""
+    return hashlib.sha1(repr((config, calibration_sha256, measured)).encode()).hexdigest()[:12]
 
 
 def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None:
