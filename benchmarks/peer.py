@@ -21,7 +21,7 @@ from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
 from edge_rag.models.registry import ENCODER, home
 from evaluation.datasets import QAItem
 
-from .systems import bench_config
+from .systems import run_settings, settings_config
 
 WARM_QUESTIONS = 10
 # certified: the default Config (neural reader, certified decision); fixed_k: the same work as the peer on edge-rag
@@ -49,7 +49,7 @@ def run(db: Path, dataset: str, items: list[QAItem], bundle: Bundle, args: argpa
         return {"skipped": f"MiniLM weights not found at {model_dir} (run `edge-rag models pull`)"}
     work = args.out / "peer"
     work.mkdir(parents=True, exist_ok=True)
-    config = bench_config(args.threads, args.memory_mb, args.passages)
+    config = settings_config(run_settings(args))
     with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
         ids = sorted(rag.store.index.get_ids_list())
         passages = [{"title": p.title, "text": p.text} for p in rag.store.passages(ids)]
@@ -59,7 +59,7 @@ def run(db: Path, dataset: str, items: list[QAItem], bundle: Bundle, args: argpa
         "model_dir": str(model_dir), "gguf": str(bundle.require(ROLE_GENERATOR)), "db": str(db),
         "bundle": str(bundle.root), "prompt_style": bundle.generator.get("prompt_style", "one-shot"),
         "k": config.baseline_k, "max_new_tokens": config.tier(config.fallback_tier).max_new_tokens,
-        "n_ctx": config.n_ctx, "threads": args.threads, "memory_mb": args.memory_mb,
+        "n_ctx": config.n_ctx, "threads": args.threads, "config": run_settings(args),
     }
     (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
     print("peer comparison: building the sentence-transformers + FAISS index ...", flush=True)

@@ -88,10 +88,10 @@ def llm_split(llm) -> dict:
 
 def edge_answerer(system: str, job: dict) -> Callable[[str], dict]:
     """edge-rag with one of the benchmark presets, on the benchmark's prebuilt store."""
-    from benchmarks.systems import bench_config, preset
+    from benchmarks.systems import preset, settings_config
     from edge_rag import EdgeRAG
 
-    rag = EdgeRAG(job["db"], bundle=job["bundle"], config=preset(bench_config(job["threads"], job["memory_mb"]), system))
+    rag = EdgeRAG(job["db"], bundle=job["bundle"], config=preset(settings_config(job["config"]), system))
 
     def answer(question: str) -> dict:
         a = rag.ask(question)

@@ -73,11 +73,13 @@ def _f1_tokens(ax: Axes, systems: dict[str, dict]) -> None:
     ax.legend(fontsize=8)
 
 
+FIGURES = (  # file, y label, drawing
+    ("latency_stages.png", "mean ms per question (stacked stages)", _latency),
+    ("tokens.png", "mean tokens per question", _tokens),
+    ("route_mix.png", "share of questions", _routes),
+    ("f1_vs_tokens.png", "F1 (answerable)", _f1_tokens),
+)
+
+
 def write(results: dict, out: Path) -> list[Path]:
-    figures = [
-        ("latency_stages.png", "mean ms per question (stacked stages)", _latency),
-        ("tokens.png", "mean tokens per question", _tokens),
-        ("route_mix.png", "share of questions", _routes),
-        ("f1_vs_tokens.png", "F1 (answerable)", _f1_tokens),
-    ]
-    return [p for name, label, draw in figures if (p := _figure(results, out / name, label, draw))]
+    return [p for name, label, draw in FIGURES if (p := _figure(results, out / name, label, draw))]

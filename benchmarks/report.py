@@ -66,7 +66,7 @@ def _decision(ds: dict) -> str:
                      _n(ood.get("p50_ms"), 1), _pct(a["coverage"]), ci,
                      "–" if s.get("alpha") is None else f"{s['alpha']:g}", _n(read.get("p50"), 1),
                      _n(s["process_peak_rss_mb"], 0)])
-    return _table(["system", "F1 ans.", "unans. refused", "ans. wrongly refused", "OOD-test refused",
+    return _table(["system", "F1 (all answerable)", "unans. refused", "ans. wrongly refused", "OOD-test refused",
                    "OOD-test decide p50 ms", "coverage", "error among answered [95% CP]", "alpha", "read p50 ms",
                    "peak RSS MB"], rows)
 
@@ -205,7 +205,7 @@ def write(results: dict, path: Path, plots: list[Path]) -> Path:
                   "### Context and answer quality\n", _detail(ds),
                   "### Router: tier choices against tier labels\n", routing.report(ds.get("router")),
                   "### Stage latency, ms: mean over all questions (p50 / p95 where the stage ran)\n", _stages(ds)]
-    parts += ["## Retrieval (dense index, document-level gold evidence)\n", _retrieval(results),
+    parts += ["## Retrieval (document-level gold evidence)\n", _retrieval(results),
               "## Peer comparison\n", _peer(results["peer"]), "## Scale\n", _scale(results["scale"]),
               "## Hardware\n", _hardware(results["hardware"])]
     if plots:

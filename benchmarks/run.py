@@ -12,6 +12,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -30,7 +31,7 @@ from edge_rag.reading.generate import Generator
 
 from . import data, decision, hardware, peer, plots, report, routing, rss, scale, scale_backends, summary
 from . import metrics as M
-from .systems import BASELINE, SYSTEMS, available, bench_config, preset
+from .systems import BASELINE, SYSTEMS, available, bench_config, preset, run_settings, settings_config
 
 SCHEMA_VERSION = 1
 WARMUP_QUESTION = "What is this collection about?"
@@ -188,7 +189,7 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_
     """All systems on one dataset; returns its results, its index folder and, for the scale test, its passages
     (vectors and texts) and questions (embeddings and texts). ``shared``: the run's llama.cpp model under
     "generator", used by every system that may generate (loaded into it by the first); None: one per system."""
-    base = bench_config(args.threads, args.memory_mb, args.passages, args.max_new_tokens, dict(args.context_chars))
+    base = settings_config(run_settings(args))
     encoder_sha = bundle.sha256(ROLE_ENCODER)
     db, corpus = data.open_index(ds, bundle, encoder_sha, base, args.index_cache)
     result, qvecs, vectors, texts = measure_corpus(ds, bundle, db, base)
@@ -216,6 +217,15 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_
     result["risk_coverage"] = {s: decision.risk_coverage(r) for s, r in certified.items()}
     return result, db, {"vectors": vectors, "queries": qvecs, "texts": texts,
                         "questions": [q.question for q in ds.items]}
+
+
+def drop_stale(out: Path, figures: list[Path], ran_peer: bool) -> None:
+    """Remove the figures and peer files an earlier run left in ``out`` that this run did not write: the report links
+    only this run's, but whoever opens the folder takes every file in it for this run's."""
+    for path in {*out.glob("risk_coverage_*.png"), *(out / name for name, _, _ in plots.FIGURES)} - set(figures):
+        path.unlink(missing_ok=True)
+    if not ran_peer:
+        shutil.rmtree(out / "peer", ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -280,6 +290,7 @@ def main(argv: list[str] | None = None) -> dict:
                             args.out / f"risk_coverage_{name}.png")
         figures += [fig] if fig else []
     report.write(results, args.out / "report.md", figures)
+    drop_stale(args.out, figures, ran_peer="skipped" not in results["peer"])
     print(f"benchmark done in {results['runtime_s'] / 60:.1f} min; results in {args.out.resolve()}/ "
           "(results.json, report.md, questions.jsonl, *.png)")
     return results

@@ -1,6 +1,7 @@
 """The compared systems as Config presets: stage flags switched on one by one, as in the thesis."""
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -47,6 +48,18 @@ def bench_config(threads: int = 0, memory_mb: int | None = None, passage_mode: s
                                             context_chars=chars.get(t, s.context_chars))
                                  for t, s in config.tiers.items()})
     return config if memory_mb is None else config.with_(memory_budget_mb=memory_mb)
+
+
+def run_settings(args: argparse.Namespace) -> dict:
+    """``bench_config``'s inputs from the run's options, as JSON: a worker process builds the run's Config from them
+    (``settings_config``), so a stack measured apart answers with the run's passages, answer length and budgets."""
+    return {"threads": args.threads, "memory_mb": args.memory_mb, "passage_mode": args.passages,
+            "max_new_tokens": args.max_new_tokens, "context_chars": {t.value: n for t, n in args.context_chars}}
+
+
+def settings_config(settings: Mapping) -> Config:
+    """The Config of ``run_settings``'s JSON."""
+    return bench_config(**{**settings, "context_chars": {Tier(t): n for t, n in settings["context_chars"].items()}})
 
 
 def preset(base: Config, system: str) -> Config:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -16,8 +17,8 @@ import pytest
 from conftest import ROOT
 
 from benchmarks import decision, routing, run
-from benchmarks.systems import bench_config
-from edge_rag import EdgeRAG
+from benchmarks.systems import bench_config, preset, run_settings, settings_config
+from edge_rag import EdgeRAG, Tier
 from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
 from evaluation.metrics import best_f1
 
@@ -142,3 +143,30 @@ def test_router_labels_that_do_not_fit_the_budget_are_reported_not_raised(small_
     out = routing.router_confusion(db, bundle_dir, bench_config(memory_mb=100), [], {"routing": []})
     assert out is not None and out["system"] == "routing" and "memory_budget_mb" in out["error"]
     assert routing.report(out).startswith("No tier labels for `routing`: ")
+
+
+def test_the_peer_stacks_answer_with_the_runs_settings():
+    """The peer comparison's edge-rag stacks run in worker processes that build their Config from job.json: they
+    answered with sentence passages, the tiers' own answer lengths and context budgets whatever the run was given."""
+    args = run.parse_args(["--passages", "paragraph", "--max-new-tokens", "6", "--context-chars", "EASY=300",
+                           "--threads", "1", "--memory-mb", "900"])
+    job = json.loads(json.dumps({"config": run_settings(args)}))  # as the worker reads it
+    expected = bench_config(1, 900, "paragraph", 6, {Tier.EASY: 300})
+    assert preset(settings_config(job["config"]), "fixed_k") == preset(expected, "fixed_k")
+    assert expected.passage_mode == "paragraph" and expected.tier(Tier.EASY).context_chars == 300
+
+
+def test_a_reused_folder_keeps_only_this_runs_figures_and_peer_files(small_run, bundle_dir: Path, tmp_path: Path):
+    """A run into a folder an earlier run wrote left that run's figures and peer files beside its own (a
+    risk-coverage plot of a dataset this run did not measure, the peer's results under --skip-peer)."""
+    _, done = small_run
+    out = shutil.copytree(done, tmp_path / "out")
+    (out / "risk_coverage_hotpotqa.png").write_bytes(b"an earlier run's plot")
+    (out / "peer").mkdir()
+    (out / "peer" / "edge_rag-fixed_k.json").write_text("{}", encoding="utf-8")
+    run.main(["--n", "4", "--datasets", "squad", "--squad", str(done.parent / "squad.json"), "--bundle",
+              str(bundle_dir), "--out", str(out), "--index-cache", str(done.parent / "index"), "--skip-peer",
+              "--skip-scale", "--threads", "1", "--part", "all", "--systems", "certified"])
+    linked = set(re.findall(r"!\[[^]]*\]\(([^)]+)\)", (out / "report.md").read_text(encoding="utf-8")))
+    assert {p.name for p in out.glob("*.png")} == linked and "risk_coverage_squad.png" in linked
+    assert not (out / "peer").exists()

@@ -10,13 +10,13 @@ ROWS its questions.jsonl (default: the job's questions). Prints how many answers
 from __future__ import annotations
 
 from benchmarks.experiments.generation_latency import job_questions, parser
-from benchmarks.systems import bench_config, preset
+from benchmarks.systems import preset, settings_config
 from edge_rag import EdgeRAG
 
 
 def main() -> None:
     job, questions = job_questions(parser(__doc__).parse_args())
-    config = preset(bench_config(job["threads"], job["memory_mb"]), "fixed_k")
+    config = preset(settings_config(job["config"]), "fixed_k")
     answers = []
     for order in (questions, questions[::-1]):
         with EdgeRAG(job["db"], bundle=job["bundle"], config=config) as rag:
