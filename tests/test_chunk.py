@@ -47,7 +47,7 @@ def test_markdown_title_and_markup(tmp_path):
 
 @pytest.mark.parametrize("text, title", [
     ("# Notes\n\nSee below." + "\n" * 40000 + "End.", "Notes"),  # ^\s* across lines: 51 s before (quadratic)
-    ("# a" + " " * 3000 + "b #\n\nBody.", "a" + " " * 3000 + "b"),  # a lazy title before \s*#*\s*$: 63 s (cubic)
+    ("# a" + " " * 3000 + "b #\n\nBody.", "a" + " " * 999),  # a lazy title before \s*#*\s*$: 63 s (cubic); cut
     ("# Links\n\n" + "[" * 40000 + "[a](" * 10000, "Links"),  # each "[" scanning to the end: 14 s
 ])
 def test_markdown_patterns_take_linear_time(tmp_path, text, title):

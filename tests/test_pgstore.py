@@ -490,3 +490,33 @@ def test_the_doctor_command_names_the_rewrite_an_older_store_needs(pg_url, bundl
     assert run.returncode == 1, run.stdout + run.stderr
     assert "recall@10 1.000" in run.stdout and "VACUUM FULL edge_rag_passages" in run.stderr, run.stdout + run.stderr
     assert "hnsw_ef_search" not in run.stderr
+
+
+def test_a_nul_or_a_huge_title_is_refused_or_cut_before_the_commit_it_would_fail(pg_url, bundle_dir, tmp_path):
+    """PostgreSQL text holds no NUL and a tsvector at most 1 MB: one record with a NUL in its title (or a 1.35 MB
+    title) failed the whole commit, and a folder of 41 files indexed nothing (82 passages; the embedded store took
+    them all); a NUL in an id failed planning the same way. Titles are cleaned and cut as documents are made; an id
+    with a NUL skips its file, saying so, and the rest is indexed; a Document given whole is refused before anything."""
+    import json
+
+    from edge_rag.documents.chunk import MAX_TITLE_CHARS
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.types import Document
+
+    for i in range(3):
+        (tmp_path / f"f{i}.md").write_text(f"# Room {i}\n\nRoom {i} holds exhibit {i}. It opens daily.\n")
+    (tmp_path / "titles.jsonl").write_text(
+        json.dumps({"title": "Ca\x00fe", "text": "The cafe sells soup."}) + "\n"
+        + json.dumps({"title": "long " * 300_000, "text": "The shop sells postcards."}) + "\n")
+    (tmp_path / "ids.jsonl").write_text(json.dumps({"id": "b\x00d", "title": "Gift", "text": "Gifts."}) + "\n")
+    skipped: list[str] = []
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        assert rag.add_files([tmp_path], on_skip=lambda path, why: skipped.append(f"{path.name}: {why}")) == 8
+        assert skipped == ["ids.jsonl: the id of document 'b\\x00d' (" + str(tmp_path / "ids.jsonl")
+                           + ") holds a NUL character, which a PostgreSQL store cannot hold"]
+        titles = rag.store.titles(10)
+        assert "Cafe" in titles and max(map(len, titles)) == MAX_TITLE_CHARS
+        for bad in (Document("x", "a\x00b", "Text."), Document("y", "t" * (MAX_TITLE_CHARS + 1), "Text.")):
+            with pytest.raises(InputError, match="NUL|the limit is"):
+                rag.add_documents([make_document("A good one.", "Good"), bad])
+        assert (rag.store.count, rag.store.version) == (8, 1)

@@ -38,6 +38,9 @@ _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not 
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
 PARAGRAPH_WINDOW_CHARS = 1 << 16
 _HASH_SLICE_CHARS = 1 << 20
+# A title is stored with each of its passages and in their full-text entries (PostgreSQL's tsvector holds 1 MB at most:
+# a 1.35 MB title failed the whole commit it was in): a document's title is cut to this, its text kept whole.
+MAX_TITLE_CHARS = 1000
 # A text, Markdown or JSON file is read whole: no larger than the text a PDF or HTML file may yield (parse_child.py),
 # and above the server's default upload limit (20 MB).
 MAX_TEXT_FILE_BYTES = PARSE_TEXT_MB << 20
@@ -56,9 +59,10 @@ def doc_id_for(title: str, text: str) -> str:
 
 
 def make_document(text: str, title: str = "", doc_id: str | None = None, source: str = "") -> Document:
-    """A Document; bidi embedding/override/isolate controls are dropped from the title, where they only serve
-    to make a source shown on the kiosk read as something else."""
-    title = _BIDI_CONTROLS.sub("", title)
+    """A Document; control characters are dropped from the title (bidi embedding/override/isolate controls only
+    serve to make a source shown on the kiosk read as something else; PostgreSQL text cannot hold a NUL), and it is
+    cut to MAX_TITLE_CHARS."""
+    title = _CONTROL.sub("", _BIDI_CONTROLS.sub("", title))[:MAX_TITLE_CHARS]
     return Document(doc_id or doc_id_for(title, text), title, text, source)
 
 

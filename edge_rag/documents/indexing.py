@@ -27,7 +27,7 @@ from ..retrieval.encode import Encoder
 from ..storage.store_db import Part
 from ..storage.stores import PassageStore
 from ..types import Document
-from .chunk import doc_id_for, iter_units, make_document
+from .chunk import MAX_TITLE_CHARS, doc_id_for, iter_units, make_document
 from .files import warn_skip
 from .text import path_text
 
@@ -215,9 +215,17 @@ def as_document(item: object) -> Document:
 
 
 def check_document(doc: Document) -> None:
-    """A document SQLite and the tokenizers can hold: text and title are str without lone surrogates."""
-    for field, value in (("text", doc.text), ("title", doc.title), ("id", doc.doc_id)):
-        check_str(value, f"the {field} of document {doc.doc_id!r} ({doc.source or 'no file'})")
+    """A document both stores and the tokenizers can hold, refused before anything is encoded (a PostgreSQL store
+    failed the whole commit it was in): text, title, id and source are str without lone surrogates; the id, title and
+    source hold no NUL (PostgreSQL text cannot; the text's are dropped with the other controls when it is cut); the
+    title is at most MAX_TITLE_CHARS (make_document cuts it)."""
+    for field, value in (("text", doc.text), ("title", doc.title), ("id", doc.doc_id), ("source", doc.source)):
+        what = f"the {field} of document {doc.doc_id!r} ({doc.source or 'no file'})"
+        if "\x00" in check_str(value, what) and field != "text":
+            raise InputError(f"{what} holds a NUL character, which a PostgreSQL store cannot hold")
+    if len(doc.title) > MAX_TITLE_CHARS:
+        raise InputError(f"the title of document {doc.doc_id!r} ({doc.source or 'no file'}) is {len(doc.title)} "
+                         f"characters; the limit is {MAX_TITLE_CHARS}")
 
 
 def _batches(todo: Sequence[Todo], config: Config, size: int) -> Iterator[list[Part]]:
