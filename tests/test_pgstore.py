@@ -4,6 +4,7 @@
 own, one test a login role)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -520,3 +521,21 @@ def test_a_nul_or_a_huge_title_is_refused_or_cut_before_the_commit_it_would_fail
             with pytest.raises(InputError, match="NUL|the limit is"):
                 rag.add_documents([make_document("A good one.", "Good"), bad])
         assert (rag.store.count, rag.store.version) == (8, 1)
+
+
+def test_connections_the_server_dropped_are_replaced_not_failed(pg_url):
+    """A PostgreSQL restart (here: its backends terminated, as a restart does) left the pool's connections dead, and
+    the next search on each failed ('terminating connection due to administrator command': 4 of 10 after a restart,
+    one per pooled connection); a connection is now checked as it leaves the pool and replaced."""
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(3), [["a"], ["b"], ["c"]]), unit_vectors(3))
+    with contextlib.ExitStack() as held:  # the pool opens all its connections
+        for _ in range(store.pool.max_size):
+            held.enter_context(store.pool.connection()).execute("SELECT 1")
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
+    assert killed == store.pool.max_size
+    for _ in range(2 * store.pool.max_size):
+        assert [p.id for p in store.search(unit_vectors(3)[1], 1)] == [1]
+    store.close()

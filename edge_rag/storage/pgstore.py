@@ -63,6 +63,7 @@ class PgStore:
             self.pool = pool_mod.ConnectionPool(
                 url, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True,
                 configure=partial(Q.configure, register=self._register, ef_search=ef_search),
+                check=pool_mod.ConnectionPool.check_connection,  # one the server dropped (a restart) is replaced
                 kwargs={"autocommit": True, "connect_timeout": Q.CONNECT_TIMEOUT_S}, name="edge-rag")
 
     # -- reading -------------------------------------------------------------------------------
