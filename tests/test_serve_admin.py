@@ -228,3 +228,48 @@ def test_saving_a_label_while_the_store_is_busy_holds_up_no_other_request(server
     thread.join(300)
     assert saved.get(timeout=1).status_code == 200
     httpx.post(f"{url}/api/admin/labels", json={**label, "label": None}, headers=AUTH, timeout=30)
+
+
+class _EvictedOnLookup(dict):
+    """The calibrations kept for Apply, each evicted by a calibration job's thread right after it is looked up."""
+
+    def __contains__(self, key: object) -> bool:
+        found = super().__contains__(key)
+        self.pop(key, None)
+        return found
+
+    def get(self, key, default=None):
+        found = super().get(key, default)
+        self.pop(key, None)
+        return found
+
+
+def test_a_calibration_evicted_while_it_is_applied_is_applied_or_not_found(sample_db, tmp_path):
+    """Apply looked a calibration up twice (``in``, then ``[]``): a calibration job's thread evicting it in between
+    (the sixth kept) made the request a 500 (5 of 5 with the window widened); one look now, and the content it
+    found is applied."""
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from edge_rag.decision.certify import CALIBRATION_ASSET
+    from edge_rag.serve.admin import Admin
+    from edge_rag.serve.pages import STATIC
+
+    shutil.copytree(sample_db, tmp_path / "db")
+    content = json.loads(CALIBRATION_ASSET.read_text(encoding="utf-8"))
+    content["source"]["operator"] = {"labelled": "2026-01-01T00:00:00+00:00"}
+    with EdgeRAG(tmp_path / "db", config=Config(temperature=0.0)) as rag:
+        jobs = Jobs(rag)
+        admin = Admin(rag, ServeConfig(port=0, token=serving.TOKEN, question_log=str(tmp_path / "q.jsonl")), jobs,
+                      STATIC, {})
+        try:
+            client = TestClient(Starlette(routes=admin.routes()), raise_server_exceptions=False)
+            admin._candidates = _EvictedOnLookup(job=(content, rag.store.version))
+            applied = client.post("/api/admin/apply", json={"calibration": "job", "max_error_rate": 0.1}, headers=AUTH)
+            assert applied.status_code == 200, applied.text
+            assert applied.json()["decision"]["certificate"]["source"] == "operator"
+            gone = client.post("/api/admin/apply", json={"calibration": "job", "max_error_rate": 0.1}, headers=AUTH)
+            assert gone.status_code == 404
+        finally:
+            jobs.close()
+            admin.close()

@@ -158,9 +158,10 @@ class Admin:
         body = parse_json(await read_body(request, self.config.max_body_bytes))
         if not isinstance(body, dict) or not isinstance(body.get("calibration"), str):
             raise HTTPException(400, 'send {"calibration": "<the id a calibration job gave>"}')
-        if body["calibration"] not in self._candidates:
+        found = self._candidates.get(body["calibration"])  # one look: a calibration job's thread may evict it
+        if found is None:
             raise HTTPException(404, "no such calibration: calibrate first (the last few are kept until applied)")
-        content, version = self._candidates[body["calibration"]]
+        content, version = found
         files = self.files
         assert files is not None
         async with self._applying:  # one swap at a time; the file written is the one in force
