@@ -2,6 +2,7 @@
 import json
 import math
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -223,6 +224,46 @@ def test_passages_another_process_adds_to_an_open_store_are_checked_at_the_next_
         assert a.route is Route.REFUSE and a.refusal_reason == kiosk.certified.uncertified
         assert a.refusal_reason.startswith("not calibrated for this store's passages (cut as paragraph:20;")
         assert decision(kiosk)["certified"] is False and decision(kiosk)["reason"] == a.refusal_reason
+
+
+class _HeldAfterItsKinds:
+    """A store whose passage kinds, once read, are held until ``go`` is set (``read`` says when): a check of the
+    store's version paused between reading the kinds and recording what they certify."""
+
+    def __init__(self, store) -> None:
+        self.store, self.read, self.go = store, threading.Event(), threading.Event()
+
+    @property
+    def version(self) -> int:
+        return self.store.version
+
+    @property
+    def passage_kinds(self) -> frozenset[str]:
+        kinds = self.store.passage_kinds
+        self.read.set()
+        assert self.go.wait(300)
+        return kinds
+
+
+def test_a_check_of_an_older_version_never_writes_last(bundle_dir, tmp_path):
+    """check_store recorded the state of whichever check wrote last: a question's check that read the kinds of the
+    store's last version before another process added passages of another kind, and wrote after a later question's
+    check had seen them, left the path certifying a store it does not certify (certified at version 3, whose
+    paragraph passages it never measured, after the later check had refused). The newest version checked wins now."""
+    db = tmp_path / "db"
+    with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0)) as kiosk:
+        kiosk.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+        path, held = kiosk.certified, _HeldAfterItsKinds(kiosk.store)
+        older = threading.Thread(target=path.check_store, args=(held,))
+        older.start()
+        assert held.read.wait(300)  # it has the kinds of the version before the other process's commit
+        with EdgeRAG(db, bundle=bundle_dir, config=Config(temperature=0.0, passage_mode="paragraph")) as other:
+            other.add_documents(["The museum's café opens at nine. It closes at five."])
+        path.check_store(kiosk.store)  # the next question's check: another kind, nothing certified
+        assert path.certificate is None
+        held.go.set()
+        older.join(300)
+        assert path.certificate is None and path.uncertified.startswith("not calibrated for this store's passages")
 
 
 def test_generated_answers_are_certified_only_with_the_generator_they_came_from(sample_rag, tmp_path):

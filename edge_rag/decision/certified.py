@@ -95,6 +95,7 @@ class CertifiedPath:
         self._state = self._measured
         self._cache_key = _cache_key(config, self.calibration_sha256, self._measured)
         self._store_version: int | None = None  # as of the store's version last checked
+        self._state_lock = threading.Lock()
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
 
@@ -108,7 +109,7 @@ class CertifiedPath:
         if config.with_(n_ctx=self.config.n_ctx, encode_batch_tokens=self.config.encode_batch_tokens) != self.config:
             raise ValueError("a planned config may differ from the path's only in n_ctx and encode_batch_tokens")
         new = copy.copy(self)
-        new.config, new._neural_lock = config, threading.Lock()
+        new.config, new._neural_lock, new._state_lock = config, threading.Lock(), threading.Lock()
         new._cache_key = _cache_key(config, self.calibration_sha256, self._measured)
         if new._neural is not None:  # loaded already: it reads in the batch the plan now holds
             new._neural.reader.batch_tokens = max(config.encode_batch_tokens, READER_SEQ_LEN)
@@ -153,8 +154,10 @@ class CertifiedPath:
         version = store.version
         cal = self.calibration  # None only once nothing is certified (record_only)
         if version != self._store_version and self._measured.certificate is not None and cal is not None:
-            why = store_change(cal.source, store.passage_kinds)
-            self._state, self._store_version = (self._measured if why is None else State({}, why)), version
+            state = self._measured if (why := store_change(cal.source, store.passage_kinds)) is None else State({}, why)
+            with self._state_lock:  # questions check on many threads: one that read an older version never writes last
+                if self._store_version is None or version > self._store_version:
+                    self._state, self._store_version = state, version
 
     def record_only(self) -> None:
         """Refuse every question but keep its candidate and features: what calibrating and sweeping the reader
