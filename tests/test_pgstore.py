@@ -539,3 +539,33 @@ def test_connections_the_server_dropped_are_replaced_not_failed(pg_url):
     for _ in range(2 * store.pool.max_size):
         assert [p.id for p in store.search(unit_vectors(3)[1], 1)] == [1]
     store.close()
+
+
+def test_a_writer_that_must_not_wait_is_refused_at_once(pg_url):
+    """``writing(wait=False)`` (the operator's apply: no commit between its version check and its swap, and no wait
+    for an indexing run): refused at once while another thread of this device or another device writes, whatever
+    the store's lock_timeout; taken when no one does."""
+    store, other = PgStore(pg_url, DIM, "enc-1", lock_timeout=600), PgStore(pg_url, DIM, "enc-1", lock_timeout=600)
+    held, done = threading.Event(), threading.Event()
+
+    def run() -> None:
+        with store.writing():
+            held.set()
+            assert done.wait(300)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert held.wait(300)
+    try:
+        for busy in (store, other):
+            with pytest.raises(StoreError, match="being written by another"), busy.writing(wait=False):
+                pass
+    finally:
+        done.set()
+        thread.join(300)
+    for free in (store, other):
+        with free.writing(wait=False):
+            free.add(whole(docs(1, f"{id(free)}-"), [["x"]]), unit_vectors(1))
+    assert store.count == 2
+    store.close()
+    other.close()

@@ -9,6 +9,7 @@ import queue
 import shutil
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -244,15 +245,16 @@ class _EvictedOnLookup(dict):
         return found
 
 
-def test_a_calibration_evicted_while_it_is_applied_is_applied_or_not_found(sample_db, tmp_path):
-    """Apply looked a calibration up twice (``in``, then ``[]``): a calibration job's thread evicting it in between
-    (the sixth kept) made the request a 500 (5 of 5 with the window widened); one look now, and the content it
-    found is applied."""
+@contextmanager
+def _admin(sample_db: Path, tmp_path: Path):
+    """(EdgeRAG, its Admin, a client of the Admin's routes, the shipped calibration as a calibration job's content)
+    over a copy of the sample store."""
     from starlette.applications import Starlette
     from starlette.testclient import TestClient
 
     from edge_rag.decision.certify import CALIBRATION_ASSET
     from edge_rag.serve.admin import Admin
+    from edge_rag.serve.errors import HANDLERS
     from edge_rag.serve.pages import STATIC
 
     shutil.copytree(sample_db, tmp_path / "db")
@@ -263,13 +265,52 @@ def test_a_calibration_evicted_while_it_is_applied_is_applied_or_not_found(sampl
         admin = Admin(rag, ServeConfig(port=0, token=serving.TOKEN, question_log=str(tmp_path / "q.jsonl")), jobs,
                       STATIC, {})
         try:
-            client = TestClient(Starlette(routes=admin.routes()), raise_server_exceptions=False)
-            admin._candidates = _EvictedOnLookup(job=(content, rag.store.version))
-            applied = client.post("/api/admin/apply", json={"calibration": "job", "max_error_rate": 0.1}, headers=AUTH)
-            assert applied.status_code == 200, applied.text
-            assert applied.json()["decision"]["certificate"]["source"] == "operator"
-            gone = client.post("/api/admin/apply", json={"calibration": "job", "max_error_rate": 0.1}, headers=AUTH)
-            assert gone.status_code == 404
+            app = Starlette(routes=admin.routes(), exception_handlers=HANDLERS)  # the server's answers to errors
+            yield rag, admin, TestClient(app, raise_server_exceptions=False), content
         finally:
             jobs.close()
             admin.close()
+
+
+def test_a_calibration_evicted_while_it_is_applied_is_applied_or_not_found(sample_db, tmp_path):
+    """Apply looked a calibration up twice (``in``, then ``[]``): a calibration job's thread evicting it in between
+    (the sixth kept) made the request a 500 (5 of 5 with the window widened); one look now, and the content it
+    found is applied."""
+    with _admin(sample_db, tmp_path) as (rag, admin, client, content):
+        admin._candidates = _EvictedOnLookup(job=(content, rag.store.version))
+        applied = client.post("/api/admin/apply", json={"calibration": "job", "max_error_rate": 0.1}, headers=AUTH)
+        assert applied.status_code == 200, applied.text
+        assert applied.json()["decision"]["certificate"]["source"] == "operator"
+        gone = client.post("/api/admin/apply", json={"calibration": "job", "max_error_rate": 0.1}, headers=AUTH)
+        assert gone.status_code == 404
+
+
+def test_no_commit_lands_between_the_version_check_and_the_swap(sample_db, tmp_path):
+    """Apply checked the store's version, wrote the certificate, then swapped it in: a commit in between put in force
+    a calibration measured on documents the store no longer held (swapped at version 2, measured at 1, with the
+    window widened). It now holds the writers' lock from the check to the swap, without waiting for it: while an
+    indexing run holds it (here: this test, as a run does) apply is refused at once and the certificate stays."""
+    with _admin(sample_db, tmp_path) as (rag, admin, client, content):
+        admin._candidates = {"job": (content, rag.store.version)}
+        body = {"calibration": "job", "max_error_rate": 0.1}
+        writing, done = threading.Event(), threading.Event()
+
+        def run() -> None:
+            with rag.store.writing():
+                writing.set()
+                assert done.wait(300)
+                rag.add_documents(["From November the museum opens at 11:00 on Mondays."])
+
+        indexing = threading.Thread(target=run)
+        indexing.start()
+        assert writing.wait(300)
+        busy = client.post("/api/admin/apply", json=body, headers=AUTH)
+        done.set()
+        indexing.join(300)
+        assert busy.status_code == 409 and "being changed" in busy.json()["error"], busy.text
+        assert rag.certified.calibration_path != admin.files.certificate
+        stale = client.post("/api/admin/apply", json=body, headers=AUTH)
+        assert stale.status_code == 409 and "documents changed" in stale.json()["error"]
+        admin._candidates = {"job": (content, rag.store.version)}
+        assert client.post("/api/admin/apply", json=body, headers=AUTH).status_code == 200
+        assert rag.certified.calibration_path == admin.files.certificate

@@ -10,6 +10,7 @@ reference to it (``EdgeRAG.use_calibration``): questions in flight finish under 
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -22,7 +23,7 @@ from ..decision.calibrate import load_questions, rows, run
 from ..decision.certify import Calibration
 from ..decision.labels import FILE as LABELS_FILE
 from ..decision.labels import Label, export
-from ..errors import ConfigError, EdgeRAGError, InputError
+from ..errors import ConfigError, EdgeRAGError, InputError, StoreError
 from ..pipeline import EdgeRAG
 from ..storage.fileio import atomic_path, atomic_write_text
 from .errors import NotReady
@@ -120,14 +121,20 @@ def apply(rag: EdgeRAG, files: Files, content: dict, measured_version: int, alph
         Config(max_error_rate=float(alpha))
     except ConfigError as exc:
         raise InputError(str(exc)) from None
-    if rag.store.version != measured_version:
-        raise NotReady("the documents changed since this calibration was measured: calibrate again; the "
-                       "certificate in force stays")
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    content = {**content, "source": {**content["source"], "operator": {
-        **content["source"]["operator"], "max_error_rate": float(alpha), "applied": now}}}
-    atomic_write_text(files.certificate, json.dumps(content, indent=1) + "\n")
-    rag.use_calibration(files.certificate, float(alpha))
+    with contextlib.ExitStack() as held:
+        try:  # no commit between the check and the swap; none waited for (its commits would move the version anyway)
+            held.enter_context(rag.store.writing(wait=False))
+        except StoreError as exc:
+            raise NotReady(f"the documents are being changed ({exc}): apply when that is done; the certificate in "
+                           "force stays") from None
+        if rag.store.version != measured_version:
+            raise NotReady("the documents changed since this calibration was measured: calibrate again; the "
+                           "certificate in force stays")
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        content = {**content, "source": {**content["source"], "operator": {
+            **content["source"]["operator"], "max_error_rate": float(alpha), "applied": now}}}
+        atomic_write_text(files.certificate, json.dumps(content, indent=1) + "\n")
+        rag.use_calibration(files.certificate, float(alpha))
 
 
 def restore(rag: EdgeRAG, files: Files | None) -> None:

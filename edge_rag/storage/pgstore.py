@@ -32,6 +32,7 @@ from .dburl import mask_url, scrub
 from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
 from .store_db import DocumentState, Part
 from .store_meta import check_meta
+from .writer_lock import held
 
 
 class PgStore:
@@ -190,17 +191,17 @@ class PgStore:
         return n
 
     @contextmanager
-    def writing(self) -> Iterator[None]:
-        """Hold the writers' lock for a whole indexing run (reentrant): writers elsewhere wait
-        ``lock_timeout`` seconds, then fail with a StoreError; this thread's adds use the lock's connection."""
-        with self._write_lock:
+    def writing(self, wait: bool = True) -> Iterator[None]:
+        """Hold the writers' lock for a whole indexing run (reentrant): writers elsewhere wait ``lock_timeout``
+        seconds (none if not ``wait``), then fail with a StoreError; this thread's adds use the lock's connection."""
+        with held(self._write_lock, wait, self.location):
             if self._writer is not None:
                 yield
                 return
             with self._errors("cannot lock"):
                 conn = self.pool.getconn()
                 try:
-                    self._acquire(conn)
+                    self._acquire(conn, self.lock_timeout if wait else 0.0)
                 except BaseException:
                     self.pool.putconn(conn)
                     raise
@@ -249,12 +250,12 @@ class PgStore:
         check_meta(meta := self._meta(conn), self.dim, self.encoder_id, self.location, "database")
         return meta
 
-    def _acquire(self, conn) -> None:
-        deadline = time.monotonic() + self.lock_timeout
+    def _acquire(self, conn, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         while not conn.execute("SELECT pg_try_advisory_lock(%s)", (Q.WRITER_LOCK,)).fetchone()[0]:
             if time.monotonic() >= deadline:
                 raise StoreError(f"store {self.location} is being written by another process; waited "
-                                 f"{self.lock_timeout:g} s — retry when it is done, or wait longer")
+                                 f"{timeout:g} s — retry when it is done, or wait longer")
             time.sleep(0.05)
 
     @contextmanager

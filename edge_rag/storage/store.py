@@ -166,13 +166,13 @@ class Store:
 
     # -- writing -------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
-        """Hold this store's writer lock (reentrant): other processes' writers wait ``lock_timeout``
-        seconds, then fail with a StoreError. The index is reloaded first if another process committed, and index
+    def writing(self, wait: bool = True) -> Iterator[None]:
+        """Hold this store's writer lock (reentrant): other processes' writers wait ``lock_timeout`` seconds (none if
+        not ``wait``), then fail with a StoreError. The index is reloaded first if another process committed, and index
         files no commit names are removed: only under the lock, where no other process's new file can be one."""
-        with self._write_lock:
+        with writer_lock.held(self._write_lock, wait, str(self.folder)):
             if self._write_depth == 0:
-                self._lock_fd = writer_lock.acquire(self.folder, self.lock_timeout)
+                self._lock_fd = writer_lock.acquire(self.folder, self.lock_timeout if wait else 0)
             self._write_depth += 1
             try:  # a reload that fails (a closed or damaged store) releases the lock: it was held until exit
                 if self._write_depth == 1:

@@ -95,8 +95,9 @@ class PassageStore(Protocol):
         """Remove documents and their passages, all or nothing; returns the passages removed."""
         ...
 
-    def writing(self) -> AbstractContextManager[None]:
-        """Hold the store's one-writer lock for a whole indexing run (reentrant)."""
+    def writing(self, wait: bool = True) -> AbstractContextManager[None]:
+        """Hold the store's one-writer lock for a whole indexing run (reentrant); not ``wait``: a StoreError at once
+        if another thread or process is writing."""
         ...
 
     def close(self) -> None: ...

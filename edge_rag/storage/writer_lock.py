@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import InputError, StoreError
@@ -48,3 +50,15 @@ def release(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
 
+
+
+@contextlib.contextmanager
+def held(lock: threading.RLock, wait: bool, store: str) -> Iterator[None]:
+    """A store's in-process writers' ``lock`` held; without ``wait``, a StoreError at once if another thread holds it
+    (a caller that must not wait for an indexing run, whose commits are about to move the version anyway)."""
+    if not lock.acquire(blocking=wait):
+        raise StoreError(f"store {store} is being written by another thread; retry when it is done")
+    try:
+        yield
+    finally:
+        lock.release()
