@@ -569,3 +569,12 @@ def test_a_writer_that_must_not_wait_is_refused_at_once(pg_url):
     assert store.count == 2
     store.close()
     other.close()
+
+
+def test_a_url_python_cannot_read_is_a_clear_error_naming_no_part_of_it():
+    """``postgresql://kiosk:pw@[::1/venue`` (an unclosed IPv6 bracket) raised a bare ValueError ('Invalid IPv6
+    URL') from the password masking, a traceback out of the CLI instead of its error line; now a StoreError that
+    prints nothing after the scheme."""
+    with pytest.raises(StoreError, match=r"^cannot open store postgresql://\*\*\*: the URL cannot be read") as err:
+        PgStore("postgresql://kiosk:s3cr3t@[::1/venue", DIM, "enc-1")
+    assert "s3cr3t" not in str(err.value) and "kiosk" not in str(err.value)

@@ -5,12 +5,24 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from ..errors import StoreError
+
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 def is_remote(db: str | Path) -> bool:
     """True when ``db`` names a PostgreSQL database rather than a folder."""
     return isinstance(db, str) and db.startswith(URL_SCHEMES)
+
+
+def check_url(url: str) -> str:
+    """``url`` if Python can read it as a URL (then ``mask_url`` and ``scrub`` can find its password), else a
+    StoreError naming none of it: ``urlsplit`` raised a bare ValueError ("Invalid IPv6 URL") from deep in the store."""
+    try:
+        urlsplit(url)
+    except ValueError as exc:
+        raise StoreError(f"cannot open store {url.partition('://')[0]}://***: the URL cannot be read ({exc})") from None
+    return url
 
 
 def mask_url(db: str | Path) -> str:

@@ -28,7 +28,7 @@ from ..retrieval.lexical import POSTINGS_BUDGET, Postings
 from ..types import Passage, in_order
 from . import hnsw, reachability
 from . import pgsql as Q
-from .dburl import mask_url, scrub
+from .dburl import check_url, mask_url, scrub
 from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
 from .store_db import DocumentState, Part
 from .store_meta import check_meta
@@ -46,7 +46,7 @@ class PgStore:
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
                  lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self._psycopg, pool_mod, self._register = Q.client()
-        self._url, self.location = url, mask_url(url)
+        self._url, self.location = check_url(url), mask_url(url)
         self.dim, self.ef_search, self.lock_timeout, self.passage_kind = dim, ef_search, lock_timeout, passage_kind
         self._write_lock = threading.RLock()
         self._writer = None  # the connection holding the writers' session lock during ``writing()``
