@@ -578,3 +578,22 @@ def test_a_url_python_cannot_read_is_a_clear_error_naming_no_part_of_it():
     with pytest.raises(StoreError, match=r"^cannot open store postgresql://\*\*\*: the URL cannot be read") as err:
         PgStore("postgresql://kiosk:s3cr3t@[::1/venue", DIM, "enc-1")
     assert "s3cr3t" not in str(err.value) and "kiosk" not in str(err.value)
+
+
+def test_a_database_that_refuses_connections_fails_a_call_as_a_connection_attempt_would(pg_url):
+    """The server down (here: the database refusing connections, its sessions ended): every call waited for the
+    pool's default 30 s before failing ('couldn't get a connection after 30.00 sec'), each kiosk question with it;
+    now the bound of one connection attempt. Connections are accepted again: the next call is served."""
+    from edge_rag.storage import pgsql
+
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    name = urlsplit(pg_url).path.lstrip("/")
+    with psycopg.connect(urlunsplit(urlsplit(pg_url)._replace(path="/postgres")), autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        with pytest.raises(StoreError, match=f"couldn't get a connection after {pgsql.CONNECT_TIMEOUT_S:.2f} sec"):
+            store.search(unit_vectors(2)[0], 1)
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+    assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
+    store.close()
