@@ -597,3 +597,39 @@ def test_a_database_that_refuses_connections_fails_a_call_as_a_connection_attemp
         admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
     assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
     store.close()
+
+
+def test_devices_opening_an_empty_database_at_once_all_open_the_store_one_makes(pg_url):
+    """Each device creating the store re-checked, inside the writers' lock, whether another had made it meanwhile, by
+    ``to_regclass``: it answers from the session's catalog cache, which an advisory lock does not refresh, so every
+    device but the first failed ('relation "edge_rag_meta" already exists': 13 of 20 opens by 4 processes at once).
+    Here the test holds the writers' lock until three devices wait for it, past their first look."""
+    from edge_rag.storage import pgsql
+
+    opened: list[PgStore] = []
+    errors: list[Exception] = []
+
+    def open_store() -> None:
+        try:
+            opened.append(PgStore(pg_url, DIM, "enc-1"))
+        except StoreError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(3)]
+    with psycopg.connect(pg_url, autocommit=True) as writer, psycopg.connect(pg_url, autocommit=True) as watcher:
+        writer.execute("SELECT pg_advisory_lock(%s)", (pgsql.WRITER_LOCK,))
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while watcher.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                              ).fetchone()[0] < len(threads):
+            assert time.monotonic() < deadline and not errors, errors
+            time.sleep(0.05)
+        writer.execute("SELECT pg_advisory_unlock(%s)", (pgsql.WRITER_LOCK,))
+    for t in threads:
+        t.join(120)
+    assert not errors and len(opened) == 3, errors
+    opened[0].add(whole(docs(1), [["a"]]), unit_vectors(1))
+    assert [store.count for store in opened] == [1, 1, 1]
+    for store in opened:
+        store.close()

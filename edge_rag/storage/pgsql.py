@@ -50,6 +50,10 @@ ALTER TABLE {PASSAGES} ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
     || setweight(to_tsvector('english', coalesce(context, '')), 'B')) STORED;
 CREATE INDEX {PASSAGES}_tsv ON {PASSAGES} USING gin (tsv);
 """
+# Whether the passages table exists, read as of this statement: inside the writers' lock, ``to_regclass`` answered from
+# the session's catalog cache, which an advisory lock does not refresh, and missed a table another device had just made.
+HAS_STORE = f"""SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relname = '{PASSAGES}' AND n.nspname = current_schema())"""
 # Ranked by every term of the question (q), among the passages holding its rarest terms (c: lexical.py's budget);
 # the weights of labels D, C, B (context) and A (title and text).
 SEARCH_TEXT = f"""SELECT id, ts_rank_cd('{{0, 0, {CONTEXT_WEIGHT}, 1}}', tsv, q) AS rank FROM {PASSAGES},

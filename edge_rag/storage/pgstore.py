@@ -236,7 +236,7 @@ class PgStore:
                 raise StoreError(f"no passage store in {self.location}; index documents into it first (edge-rag index --db)")
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
-                if conn.execute("SELECT to_regclass(%s)", (Q.PASSAGES,)).fetchone()[0] is None:
+                if not conn.execute(Q.HAS_STORE).fetchone()[0]:  # another device may have made it meanwhile
                     if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
                         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     conn.execute(Q.SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
