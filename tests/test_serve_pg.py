@@ -16,7 +16,7 @@ pytest.importorskip("psycopg", reason="the pg extra is not installed: pip instal
 def test_the_kiosk_page_is_served_from_a_postgresql_store(sample_rag, pg_url, bundle_dir):
     """Issue #43: ``GET /api/kiosk`` answered 500 on every call on a PostgreSQL store (the suggestions read the
     embedded store's SQLite connection). Over real HTTP: the page's settings and suggested questions, made from the
-    same document titles in the same order as the embedded store's."""
+    same document titles in the same order as the embedded store's; removing a document id with a NUL is a 404."""
     from edge_rag.pipeline import EdgeRAG
 
     remote = EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0, index_threads=1))
@@ -28,3 +28,6 @@ def test_the_kiosk_page_is_served_from_a_postgresql_store(sample_rag, pg_url, bu
             kiosk = r.json()
             assert kiosk["questions"] and kiosk["decision"]["certified"], kiosk
         assert remote.store.titles(50) == sample_rag.store.titles(50) and len(remote.store.titles(3)) == 3
+        # an id PostgreSQL text cannot hold is no stored document: 404 as on the embedded store (was a 500)
+        gone = httpx.delete(f"{url}/api/documents/a%00b", headers=serving.WRITE, timeout=60)
+        assert gone.status_code == 404, gone.text

@@ -86,6 +86,8 @@ class PgStore:
         return (state := self.document(doc_id)) is not None and state.complete
 
     def document(self, doc_id: str) -> DocumentState | None:
+        if "\x00" in doc_id:  # PostgreSQL text cannot hold one (indexing.check_document refuses it): none stored
+            return None
         with self._errors("cannot read"), self._connection() as conn:
             row = conn.execute(Q.DOCUMENT, (doc_id,)).fetchone()
         return None if row is None else DocumentState(row[0], row[1], bool(row[2]), int(row[3]))
