@@ -6,6 +6,7 @@ import math
 import sqlite3
 import threading
 import time
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -30,6 +31,22 @@ def test_query_terms_carry_only_words():
     assert query_terms("the and of it?") == [] and query_terms("🙂🙂") == []
     terms = ["adult", "ticket"]
     assert fts5_query(terms) == '"adult" OR "ticket"' and tsquery(terms) == "'adult' | 'ticket'"
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+def test_an_accented_question_finds_its_words_in_either_unicode_form(tmp_path, form):
+    """A question typed with combining accents (NFD) asks for the words the index holds, not for the pieces between
+    the accents ("pe", "rez"): the lexical search finds the passage that names the person."""
+    texts = ["Enrique Pérez de Guzmán bought the rights in 1430.", "The museum keeps old maps of the islands.",
+             "A French nobleman, Jean de Béthencourt, led the expedition."]
+    store = Store(tmp_path, 8, "enc")
+    docs = [make_document(t, f"doc{i}") for i, t in enumerate(texts)]
+    store.add([Part(d, 0, [t], last=True, sha=d.doc_id) for d, t in zip(docs, texts)], np.eye(8, dtype=np.float32)[:3])
+    question = unicodedata.normalize(form, "Who was Pérez? And İstanbul?")
+    assert query_terms(question) == ["i̇stanbul", "pérez"]  # "İ" lower-cases to "i" and a combining dot, kept
+    found = retrieve.search(store, np.eye(8, dtype=np.float32)[1], question, 3, Config(retrieval="lexical")).passages
+    assert [p.text for p in found] == texts[:1] and found[0].lexical > 0
+    store.close()
 
 
 def test_candidate_terms_are_the_rarest_within_the_budget():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterator
 
 STOPWORDS = frozenset(
@@ -35,8 +36,10 @@ def normalize(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """Lower-case word tokens."""
-    return _WORD.findall(text.lower())
+    """Lower-case word tokens of the text in NFC, the form the full-text indexes match: a combining accent is no
+    word character, so "Pe\u0301rez" (NFD, as macOS and some PDFs and web pages write it) was the words "pe" and
+    "rez", which no index holds. Cut before lower-casing: "İ" lower-cases to "i" and a combining dot."""
+    return [w.lower() for w in _WORD.findall(unicodedata.normalize("NFC", text))]
 
 
 def keywords(text: str) -> set[str]:
