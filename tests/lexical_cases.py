@@ -37,3 +37,20 @@ def check_rarest_terms_pick_the_candidates(store, dim: int) -> None:
     for budget, holding in ((10, texts[40:]), (10**9, texts)):
         found = retrieve.search(store, vectors[0], question, 10, lexical.with_(lexical_budget=budget)).passages
         assert len(found) == min(10, len(holding)) and {p.text for p in found} <= set(holding)
+
+
+NUMBER_TEXTS = ["On 26 May 26 men and 1,000 horses crossed",
+                "The army had 26,000 troops and more in reserve for the war",
+                "About 3.7 billion years ago the oldest rocks formed",
+                "Its 3 towers and 7 gates stood for centuries"]
+
+
+def check_numbers_match_as_written(store, dim: int) -> np.ndarray:
+    """A number written with a separator ("3.7", "26,000") is asked for as the engine indexed it, beside its digits:
+    PostgreSQL indexes "3.7" whole, so "3" OR "7" never found it. Returns the vectors of NUMBER_TEXTS, added here."""
+    docs = [make_document(t, f"doc{i}") for i, t in enumerate(NUMBER_TEXTS)]
+    vectors = np.eye(dim, dtype=np.float32)[: len(NUMBER_TEXTS)]
+    store.add([Part(d, 0, [t], last=True, sha=d.doc_id) for d, t in zip(docs, NUMBER_TEXTS)], vectors)
+    found = retrieve.search(store, vectors[0], "What was 3.7?", 4, Config(retrieval="lexical")).passages
+    assert NUMBER_TEXTS[2] in [p.text for p in found if p.lexical > 0], [p.text for p in found]
+    return vectors

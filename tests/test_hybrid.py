@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from lexical_cases import TERMS, check_rarest_terms_pick_the_candidates
+from lexical_cases import NUMBER_TEXTS, TERMS, check_numbers_match_as_written, check_rarest_terms_pick_the_candidates
 
 from edge_rag import Config, EdgeRAG
 from edge_rag.config import ConfigError
@@ -59,6 +59,18 @@ def test_candidate_terms_are_the_rarest_within_the_budget():
 def test_rarest_terms_pick_the_candidates(tmp_path):
     store = Store(tmp_path, 8, "enc")
     check_rarest_terms_pick_the_candidates(store, 8)
+    store.close()
+
+
+def test_numbers_match_as_written(tmp_path):
+    """And SQLite ranks first the passage holding the number, not one holding its digits apart ("3" and "7"; "26"
+    twice and a "000"), which "3" OR "7" and "26" OR "000" ranked first."""
+    store = Store(tmp_path, 8, "enc")
+    vectors = check_numbers_match_as_written(store, 8)
+    lexical = Config(retrieval="lexical")
+    for question, holding, apart in (("What was 3.7?", 2, 3), ("Who were the 26,000?", 1, 0)):
+        found = retrieve.search(store, vectors[apart], question, 4, lexical).passages
+        assert [p.text for p in found[:2]] == [NUMBER_TEXTS[holding], NUMBER_TEXTS[apart]]
     store.close()
 
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 from conftest import fresh_database
-from lexical_cases import check_rarest_terms_pick_the_candidates
+from lexical_cases import check_numbers_match_as_written, check_rarest_terms_pick_the_candidates
 from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
 from edge_rag.config import Config
@@ -414,6 +414,12 @@ def test_a_document_added_in_parts_gets_the_contexts_it_would_get_in_one(pg_url)
 def test_rarest_terms_pick_the_candidates(pg_url):
     store = PgStore(pg_url, DIM, "enc-1")
     check_rarest_terms_pick_the_candidates(store, DIM)
+    store.close()
+
+
+def test_numbers_match_as_written(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    check_numbers_match_as_written(store, DIM)
     store.close()
 
 

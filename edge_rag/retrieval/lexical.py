@@ -4,9 +4,12 @@ Both stores index each passage's title, text and context (its neighbours' text, 
 lower weight) with an English stemmer (SQLite FTS5 ``porter unicode61``,
 PostgreSQL ``to_tsvector('english', ...)``) and rank by their own term statistics (BM25, ``ts_rank_cd``). A
 question is reduced to its content words (``text.keywords``: lower-case word characters, stop words dropped) and
-any of them may match: questions paraphrase, so requiring every word would miss. Only word characters reach a
-query string, so no question can inject the engines' query syntax. A question with no such word (all stop
-words, emoji) has no lexical query, and retrieval falls back to dense.
+any of them may match: questions paraphrase, so requiring every word would miss. A number written with a decimal
+point or thousands separators ("3.7", "26,000") is also a term of its own, which each engine reads as it read the
+passages (FTS5: the phrase "3 7"; PostgreSQL: the number 3.7): its digits alone, "3" OR "7", matched any 3 and any 7
+in SQLite, and never a "3.7" in PostgreSQL, which indexes the number whole. Only word characters and those
+separators reach a query string, so no question can inject the engines' query syntax. A question with no such word
+(all stop words, emoji) has no lexical query, and retrieval falls back to dense.
 
 Ranking every passage that holds any of the words costs time in proportion to their postings: at 100k passages
 common words ("one", "new", "film": 5-20% of passages each) make an OR-ed question score thousands of passages.
@@ -20,6 +23,7 @@ Each store remembers its words' postings (``Postings``) until its next commit: a
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable
 
 from ..documents.text import keywords
@@ -27,11 +31,13 @@ from ..documents.text import keywords
 MAX_TERMS = 32  # a long question's extra words add cost, not recall
 POSTINGS_BUDGET = 2_000  # passages a lexical search scores at most, roughly (benchmarks/lexical_budget.py)
 POSTINGS_CACHE = 20_000  # terms whose postings a store remembers (~2 MB)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)+")  # "3.7", "26,000", "1,000,000": one term each
 
 
 def query_terms(question: str) -> list[str]:
-    """The question's content words, in a fixed order (sorted, so one question always makes one query)."""
-    return sorted(keywords(question))[:MAX_TERMS]
+    """The question's content words, and its numbers written with separators, in a fixed order (sorted, so one
+    question always makes one query)."""
+    return sorted(keywords(question) | set(_NUMBER.findall(question)))[:MAX_TERMS]
 
 
 def candidate_terms(terms: list[str], postings: list[int], budget: int = POSTINGS_BUDGET
