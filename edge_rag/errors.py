@@ -12,6 +12,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
 MAX_QUESTION_CHARS = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as white space in a question
+# Full-width ASCII (U+FF01-FF5E), as a Chinese or Japanese input method types Latin letters and digits: the same
+# characters to a visitor, but [UNK] to the encoder and no word of the full-text index ("１９９０" is not "1990").
+_FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 
 
 class EdgeRAGError(Exception):
@@ -74,8 +77,9 @@ def check_str(value: object, what: str) -> str:
 
 
 def check_question(question: object) -> str:
-    """A usable question, or InputError saying why not (wrong type, not valid Unicode, empty, too long)."""
-    question = " ".join(_CONTROL.sub(" ", check_str(question, "the question")).split())
+    """A usable question, or InputError saying why not (wrong type, not valid Unicode, empty, too long); full-width
+    letters, digits and signs read as ASCII."""
+    question = " ".join(_CONTROL.sub(" ", check_str(question, "the question")).translate(_FULL_WIDTH).split())
     if not question:
         raise InputError("the question is empty")
     if len(question) > MAX_QUESTION_CHARS:

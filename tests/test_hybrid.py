@@ -300,6 +300,17 @@ def test_no_indexable_word_falls_back_to_dense(sample_rag, question):
     assert all(p.lexical == 0 for p in found.passages)
 
 
+def test_a_question_typed_in_full_width_is_asked_in_ascii(sample_rag):
+    """A Chinese or Japanese input method in full-width mode types "ｔｉｃｋｅｔ １６": the encoder read [UNK]s and the
+    full-text index held no such word. Full-width letters, digits and signs are the question in ASCII: the same
+    question, passages and route."""
+    question = "How much does an adult ticket cost for 16 year olds?"
+    typed = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else "\u3000" if c == " " else c for c in question)
+    assert typed != question and query_terms(question) == ["16", "adult", "cost", "much", "olds", "ticket", "year"]
+    asked, expected = sample_rag.decide(typed), sample_rag.decide(question)
+    assert asked.question == question and asked.passages == expected.passages and asked.route == expected.route
+
+
 def test_lexical_and_dense_modes(sample_rag):
     rag, question = sample_rag, "How much does an adult ticket cost?"
     vector = rag.encoder.encode_one(question)
