@@ -1,10 +1,8 @@
 """Answer generation with llama.cpp (llama-cpp-python) on a GGUF model.
 
-The prompt asks for a short answer from the evidence only. Base models get a one-shot
-reading-comprehension prompt (they continue patterns, they do not follow instructions); instruct
-models get their own chat template from the GGUF metadata. Decoding is our own short loop over
-``Llama.generate`` so we can count tokens exactly and stop degenerate output with a sliding-window
-n-gram repetition detector (EverydayGPT §4.3).
+The prompt asks for a short answer from the evidence only (``prompt``: the question and context stay plain text).
+Decoding is our own short loop over ``Llama.generate`` so we can count tokens exactly and stop degenerate output with
+a sliding-window n-gram repetition detector (EverydayGPT §4.3).
 
 One llama.cpp context serves every thread: decoding holds a lock (two threads decoding on one context crash
 llama.cpp) on a thread of its own, never the stream reader's, and each question starts from a fresh sampler and a
@@ -27,18 +25,8 @@ from pathlib import Path
 from ..config import default_threads
 from ..documents.text import whole_sentences
 from ..errors import BundleError, InputError
+from .prompt import Template
 
-SYSTEM = "Answer the question using only the context. Reply with a short answer, a few words at most."
-ONE_SHOT = (
-    "Answer the question using only the context. Answer with a short phrase.\n\n"
-    "Context: The Eiffel Tower was completed in 1889 for the World's Fair in Paris, France.\n"
-    "Question: When was the Eiffel Tower completed?\n"
-    "Answer: 1889\n\n"
-    "Context: {context}\n"
-    "Question: {question}\n"
-    "Answer:"
-)
-NO_CONTEXT = "(no context)"
 # End-of-turn pieces of the common chat templates (Gemma, ChatML, Llama 3, GPT-2 style): a bundle's profile may add
 # its own (manifest generator "stop"); they end an answer like the vocabulary's EOS.
 END_OF_TURN = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>")
@@ -114,14 +102,11 @@ class Generator:
                              n_batch=min(512, n_ctx), flash_attn=True, seed=seed, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc
-        if prompt_style not in ("one-shot", "chat"):
-            raise ValueError(f"prompt_style must be 'one-shot' or 'chat', not {prompt_style!r}")
-        self.prompt_style = prompt_style
+        self.prompt_style, self.template = prompt_style, Template(self.llm, prompt_style)
         self.path, self.n_ctx = path.resolve(), n_ctx  # what another EdgeRAG checks before using this model
         self.stop = frozenset(END_OF_TURN + tuple(stop))
-        self._chat = self._chat_formatter() if prompt_style == "chat" else None
         # the template's tokens before the first field: two prompts that differ in every field share exactly these
-        a, b = self._tokenize(self.prompt("a", "a")), self._tokenize(self.prompt("b", "b"))
+        a, b = self.template.tokens("a", "a"), self.template.tokens("b", "b")
         self.prefix = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]
         self._prefix_cached = False  # the KV cache holds the prefix as evaluated alone
         self._lock = threading.Lock()  # one decode at a time on the one context
@@ -129,14 +114,6 @@ class Generator:
     def serves(self, gguf: Path | None, n_ctx: int) -> bool:
         """Whether this is the model at ``gguf`` loaded for ``n_ctx`` (so an EdgeRAG planned for it may use it)."""
         return gguf is not None and self.path == Path(gguf).resolve() and self.n_ctx == n_ctx
-
-    def prompt(self, question: str, context: str) -> str:
-        context = context.strip() or NO_CONTEXT
-        if self._chat is None:
-            return ONE_SHOT.format(context=context, question=question)
-        user = f"Context: {context}\n\nQuestion: {question}"
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-        return self._chat(messages=messages).prompt
 
     def generate(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
                  top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> Generation:
@@ -236,14 +213,14 @@ class Generator:
         cut (characters the encoder ignores can still cost the GPT 4 tokens each), then the context is
         shortened; InputError only if even an empty prompt leaves no room for an answer."""
         q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
-        fixed = len(self._tokenize(self.prompt("", "")))
+        fixed = len(self.template.tokens("", ""))
         room = self.n_ctx - max(1, min(max_new_tokens, self.n_ctx // 4)) - fixed
         if room <= 0:
             raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({fixed} tokens) and an answer")
         if len(q_tokens) > room // 2:  # keep at least half of the room for evidence
             question = self.llm.detokenize(q_tokens[: room // 2]).decode("utf-8", errors="ignore")
         while True:
-            tokens = self._tokenize(self.prompt(question, context))
+            tokens = self.template.tokens(question, context)
             if len(tokens) + max_new_tokens <= self.n_ctx:
                 return tokens, max_new_tokens
             if not context:
@@ -251,9 +228,6 @@ class Generator:
             context = context[: int(len(context) * 0.8)]
 
     # -- internals -----------------------------------------------------------------------------
-    def _tokenize(self, prompt: str) -> list[int]:
-        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-
     def _keep_prefix(self, prompt: list[int]) -> None:
         """Forget the previous question but the template's prefix, if this prompt starts with it too.
 
@@ -284,17 +258,3 @@ class Generator:
     def _is_end_of_turn(self, token: int) -> bool:
         piece = self.llm.detokenize([token], special=True).decode("utf-8", errors="ignore")
         return piece in self.stop
-
-    def _chat_formatter(self):
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        template = self.llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise BundleError("generator GGUF has no chat template; use prompt style 'one-shot'")
-        vocab = self.llm
-        return Jinja2ChatFormatter(
-            template=template,
-            eos_token=vocab.detokenize([vocab.token_eos()], special=True).decode(errors="ignore"),
-            bos_token=vocab.detokenize([vocab.token_bos()], special=True).decode(errors="ignore"),
-            add_generation_prompt=True,
-        )
