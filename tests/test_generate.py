@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from edge_rag.documents.text import whole_sentences
+from edge_rag.errors import InputError
 from edge_rag.models import bundle as B
 from edge_rag.reading.generate import Generator, RepetitionDetector
 
@@ -114,6 +115,25 @@ def test_a_loaded_model_serves_only_its_own_gguf_at_its_n_ctx(gemma, bundle, tmp
 def test_long_context_is_shortened_to_fit(gemma):
     gen = gemma.generate("Where is Normandy?", NORMANDY * 40, max_new_tokens=8, temperature=0.0)
     assert gen.prompt_tokens + 8 <= gemma.n_ctx < len(gemma.llm.tokenize((NORMANDY * 40).encode()))
+
+
+QUUX = "Zorblat is the capital of the kingdom of Quux. It lies on the river Vell."
+
+
+@pytest.mark.parametrize("budget", [N_CTX // 2, N_CTX, 10 * N_CTX])
+def test_a_budget_n_ctx_cannot_hold_shortens_the_answer_not_the_evidence(gemma, budget):
+    """A token budget past what n_ctx leaves after the prompt dropped the whole context (n_ctx 256, budget 200:
+    Gemma answered "Paris", the one-shot example's city, not "Zorblat"); now the answer gets the rest of n_ctx."""
+    q = "What is the capital of the kingdom of Quux?"
+    tokens, room = gemma.fit(q, QUUX, budget)
+    assert tokens == gemma.template.tokens(q, QUUX) and room == min(budget, N_CTX - len(tokens))
+
+
+@pytest.mark.parametrize("budget", [0, -5])
+def test_a_budget_below_one_token_is_a_clear_error(gemma, budget):
+    """It generated one token and called the answer cut off."""
+    with pytest.raises(InputError, match="max_new_tokens must be at least 1"):
+        gemma.generate("Where is Normandy?", NORMANDY, max_new_tokens=budget)
 
 
 FULL_CONTEXT = """

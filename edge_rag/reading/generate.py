@@ -211,20 +211,23 @@ class Generator:
     def fit(self, question: str, context: str, max_new_tokens: int) -> tuple[list[int], int]:
         """Prompt tokens and the answer length that fit in n_ctx: a question longer than half the room is
         cut (characters the encoder ignores can still cost the GPT 4 tokens each), then the context is
-        shortened; InputError only if even an empty prompt leaves no room for an answer."""
+        shortened until the answer has its budget, or a quarter of n_ctx if that is less (the evidence is
+        never dropped for a budget n_ctx cannot hold: it was, and the model answered from the one-shot
+        example); InputError for a budget below 1, or if even an empty prompt leaves no room for an answer."""
+        if max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
         q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
         fixed = len(self.template.tokens("", ""))
-        room = self.n_ctx - max(1, min(max_new_tokens, self.n_ctx // 4)) - fixed
+        answer = min(max_new_tokens, self.n_ctx // 4)  # the room the evidence never takes
+        room = self.n_ctx - max(1, answer) - fixed
         if room <= 0:
             raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({fixed} tokens) and an answer")
         if len(q_tokens) > room // 2:  # keep at least half of the room for evidence
             question = self.llm.detokenize(q_tokens[: room // 2]).decode("utf-8", errors="ignore")
         while True:
             tokens = self.template.tokens(question, context)
-            if len(tokens) + max_new_tokens <= self.n_ctx:
-                return tokens, max_new_tokens
-            if not context:
-                return tokens, max(1, self.n_ctx - len(tokens))
+            if len(tokens) + answer <= self.n_ctx or not context:
+                return tokens, min(max_new_tokens, self.n_ctx - len(tokens))
             context = context[: int(len(context) * 0.8)]
 
     # -- internals -----------------------------------------------------------------------------
