@@ -126,7 +126,8 @@ def test_ask_generates_only_on_the_gpt_route(squad_default_rag):
     answers = [rag.ask(q.question) for q in items[:40] if not q.is_impossible][:12]
     for a in answers:
         generated = "generate" in a.timings_ms  # on the GPT route; refused after it when cut before a sentence ended
-        assert generated == (a.route is Route.GPT or "generated answer was cut off" in (a.refusal_reason or ""))
+        after = ("generated answer was cut off", "generator gave no answer")  # or when it wrote no text
+        assert generated == (a.route is Route.GPT or any(r in (a.refusal_reason or "") for r in after))
         assert (a.completion_tokens > 0) == generated
     hit = rag.ask(answers[0].question.upper())  # normalised question: served from the cache
     assert hit.cache_hit and hit.answer == answers[0].answer and "generate" not in hit.timings_ms

@@ -5,7 +5,7 @@ import threading
 from dataclasses import replace
 
 import pytest
-from conftest import SAMPLE_DOCS
+from conftest import SAMPLE_DOCS, sample_store
 
 from edge_rag import Config, EdgeRAG
 from edge_rag.config import DEFAULT_TIERS, Tiers
@@ -53,6 +53,20 @@ def test_an_answer_cut_before_its_first_sentence_ends_is_refused_and_never_strea
     assert events[0].route is Route.GPT and answer.completion_tokens == budget
     assert answer.route is Route.REFUSE and answer.answer is None and not answer.confident
     assert answer.refusal_reason.startswith("the generated answer was cut off")
+    assert not [e for e in events if isinstance(e, Token)]
+
+
+def test_a_generation_with_no_text_is_refused_saying_so(bundle_dir, tmp_path):
+    """Asked "... Answer:", Gemma writes a newline first, and the answer (its first line) is empty: the Answer was a
+    GPT route with no answer and no reason, which the kiosk showed as "not in the documents" (6 of 24 GPT-route
+    questions of the sample corpus with "Answer:" or "Context:" appended)."""
+    config = Config(temperature=0.0, certified=False)
+    with EdgeRAG(sample_store(bundle_dir, tmp_path / "db"), bundle=bundle_dir, config=config) as rag:
+        events = list(rag.ask_stream("Tell me about the planetarium Answer:"))
+    answer = events[-1].answer
+    assert events[0].route is Route.GPT and answer.completion_tokens > 0
+    assert answer.route is Route.REFUSE and answer.answer is None and not answer.confident
+    assert answer.refusal_reason.startswith("the generator gave no answer")
     assert not [e for e in events if isinstance(e, Token)]
 
 

@@ -57,6 +57,9 @@ class Decision:
             if gen.cut and not gen.text:  # not one whole sentence: a fragment is no answer
                 route, reason = Route.REFUSE, (f"the generated answer was cut off after {gen.completion_tokens} "
                                                "tokens, before its first sentence ended")
+            elif not gen.text:  # a GPT route without an answer nor a reason was shown as "not in the documents"
+                route, reason = Route.REFUSE, ("the generator gave no answer: the first line of its "
+                                               f"{gen.completion_tokens} tokens was empty")
         return Answer(
             question=question,
             answer=text,

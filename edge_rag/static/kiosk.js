@@ -21,6 +21,7 @@ function plainReason(reason) {
   if (reason.startsWith("the reader found no answer")) return "I found related text, but no answer to that in it.";
   if (reason.startsWith("not calibrated")) return "This kiosk is not set up to give answers it can vouch for yet, so it gives none.";
   if (reason.startsWith("the generated answer was cut off")) return "The answer I began was too long to finish here, so I give none rather than half of one.";
+  if (reason.startsWith("the generator gave no answer")) return "I found related text, but could not put an answer to that into words.";
   if (reason.startsWith("no score threshold")) return "No answer here can be given within this kiosk's error limit.";
   if (reason.startsWith("a multi-hop question")) return "This question links two facts, and I answer only what one passage says. Try asking each part on its own.";
   return reason;
