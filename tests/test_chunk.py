@@ -24,6 +24,12 @@ def test_whole_sentences_drops_the_unfinished_one():
     for cut in ("It is 3.", "It was built by Dr.", "It is in the U.S.", "It is located", "Dr. Smith"):
         assert whole_sentences(cut, finished=True) == ""  # a decimal point, an abbreviation or no end at all
     assert whole_sentences("Was it late? (Yes!)", finished=True) == "Was it late? (Yes!)"
+    for cut in ("J. R", "J. R.", "It was built by John F.", "Mt. Everest is", "It lies below Mt."):
+        assert whole_sentences(cut) == whole_sentences(cut, finished=True) == ""  # an initial or a title before a name
+    assert whole_sentences("He met John F. Kennedy in 1960. He") == "He met John F. Kennedy in 1960."
+    chinese = "埃菲尔铁塔于1889年建成。它位于「巴黎。」它"
+    assert whole_sentences(chinese) == whole_sentences(chinese, finished=True) == "埃菲尔铁塔于1889年建成。它位于「巴黎。」"
+    assert whole_sentences("它高330米。") == "" and whole_sentences("它高330米。", finished=True) == "它高330米。"
 
 
 def test_sentence_mode_merges_short_fragments_and_keeps_order():

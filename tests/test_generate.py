@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -51,6 +52,25 @@ def test_an_answer_the_budget_cuts_keeps_its_whole_sentences(gemma):
     assert gen.text and whole_sentences(gen.text, finished=True) == gen.text  # ends at a sentence end
     assert "".join(pieces) == gen.text and gemma.generate(q, NORMANDY, budget, temperature=0.0) == gen
     assert gen.cut
+
+
+HOBBIT = "J. R. R. Tolkien wrote The Hobbit. It was published in 1937 by George Allen & Unwin."
+EVEREST = "Mt. Everest is the highest mountain on Earth. It is 8,849 m tall."
+EIFFEL = "埃菲尔铁塔于1889年建成。它位于法国巴黎。它高330米。"
+
+
+@pytest.mark.parametrize("question, context, budget", [("Who wrote The Hobbit?", HOBBIT, 3),
+                                                        ("Describe Mt. Everest.", EVEREST, 5),
+                                                        ("描述埃菲尔铁塔。", EIFFEL, 17)],
+                         ids=["initial", "title", "chinese"])
+def test_a_cut_answer_ends_at_a_real_sentence_end(gemma, question, context, budget):
+    """Cut by the budget, Gemma's "J. R" was shown as the answer "J." and "Mt. Everest is the" as "Mt.", while a
+    Chinese answer whose first sentence had ended ("…建筑之一。它是由法国") was refused as if none had."""
+    raw = gemma.text(list(gemma.tokens(gemma.fit(question, context, budget)[0], budget, temperature=0.0)))
+    gen = gemma.generate(question, context, budget, temperature=0.0)
+    assert gen.cut and raw.startswith(gen.text) and len(raw) > len(gen.text)
+    assert not re.search(r"\b(?:[A-Z]|Mt)\.$", gen.text)  # no initial or title ends what is shown
+    assert gen.text == raw[: raw.find("。") + 1]  # '' where the answer has no CJK full stop
 
 
 @pytest.mark.parametrize("piece", ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"])

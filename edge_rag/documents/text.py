@@ -22,6 +22,12 @@ _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
 # The end of text cut off: . ! ? and an optional closing quote or bracket; not a '.' after a digit.
 _FINAL_END = re.compile(r"(?:[!?]|(?<!\d)\.)[\"')\]]?$")
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S|No|Fig|approx|ca|c)\.$")
+# Besides those, what never ends a generated answer shown to a visitor (whole_sentences): an initial ("J. R. R.
+# Tolkien") or a title before a name ("Mt. Everest"). Gemma's answers cut by the budget were shown as "J." and "Mt.".
+# The splitter keeps its own rule: the shipped calibration's passages were cut by it.
+_NAME_PART = re.compile(r"(?:\b[A-Z]|\b(?:Mt|Ft|Gen|Col|Capt|Lt|Sgt|Rev|Gov|Sen|Hon))\.$")
+# A CJK full stop, exclamation or question mark ends a sentence without a space after it (with its closing quote).
+_CJK_END = re.compile(r"[。！？][」』”）]?")
 
 
 def path_text(path: str | os.PathLike[str]) -> str:
@@ -80,11 +86,16 @@ def whole_sentences(text: str, finished: bool = False) -> str:
     """The longest prefix of ``text`` that ends a sentence ('' if none does): what may be shown of text
     still being written (a sentence has ended once the next one starts) or, ``finished``, of text cut off
     mid-way by a token budget: then a closing . ! ? ends it too, unless that '.' may be a decimal point
-    ("3.") or an abbreviation's ("Dr.")."""
+    ("3.") or an abbreviation's ("Dr.", an initial's "J."). A CJK 。！？ ends one wherever it stands."""
     end = 0
     for m in _sentence_ends(text):
-        end = m.start() + len(m.group().rstrip())  # with its closing quote or bracket, without the space
+        if not _NAME_PART.search(text[max(0, m.start() - 12) : m.start()]):
+            end = m.start() + len(m.group().rstrip())  # with its closing quote or bracket, without the space
+    for m in _CJK_END.finditer(text):
+        if m.end() < len(text) or finished:  # a closing quote may follow: at the very end only once finished
+            end = max(end, m.end())
     tail = text.rstrip()
-    if finished and _FINAL_END.search(tail) and not _ABBREV.search(tail[-12:].rstrip("\"')]")):
+    last = tail[-12:].rstrip("\"')]")
+    if finished and _FINAL_END.search(tail) and not _ABBREV.search(last) and not _NAME_PART.search(last):
         end = len(tail)
     return text[:end]
