@@ -137,6 +137,18 @@ def test_long_context_is_shortened_to_fit(gemma):
     assert gen.prompt_tokens + 8 <= gemma.n_ctx < len(gemma.llm.tokenize((NORMANDY * 40).encode()))
 
 
+def test_a_huge_context_is_cut_in_a_few_tokenizations(gemma, monkeypatch):
+    """A 64K-character paragraph passage (compression off) was cut a fifth at a time: 20 tokenizations
+    (ten such passages: 27, 6.7 s here); the first cut now takes off the share of the tokens that is too many."""
+    calls = []
+    tokenize = gemma.llm.tokenize
+    monkeypatch.setattr(gemma.llm, "tokenize", lambda *a, **kw: calls.append(1) or tokenize(*a, **kw))
+    context = (NORMANDY + " ") * (65536 // len(NORMANDY))
+    tokens, room = gemma.fit("Where is Normandy?", context, 64)
+    assert len(tokens) + room <= N_CTX and room == 64 and len(tokens) > N_CTX - 64 - 40  # full, to a few tokens
+    assert len(calls) <= 6, len(calls)  # 20 before
+
+
 QUUX = "Zorblat is the capital of the kingdom of Quux. It lies on the river Vell."
 
 

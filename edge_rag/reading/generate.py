@@ -224,11 +224,15 @@ class Generator:
             raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({fixed} tokens) and an answer")
         if len(q_tokens) > room // 2:  # keep at least half of the room for evidence
             question = self.llm.detokenize(q_tokens[: room // 2]).decode("utf-8", errors="ignore")
+        bare = len(self.template.tokens(question, ""))
         while True:
             tokens = self.template.tokens(question, context)
             if len(tokens) + answer <= self.n_ctx or not context:
                 return tokens, min(max_new_tokens, self.n_ctx - len(tokens))
-            context = context[: int(len(context) * 0.8)]
+            # a fifth off, or at once the share of the context's tokens that is too many: 20% at a time, a 655K
+            # context (ten 64K paragraphs, compression off) was tokenized 27 times over
+            over = (len(tokens) + answer - self.n_ctx) / max(1, len(tokens) - bare)
+            context = context[: int(len(context) * min(0.8, 1 - over))]
 
     # -- internals -----------------------------------------------------------------------------
     def _keep_prefix(self, prompt: list[int]) -> None:
