@@ -161,6 +161,14 @@ def test_a_budget_n_ctx_cannot_hold_shortens_the_answer_not_the_evidence(gemma, 
     assert tokens == gemma.template.tokens(q, QUUX) and room == min(budget, N_CTX - len(tokens))
 
 
+@pytest.mark.parametrize("question, context", [("\ud800 Where?", NORMANDY), ("Where is Normandy?", NORMANDY + "\udcff")])
+def test_text_that_is_not_valid_unicode_is_a_clear_error(gemma, question, context):
+    """A lone surrogate reached the tokenizer's UTF-8 encoding: UnicodeEncodeError (EdgeRAG checks its questions;
+    Generator is used on its own too, by the benchmarks)."""
+    with pytest.raises(InputError, match="is not valid Unicode text"):
+        gemma.generate(question, context, max_new_tokens=8)
+
+
 @pytest.mark.parametrize("budget", [0, -5])
 def test_a_budget_below_one_token_is_a_clear_error(gemma, budget):
     """It generated one token and called the answer cut off."""

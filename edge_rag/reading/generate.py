@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..config import default_threads
 from ..documents.text import whole_sentences
-from ..errors import BundleError, InputError
+from ..errors import BundleError, InputError, check_str
 from .prompt import Template
 
 # End-of-turn pieces of the common chat templates (Gemma, ChatML, Llama 3, GPT-2 style): a bundle's profile may add
@@ -213,9 +213,11 @@ class Generator:
         cut (characters the encoder ignores can still cost the GPT 4 tokens each), then the context is
         shortened until the answer has its budget, or a quarter of n_ctx if that is less (the evidence is
         never dropped for a budget n_ctx cannot hold: it was, and the model answered from the one-shot
-        example); InputError for a budget below 1, or if even an empty prompt leaves no room for an answer."""
+        example); InputError for a budget below 1, text that is not valid Unicode (a lone surrogate raised
+        UnicodeEncodeError), or if even an empty prompt leaves no room for an answer."""
         if max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
+        question, context = check_str(question, "the question"), check_str(context, "the context")
         q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
         fixed = len(self.template.tokens("", ""))
         answer = min(max_new_tokens, self.n_ctx // 4)  # the room the evidence never takes
