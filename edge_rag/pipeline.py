@@ -19,7 +19,7 @@ from .decision.gate import sequential_gate
 from .decision.outcome import Decision, Stages
 from .decision.policy import decide
 from .documents.files import read_files
-from .documents.indexing import Progress, Todo, as_document, index, plan_changes, plan_files
+from .documents.indexing import Progress, Todo, as_document, held_bytes, index, plan_changes, plan_files
 from .errors import BudgetError, InputError, check_question, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
@@ -100,7 +100,7 @@ class EdgeRAG:
         with self.store.writing():
             # Counted in full (they are in memory already); files are counted only up to what fits.
             changes = plan_changes(self.store, docs, self.config, source)
-            return self._index(*changes, self._room(), progress, encoder)
+            return self._index(*changes, progress, encoder, sum(map(held_bytes, docs)))
 
     @open_only
     def add_files(self, paths: Iterable[str | Path] | str | Path, progress: bool | Progress = False, strict: bool = False,
@@ -111,9 +111,10 @@ class EdgeRAG:
         raises on the first one."""
         files = one_or_many(paths, (str, os.PathLike), "paths")
         with self.store.writing():
-            room = self._room()
-            changes = plan_files(self.store, read_files(files, strict, on_skip), self.config, room, strict, on_skip)
-            return self._index(*changes, room, progress)
+            room, text_room = self._room(), self.plan.text_room(self._held(0), self.config, self.encoder.dim)
+            todo, remove = plan_files(self.store, read_files(files, strict, on_skip), self.config, room, strict, on_skip,
+                                      text_room)
+            return self._index(todo, remove, progress, text_bytes=sum(held_bytes(t.doc) for t in todo))
 
     @open_only
     def remove(self, doc_ids: str | Iterable[str]) -> int:
@@ -140,15 +141,17 @@ class EdgeRAG:
         return Encoder(self._encoder_path, self.bundle.require(B.ROLE_TOKENIZER), self.encoder.max_seq_len,
                        self.encoder.batch_tokens, self.config.index_threads)
 
-    def _index(self, todo: list[Todo], remove: list[str], room: int, progress: bool | Progress,
-               encoder: Encoder | None = None) -> int:
+    def _index(self, todo: list[Todo], remove: list[str], progress: bool | Progress, encoder: Encoder | None = None,
+               text_bytes: int = 0) -> int:
+        """``todo`` indexed under a plan holding its passages and ``text_bytes`` of documents, or a BudgetError."""
         total = sum(t.units for t in todo)
         try:
-            hold(self, self.plan.with_passages(self._held(total), self.config, self.encoder.dim), encoder)
+            hold(self, self.plan.with_passages(self._held(total), self.config, self.encoder.dim, text_bytes), encoder)
         except BudgetError as exc:
-            if total > room:
-                raise BudgetError(f"{exc} — at least: counting stopped after {total} new passages, more than the "
-                                  f"{room} that fit") from None
+            room, text_room = self._room(), self.plan.text_room(self._held(0), self.config, self.encoder.dim)
+            if total > room or text_bytes > text_room:  # add_files stops reading there: the rest is not counted
+                raise BudgetError(f"{exc} — at least: {total} new passages and {text_bytes} bytes of documents so far, "
+                                  f"past the {room} passages or {text_room} bytes that fit") from None
             raise
         with tqdm(total=total, unit="passage", disable=progress is not True or not total, desc="indexing") as bar:
             def report(done: int, planned: int) -> None:
@@ -156,7 +159,7 @@ class EdgeRAG:
                 if callable(progress):
                     progress(done, planned)
 
-            return index(self.store, encoder or self.encoder, self.config, todo, remove, report)
+            return index(self.store, encoder or self.encoder, self.config, todo, remove, report, self.plan.commit_bytes)
 
     # -- answering -----------------------------------------------------------------------------
     def warm_up(self) -> None:

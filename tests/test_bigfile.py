@@ -5,13 +5,21 @@ Bounded in time by cancelling from the progress callback after a few batches; th
 subprocess so its peak RSS (VmHWM) is this indexing run's alone. Before: one document was one batch;
 a 50 MB file peaked at 2,418 MB and showed 0% after 10 minutes."""
 import json
+import math
+import random
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 from benchmarks.write_amplification import write_text
+from edge_rag.config import Config
 from edge_rag.errors import BudgetError
+from edge_rag.memory import RUNTIME_BASE_MB, plan
+from edge_rag.models import bundle as B
 from edge_rag.pipeline import EdgeRAG
 
 BUDGET_MB = 2048  # the default: it plans the certified path's reader (~355 MB) beside the index
@@ -78,10 +86,97 @@ def test_a_file_too_big_for_the_budget_is_refused_before_encoding(tmp_path, bund
         assert rag.store.count == 0
 
 
+WORDS = "museum harbour light ship engine crew ticket gallery planet star lens tower steam pump visitor".split()
+
+
+def write_long_paragraphs(path: Path, mb: float, seed: int = 0) -> None:
+    """Paragraphs of 60,000 characters without a sentence end: each one passage of that length, in either mode."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(int(mb * 1_000_000) // 60_002 + 1):
+            f.write(" ".join(rng.choice(WORDS) for _ in range(11_000))[:60_000] + "\n\n")
+
+
+RUN_LONG = """
+import json, sys
+from edge_rag.config import Config
+from edge_rag.errors import BudgetError
+from edge_rag.memory import peak_rss_mb, rss_mb
+from edge_rag.pipeline import EdgeRAG
+db, bundle, budget, batches, paths = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=budget, encode_batch_tokens=256))
+rag.warm_up()  # the reader the plan holds is loaded: the process holds what the plan prices
+before, calls, refused = rss_mb(), [], None
+class Cancel(Exception):
+    pass
+def progress(done, planned):
+    calls.append((done, rag.store.count))
+    if len(calls) == batches:
+        raise Cancel
+try:
+    rag.add_files(paths, progress=progress)
+except Cancel:
+    pass
+except BudgetError as exc:
+    refused = str(exc)
+index, encoder = rag.plan.component("index"), rag.plan.component("encoder")
+print(json.dumps({"before": before, "peak": peak_rss_mb(), "refused": refused, "calls": calls, "plan": str(rag.plan),
+                  "index": index.mb, "activations": encoder.parts["activations"], "total": rag.plan.total_mb,
+                  "commit_bytes": getattr(rag.plan, "commit_bytes", None)}))
+"""
+
+
+def test_long_paragraphs_are_planned_from_their_length(tmp_path: Path, bundle: B.Bundle, bundle_dir: Path) -> None:
+    """Two 8 MB files of 60k-character paragraphs, in a budget 40 MB above the smallest plan. The texts held while
+    indexing were priced at 200 characters a passage: 16 MB of documents planned 13 MB of index and texts, and
+    indexing them raised peak RSS by 116 MB (the documents, their passages and each passage's context, 4 neighbours'
+    text, for all 268 at once: a commit). Priced from their length, the plan commits a few MB of text at a time, and
+    the rise stays inside what it prices for indexing (the index part and the encoder's activations: it errs high by
+    the store's fixed part, held before). Cancelled after 3 commits, each of at most commit_bytes + one passage."""
+    paths = [tmp_path / f"long{i}.txt" for i in range(2)]
+    for i, path in enumerate(paths):
+        write_long_paragraphs(path, 8, seed=i)
+    smallest = plan(bundle, Config(memory_budget_mb=100_000, encode_batch_tokens=256), generator=False,
+                    base_mb=RUNTIME_BASE_MB)
+    budget = math.ceil(smallest.total_mb) + 40
+    run = subprocess.run([sys.executable, "-c", RUN_LONG, str(tmp_path / "db"), str(bundle_dir), str(budget), "3",
+                          *map(str, paths)], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["refused"] is None, out
+    assert out["peak"] - out["before"] <= out["index"] + out["activations"], out
+    assert out["peak"] <= out["total"] <= budget, out
+    per_commit = out["commit_bytes"] // 60_000 + 1
+    assert out["commit_bytes"] < 16_000_000 and len(out["calls"]) == 3, out  # the plan took smaller commits
+    done = [0] + [d for d, _ in out["calls"]]
+    assert all(0 < b - a <= per_commit for a, b in zip(done, done[1:])), out
+    assert all(d == count for d, count in out["calls"]), out  # each batch held the commit's bytes: committed
+
+
+def test_files_too_long_for_the_budget_are_refused_before_all_are_read(tmp_path: Path, bundle: B.Bundle,
+                                                                        bundle_dir: Path) -> None:
+    """Three 4 MB files of 60k-character paragraphs (200 passages, priced 0.1 MB of texts before) in a budget that
+    holds the models and a few MB more: refused before encoding, naming the documents' size, after reading what
+    already did not fit (the rest is not read: the message says "at least"). Before, all 200 passages were encoded."""
+    paths = [tmp_path / f"long{i}.txt" for i in range(3)]
+    for i, path in enumerate(paths):
+        write_long_paragraphs(path, 4, seed=i)
+    config = Config(encode_batch_tokens=256)
+    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False)
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir,
+                 config=config.with_(memory_budget_mb=math.ceil(opened.total_mb) + 12)) as rag:
+        with pytest.raises(BudgetError) as err:
+            rag.add_files(paths)
+        assert rag.store.count == 0
+    msg = str(err.value)
+    assert msg.startswith("index needs ~") and "MB of documents to index held in memory" in msg, msg
+    read = re.search(r"at least: (\d+) new passages", msg)
+    assert read is not None and int(read.group(1)) < 3 * 67, msg  # the third file was never read
+
+
 if __name__ == "__main__":  # big files by hand: python tests/test_bigfile.py --mb 500
     import argparse
     import tempfile
-    from pathlib import Path
 
     from edge_rag.models.registry import default_bundle
 

@@ -4,7 +4,8 @@ Memory stays flat however large a document is: passages are cut from it one para
 time and encoded ``INDEX_BATCH_PASSAGES`` at a time (a long document spans many batches), so tokenizer
 output never exists for more than one batch; they are committed in steps that grow with the store
 (``commit_step``: the embedded store rewrites its index file at each commit), so the vectors of at most
-one step are held. A document committed in part (a crash, a cancel) is marked incomplete; indexing it
+one step are held; a batch, and a commit, also ends at the memory plan's ``commit_bytes`` of passage text (a
+commit holds its passages and their contexts), which the plan prices with the documents' own sizes (held_bytes). A document committed in part (a crash, a cancel) is marked incomplete; indexing it
 again adds exactly the passages it lacks.
 
 Documents that change: a document whose id is stored with another text replaces it, and documents once
@@ -14,6 +15,7 @@ commit as the first new passages — so re-indexing an edited file never keeps b
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -32,6 +34,7 @@ from .files import warn_skip
 from .text import path_text
 
 INDEX_BATCH_PASSAGES = 1024  # passages encoded and committed together while indexing
+DOCUMENT_OVERHEAD_BYTES = 512  # held per document to index beside its text (held_bytes)
 log = logging.getLogger("edge_rag")
 
 # Called after every committed batch with (passages done, passages planned); may raise to cancel.
@@ -57,11 +60,13 @@ def plan_changes(store: PassageStore, docs: Iterable[Document], config: Config, 
 
 
 def plan_files(store: PassageStore, files: Iterable[tuple[Path, list[Document]]], config: Config, room: int,
-               strict: bool = False, on_skip: Callable[[Path, str], None] | None = None) -> tuple[list[Todo], list[str]]:
+               strict: bool = False, on_skip: Callable[[Path, str], None] | None = None,
+               text_room: int | None = None) -> tuple[list[Todo], list[str]]:
     """``plan_changes`` for the files ``read_files`` yields, as one run: a document in two of them (a folder and a
     file in it, two copies) is indexed once, and one stored from a file is stale only if no file holds it now (a
     record moved to another file stays). A file reusing an id with another text is skipped like an unreadable one
-    (``on_skip``, or raised if ``strict``): indexing one or the other on alternate runs is no answer."""
+    (``on_skip``, or raised if ``strict``): indexing one or the other on alternate runs is no answer. Reading stops
+    once the documents to index pass ``room`` passages or ``text_room`` bytes (held_bytes), what the budget holds."""
     plan = Plan(store, config, room)
     sources: list[str] = []
     for path, docs in files:
@@ -73,7 +78,7 @@ def plan_files(store: PassageStore, files: Iterable[tuple[Path, list[Document]]]
             (on_skip or warn_skip)(path, str(exc))
             continue
         sources.append(path_text(path.resolve()))
-        if plan.counted > room:
+        if plan.counted > room or (text_room is not None and plan.text_bytes > text_room):
             break  # the caller refuses with the plan's numbers
     return plan.todo, plan.remove + plan.stale(sources)
 
@@ -90,6 +95,7 @@ class Plan:
         self.remove: list[str] = []  # stored documents that changed
         self.seen: dict[str, tuple[str, str]] = {}  # doc_id -> (content hash, source it was first given with)
         self.counted = 0
+        self.text_bytes = 0  # held_bytes of the documents in todo
 
     def add(self, docs: Iterable[Document]) -> None:
         """Plan the documents not given before; InputError, planning none of ``docs``, if one of them reuses the id
@@ -128,6 +134,7 @@ class Plan:
         n = max(sum(1 for _ in islice(units, limit)) - start, 0)
         self.todo.append(Todo(doc, start, sha, n))
         self.counted += n
+        self.text_bytes += held_bytes(doc)
 
     def stale(self, sources: Iterable[str]) -> list[str]:
         """Documents stored from ``sources`` that no document given now has the id of: removed."""
@@ -141,19 +148,21 @@ class Plan:
 
 
 def index(store: PassageStore, encoder: Encoder, config: Config, todo: Sequence[Todo], remove: Sequence[str],
-          progress: Progress | None = None) -> int:
+          progress: Progress | None = None, commit_bytes: int | None = None) -> int:
     """Encode ``todo`` batch by batch and commit in steps that grow with the store (``commit_step``), removing
-    ``remove`` with the first commit; passages added. ``progress`` follows every encoded batch; when it raises (a
-    cancel), what is encoded is committed first."""
+    ``remove`` with the first commit; passages added. A batch, and a commit, ends once its passages hold
+    ``commit_bytes`` (the memory plan's: long passages and their contexts are held until their commit). ``progress``
+    follows every encoded batch; when it raises (a cancel), what is encoded is committed first."""
     total = sum(t.units for t in todo)
     growth = store.commit_growth
     stored, added, encoded = store.count, 0, 0
     pending = Pending(list(remove), encoder.dim)
-    for parts in _batches(todo, config, INDEX_BATCH_PASSAGES):
+    cap = commit_bytes or sys.maxsize
+    for parts in _batches(todo, config, INDEX_BATCH_PASSAGES, cap):
         texts = [text for part in parts for text in part.texts]
         pending.extend(parts, encoder.encode(texts))
         encoded += len(texts)
-        if pending.count >= commit_step(stored + added, growth):
+        if pending.count >= commit_step(stored + added, growth) or pending.bytes >= cap:
             added += pending.commit(store)
         if progress is not None:
             try:
@@ -180,6 +189,7 @@ class Pending:
         self.dim = dim
         self.vectors: list[np.ndarray] = []
         self.remove = remove
+        self.bytes = 0  # held_bytes of the pending passage texts
 
     @property
     def count(self) -> int:
@@ -187,6 +197,7 @@ class Pending:
 
     def extend(self, parts: Sequence[Part], vectors: np.ndarray) -> None:
         for part in parts:
+            self.bytes += sum(map(sys.getsizeof, part.texts))
             last = self.parts[-1] if self.parts else None
             if last is not None and last.doc.doc_id == part.doc.doc_id and last.start + len(last.texts) == part.start:
                 self.parts[-1] = replace(last, texts=last.texts + part.texts, last=part.last)
@@ -200,7 +211,7 @@ class Pending:
             return 0
         vectors = np.concatenate(self.vectors) if self.vectors else np.zeros((0, self.dim), np.float32)
         added = store.add(self.parts, vectors, remove=self.remove)
-        self.parts, self.vectors, self.remove = [], [], []
+        self.parts, self.vectors, self.remove, self.bytes = [], [], [], 0
         return added
 
 
@@ -228,26 +239,28 @@ def check_document(doc: Document) -> None:
                          f"characters; the limit is {MAX_TITLE_CHARS}")
 
 
-def _batches(todo: Sequence[Todo], config: Config, size: int) -> Iterator[list[Part]]:
-    """Parts of documents grouped until ``size`` passages; a long document is split across batches."""
+def held_bytes(doc: Document) -> int:
+    """What Python holds of a document to index: its text and title (1, 2 or 4 bytes a character), and the
+    Document, its id and what planning keeps of it (Plan.seen, its Todo: ~180 B, at most ~370 B while planned)."""
+    return sys.getsizeof(doc.text) + sys.getsizeof(doc.title) + DOCUMENT_OVERHEAD_BYTES
+
+
+def _batches(todo: Sequence[Todo], config: Config, size: int, max_bytes: int) -> Iterator[list[Part]]:
+    """Parts of documents grouped until ``size`` passages or ``max_bytes`` of their text; a long document is split
+    across batches."""
     batch: list[Part] = []
-    n = 0
+    n = held = 0
     for t in todo:
-        units = islice(iter_units(t.doc, config.passage_mode, config.min_sentence_chars), t.start, None)
-        position = t.start
-        while True:
-            texts = list(islice(units, size - n))
-            if len(texts) < size - n or not texts:  # the document ends inside this batch
-                if texts or position > 0:
-                    batch.append(Part(t.doc, position, texts, last=True, sha=t.sha))
-                n += len(texts)
-                break
-            batch.append(Part(t.doc, position, texts, last=False, sha=t.sha))
-            position += len(texts)
-            yield batch
-            batch, n = [], 0
-        if n >= size:
-            yield batch
-            batch, n = [], 0
+        position, texts = t.start, []
+        for text in islice(iter_units(t.doc, config.passage_mode, config.min_sentence_chars), t.start, None):
+            texts.append(text)
+            n, held = n + 1, held + sys.getsizeof(text)
+            if n >= size or held >= max_bytes:
+                batch.append(Part(t.doc, position, texts, last=False, sha=t.sha))
+                yield batch
+                position += len(texts)
+                batch, texts, n, held = [], [], 0, 0
+        if texts or position > 0:  # the document ends in this batch (an empty part: it ended with the last one)
+            batch.append(Part(t.doc, position, texts, last=True, sha=t.sha))
     if batch:
         yield batch

@@ -9,8 +9,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from ..documents.chunk import PARAGRAPH_WINDOW_CHARS
 from ..documents.indexing import INDEX_BATCH_PASSAGES
 from ..storage.hnsw import COMMIT_GROWTH
+from ..storage.store_db import CONTEXT_NEIGHBOURS
 from .gguf import GGUFInfo
 from .rss import MB, rss_mb
 
@@ -53,10 +55,13 @@ N_BATCH_MAX = 512  # Generator uses n_batch = min(512, n_ctx)
 # locks, upper levels and capacity slack per passage, and SQLite's page cache.
 INDEX_OVERHEAD_BYTES = 600
 STORE_FIXED_MB = 12.0
-# Passage texts held in Python while indexing (add_files reads every document, then chunks them all):
-# str overhead + text, twice (document and passage). Average chars per passage measured on SQuAD:
-# 151 (sentence), 870 (paragraph).
-PASSAGE_CHARS = {"sentence": 200, "paragraph": 1000}
+# Texts held in Python while indexing, priced from the documents' own sizes (sys.getsizeof: 1, 2 or 4 bytes a
+# character): the documents to add, held whole from reading to their last commit, and the texts of one commit in
+# hand: its passages (copies of the documents' text) and their contexts (store_db.contexts: each passage's text
+# joined into the contexts of up to 2 × CONTEXT_NEIGHBOURS others), (1 + 2c) × the commit's passage bytes. A commit
+# (and every encoder batch in it) stops once it holds the plan's commit_bytes, so at one passage more; the first
+# document of a commit may continue stored passages, 2c of which are read back. A passage is at most a paragraph window.
+PASSAGE_MAX_BYTES = 4 * PARAGRAPH_WINDOW_CHARS + 80
 PY_STR_OVERHEAD_BYTES = 64
 # A PostgreSQL store (pgstore.py) keeps vectors and graph on the server; the device holds the client.
 # With edge_rag imported, opening a PgStore (psycopg + its bundled libpq, psycopg_pool, pgvector) and
@@ -138,21 +143,25 @@ def generator_estimate(info: GGUFInfo, n_ctx: int) -> Estimate:
     })
 
 
-def index_estimate(passages: int, dim: int, m: int, passage_mode: str = "sentence",
-                   remote: bool = False) -> Estimate:
-    """hnswlib index + SQLite store, passage texts held in Python while indexing, and the vectors of the commit
-    in hand (indexing.commit_step: at most g / (1 + g) of the passages, g = hnsw.COMMIT_GROWTH, + one batch).
+def index_estimate(passages: int, dim: int, m: int, remote: bool = False, text_bytes: int = 0,
+                   commit_bytes: int = 0) -> Estimate:
+    """hnswlib index + SQLite store, the texts held in Python while indexing, and the vectors of the commit in hand
+    (indexing.commit_step: at most g / (1 + g) of the passages, g = hnsw.COMMIT_GROWTH, + one batch).
 
-    index = passages × (dim × 4 + (2M + 1) × 4 + 8 + INDEX_OVERHEAD_BYTES) + STORE_FIXED_MB
-    texts = passages × 2 × (PASSAGE_CHARS[mode] + PY_STR_OVERHEAD_BYTES)
-    ``remote`` (a PostgreSQL store): the index lives on the server, the device holds PG_CLIENT_MB
-    instead; ``passages`` then counts only what this process is about to add (texts in Python), committed a batch
-    at a time.
+    index     = passages × (dim × 4 + (2M + 1) × 4 + 8 + INDEX_OVERHEAD_BYTES) + STORE_FIXED_MB
+    documents = text_bytes (the documents being added, as Python holds them)
+    in hand   = (1 + 2c) × (min(text_bytes, commit_bytes + W) + 2c × W) + passages × 2 × str overhead, W =
+                min(PASSAGE_MAX_BYTES, text_bytes): every text of a commit, and of the 2c stored passages before it,
+                is held once and joined into at most 2c contexts
+    ``remote`` (a PostgreSQL store): the index lives on the server, the device holds PG_CLIENT_MB instead;
+    ``passages`` then counts only what this process is about to add, committed a batch at a time.
     """
     per = dim * 4 + (2 * m + 1) * 4 + 8 + INDEX_OVERHEAD_BYTES
-    text = 2 * (PASSAGE_CHARS.get(passage_mode, PASSAGE_CHARS["paragraph"]) + PY_STR_OVERHEAD_BYTES)
     held = INDEX_BATCH_PASSAGES + (0 if remote else COMMIT_GROWTH / (1 + COMMIT_GROWTH) * passages)
     store = {"PostgreSQL client": PG_CLIENT_MB} if remote else {"vectors + graph": passages * per / MB + STORE_FIXED_MB}
-    return Estimate("index", {**store, "texts": passages * text / MB,
+    spread = 1 + 2 * CONTEXT_NEIGHBOURS
+    w = min(PASSAGE_MAX_BYTES, text_bytes)  # a passage, or a stored one the documents continue, is no longer than they
+    in_hand = spread * (min(text_bytes, commit_bytes + w) + 2 * CONTEXT_NEIGHBOURS * w) if text_bytes else 0
+    return Estimate("index", {**store, "documents": text_bytes / MB,
+                              "texts in hand": (in_hand + passages * 2 * PY_STR_OVERHEAD_BYTES) / MB,
                               "commit in hand": min(held, passages) * dim * 4 / MB})
-

@@ -32,8 +32,12 @@ from .estimate import (
     runtime_base_estimate,
 )
 from .gguf import read_gguf
+from .rss import MB
 
 INDEXING_ENCODER = "indexing encoder"  # the plan's part for Config.index_threads' session
+# The passage text one indexing commit may hold (indexing.index), largest first: the plan takes the largest that fits.
+# Smaller commits hold less text and its contexts, but rewrite the embedded store's index file more often.
+COMMIT_BYTES = tuple(64 << 20 >> k for k in range(7))  # 64 MB .. 1 MB
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Plan:
     # (n_ctx, batch) -> every component but the index, priced as plan() priced them (the same runtime base)
     price: Callable[[int, int], tuple[Estimate, ...]] = field(repr=False, compare=False)
     remote_index: bool = False  # the store is on PostgreSQL: its index is not counted on the device
+    commit_bytes: int = COMMIT_BYTES[0]  # passage text one indexing commit (and batch) holds, at most (+ one passage)
 
     @property
     def generator(self) -> bool:
@@ -66,29 +71,28 @@ class Plan:
         """``config`` with this plan's n_ctx and encode_batch_tokens."""
         return config.with_(n_ctx=self.n_ctx, encode_batch_tokens=self.encode_batch_tokens)
 
-    def with_passages(self, passages: int, config: Config, dim: int) -> Plan:
-        """This plan for a store of ``passages``, at the largest encoder batch with which the larger index fits
-        (a larger index leaves less for the batch's activations: the caller runs its sessions at the batch this plan
-        gives); n_ctx stays (llama.cpp may hold its KV cache already). BudgetError (before anything is encoded) if
-        it fits at no batch, with the numbers of the smallest."""
-        index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, self.remote_index)
+    def with_passages(self, passages: int, config: Config, dim: int, text_bytes: int = 0) -> Plan:
+        """This plan for a store of ``passages``, while ``text_bytes`` of documents are held to be indexed, at the
+        largest encoder batch, then the largest commit, with which they fit (a larger index or longer documents leave
+        less for the batch's activations: the caller runs its sessions at the batch and commits at the bytes this
+        plan gives); n_ctx stays (llama.cpp may hold its KV cache already). BudgetError (before anything is encoded)
+        if it fits at none, with the numbers of the smallest."""
         for batch in self.batches:
-            parts = (*self.price(self.n_ctx, batch), index)
-            if sum(c.mb for c in parts) <= self.budget_mb:
-                return replace(self, passages=passages, encode_batch_tokens=batch, components=parts)
-        raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, batch, passages))
+            for commit in COMMIT_BYTES:
+                index = index_estimate(passages, dim, config.hnsw_m, self.remote_index, text_bytes, commit)
+                parts = (*self.price(self.n_ctx, batch), index)
+                if sum(c.mb for c in parts) <= self.budget_mb:
+                    return replace(self, passages=passages, encode_batch_tokens=batch, components=parts,
+                                   commit_bytes=commit)
+        raise BudgetError(_no_fit(parts, self.budget_mb, self.n_ctx, batch, passages, text_bytes))
 
     def room(self, held: int, config: Config, dim: int) -> int:
         """How many passages more than ``held`` the budget can index (the largest n ``with_passages`` accepts)."""
-        lo, hi = 0, 1 << 31
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            try:
-                self.with_passages(held + mid, config, dim)
-                lo = mid
-            except BudgetError:
-                hi = mid - 1
-        return lo
+        return _largest(lambda n: self.with_passages(held + n, config, dim))
+
+    def text_room(self, held: int, config: Config, dim: int) -> int:
+        """How many bytes of documents the budget can hold to index into a store of ``held`` passages."""
+        return _largest(lambda n: self.with_passages(held, config, dim, n))
 
     def __str__(self) -> str:
         lines = [f"memory plan: ~{self.total_mb:.0f} of {self.budget_mb} MB (n_ctx {self.n_ctx}, "
@@ -129,7 +133,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     seq = min(config.max_seq_len, int(enc.get("max_seq_len", config.max_seq_len)))
     heads, ffn = int(enc.get("heads", ENCODER_HEADS)), enc.get("ffn")
     base = runtime_base_estimate() if base_mb is None else Estimate("runtime base", {"python + libraries": base_mb})
-    index = index_estimate(passages, dim, config.hnsw_m, config.passage_mode, remote_index)
+    index = index_estimate(passages, dim, config.hnsw_m, remote_index)
     # The neural reader is loaded only where the certified decision reads with it (on first use, planned up front).
     reader = reader_file(bundle) if config.reads_neural else None
     reader_bytes = reader.stat().st_size if reader is not None and reader.is_file() else 0
@@ -154,6 +158,19 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     raise BudgetError(_no_fit((*price(ctxs[-1], batches[-1]), index), budget, ctxs[-1], batches[-1], passages))
 
 
+def _largest(fits: Callable[[int], object]) -> int:
+    """The largest n ≥ 0 for which ``fits(n)`` raises no BudgetError (0 if none)."""
+    lo, hi = 0, 1 << 40
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            fits(mid)
+            lo = mid
+        except BudgetError:
+            hi = mid - 1
+    return lo
+
+
 def _n_ctx_candidates(n_ctx: int, trained: int) -> list[int]:
     top = min(n_ctx, trained) if trained else n_ctx
     floor = min(MIN_N_CTX, top)
@@ -172,7 +189,7 @@ def _batch_candidates(batch_tokens: int, max_seq_len: int) -> list[int]:
     return out
 
 
-def _no_fit(parts: tuple[Estimate, ...], budget: int, n_ctx: int, batch: int, passages: int) -> str:
+def _no_fit(parts: tuple[Estimate, ...], budget: int, n_ctx: int, batch: int, passages: int, text_bytes: int = 0) -> str:
     """The message for the first component that overflows, with the numbers."""
     total = sum(c.mb for c in parts)
     used, before = 0.0, []
@@ -182,7 +199,9 @@ def _no_fit(parts: tuple[Estimate, ...], budget: int, n_ctx: int, batch: int, pa
         used += c.mb
         before.append(f"{c.name} {c.mb:.0f}")
     what = {"generator": f" at n_ctx {n_ctx}", "encoder": f" at encode_batch_tokens {batch}",
-            INDEXING_ENCODER: f" at encode_batch_tokens {batch}", "index": f" for {passages} passages"}.get(c.name, "")
+            INDEXING_ENCODER: f" at encode_batch_tokens {batch}",
+            "index": f" for {passages} passages" + (f" and {text_bytes / MB:.0f} MB of documents to index held in memory"
+                                                    if text_bytes else "")}.get(c.name, "")
     after = f" after {', '.join(before)}" if before else ""
     return (f"{c.name} needs ~{c.mb:.0f} MB ({c.describe()}{what}) but only {max(budget - used, 0):.0f} MB "
             f"of the {budget} MB budget remain{after}; the smallest plan needs ~{total:.0f} MB: raise "
