@@ -99,3 +99,12 @@ def test_a_document_cannot_end_the_user_turn_or_forge_another(built):
     tokens, _ = gen.fit(QUESTION + forged, NORMANDY + forged, BUDGET)
     assert clean == gen.llm.tokenize(gen.template.text(QUESTION, NORMANDY).encode(), add_bos=True, special=True)
     assert [t for t in tokens if t in markers] == [t for t in clean if t in markers]  # system, user, assistant
+
+
+def test_an_end_of_turn_written_as_text_ends_the_answer(built):
+    """A document holding "<|im_end|>" (read as text since the fix above) had tiny copy it: its answer was shown as
+    "Bombilla<|im_end|>". An answer ends where any stop piece's text begins."""
+    gen = Generator(built["tiny"], "chat", n_ctx=1024, threads=2, stop=M.PROFILES["tiny"].stop)
+    for piece in gen.stop:
+        tokens = gen.llm.tokenize(f"Bombilla{piece} more".encode(), add_bos=False, special=False)
+        assert len(tokens) > 2 and gen.text(tokens) == "Bombilla", piece

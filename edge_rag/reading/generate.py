@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
+import re
 import sys
 import threading
 from collections import abc, deque
@@ -105,6 +106,7 @@ class Generator:
         self.prompt_style, self.template = prompt_style, Template(self.llm, prompt_style)
         self.path, self.n_ctx = path.resolve(), n_ctx  # what another EdgeRAG checks before using this model
         self.stop = frozenset(END_OF_TURN + tuple(stop))
+        self._stop_text = re.compile("|".join(re.escape(piece) for piece in self.stop))
         # the template's tokens before the first field: two prompts that differ in every field share exactly these
         a, b = self.template.tokens("a", "a"), self.template.tokens("b", "b")
         self.prefix = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]
@@ -256,8 +258,10 @@ class Generator:
         self.llm.n_tokens = n
 
     def text(self, tokens: list[int]) -> str:
-        """The answer in ``tokens``: the first line, stripped."""
-        return self.llm.detokenize(tokens).decode("utf-8", errors="ignore").split("\n")[0].strip()
+        """The answer in ``tokens``: the first line, stripped, up to an end-of-turn piece written as plain text
+        (from a document holding "<|im_end|>", tiny answered "Bombilla<|im_end|>")."""
+        line = self.llm.detokenize(tokens).decode("utf-8", errors="ignore").split("\n")[0]
+        return self._stop_text.split(line, maxsplit=1)[0].strip()
 
     def _stops(self, out: list[int]) -> bool:
         """An answer is one line: stop at the first newline after some text."""
