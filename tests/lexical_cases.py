@@ -54,3 +54,21 @@ def check_numbers_match_as_written(store, dim: int) -> np.ndarray:
     found = retrieve.search(store, vectors[0], "What was 3.7?", 4, Config(retrieval="lexical")).passages
     assert NUMBER_TEXTS[2] in [p.text for p in found if p.lexical > 0], [p.text for p in found]
     return vectors
+
+
+GREETING = [f"aword{i:02d}" for i in range(40)]  # a long question's common words, all sorting before "zeppelin"
+
+
+def check_a_long_question_keeps_its_rarest_words(store, dim: int) -> tuple[np.ndarray, str]:
+    """A question of more than MAX_TERMS words is searched by its rarest, not by its alphabetically first: the
+    one word that names the subject sorted after 40 common ones and was never asked for. Returns the vectors of
+    the passages added here and the subject's passage."""
+    texts = [" ".join(GREETING) + f" room {i}" for i in range(10)] + ["The zeppelin hangar held airships",
+                                                                     "The garden has old trees"]
+    docs = [make_document(t, f"doc{i}") for i, t in enumerate(texts)]
+    vectors = np.eye(dim, dtype=np.float32)[np.arange(len(texts)) % dim]
+    store.add([Part(d, 0, [t], last=True, sha=d.doc_id) for d, t in zip(docs, texts)], vectors)
+    found = retrieve.search(store, vectors[11], " ".join(GREETING) + ", where was the zeppelin?", 12,
+                            Config(retrieval="lexical")).passages
+    assert texts[10] in [p.text for p in found if p.lexical > 0], [p.text[-8:] for p in found]
+    return vectors, texts[10]

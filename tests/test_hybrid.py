@@ -11,13 +11,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from lexical_cases import NUMBER_TEXTS, TERMS, check_numbers_match_as_written, check_rarest_terms_pick_the_candidates
+from lexical_cases import (
+    GREETING,
+    NUMBER_TEXTS,
+    TERMS,
+    check_a_long_question_keeps_its_rarest_words,
+    check_numbers_match_as_written,
+    check_rarest_terms_pick_the_candidates,
+)
 
 from edge_rag import Config, EdgeRAG
 from edge_rag.config import ConfigError
 from edge_rag.documents.chunk import make_document
 from edge_rag.retrieval import retrieve
-from edge_rag.retrieval.lexical import Postings, candidate_terms, fts5_query, query_terms, tsquery
+from edge_rag.retrieval.lexical import Postings, candidate_terms, fts5_query, query_terms, rarest, tsquery
 from edge_rag.storage.store import Store
 from edge_rag.storage.store_db import DB_FILE, FTS_TABLE, Part
 
@@ -71,6 +78,19 @@ def test_numbers_match_as_written(tmp_path):
     for question, holding, apart in (("What was 3.7?", 2, 3), ("Who were the 26,000?", 1, 0)):
         found = retrieve.search(store, vectors[apart], question, 4, lexical).passages
         assert [p.text for p in found[:2]] == [NUMBER_TEXTS[holding], NUMBER_TEXTS[apart]]
+    store.close()
+
+
+def test_a_long_question_keeps_its_rarest_words(tmp_path):
+    """And SQLite's BM25 ranks the subject's passage first: the 40 common words weigh next to nothing."""
+    store = Store(tmp_path, 16, "enc")
+    _, subject = check_a_long_question_keeps_its_rarest_words(store, 16)
+    terms = query_terms(" ".join(GREETING) + " zeppelin")
+    assert len(terms) == 41 and rarest(terms, [10] * 40 + [1]) == (GREETING[:31] + ["zeppelin"], [10] * 31 + [1])
+    assert rarest(["qwerty", "zeppelin"], [0, 1]) == (["zeppelin"], [1])  # a word no passage holds takes no place
+    assert store.search_text(["qwerty"], 5) == []
+    [first, *_] = store.search_text(terms, 5)
+    assert store.passages([first[0]])[0].text == subject
     store.close()
 
 

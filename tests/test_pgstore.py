@@ -18,7 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 from conftest import fresh_database
-from lexical_cases import check_numbers_match_as_written, check_rarest_terms_pick_the_candidates
+from lexical_cases import (
+    check_a_long_question_keeps_its_rarest_words,
+    check_numbers_match_as_written,
+    check_rarest_terms_pick_the_candidates,
+)
 from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
 from edge_rag.config import Config
@@ -420,6 +424,12 @@ def test_rarest_terms_pick_the_candidates(pg_url):
 def test_numbers_match_as_written(pg_url):
     store = PgStore(pg_url, DIM, "enc-1")
     check_numbers_match_as_written(store, DIM)
+    store.close()
+
+
+def test_a_long_question_keeps_its_rarest_words(pg_url):
+    store = PgStore(pg_url, 16, "enc-1")
+    check_a_long_question_keeps_its_rarest_words(store, 16)
     store.close()
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable
 
 from ..documents.text import keywords
 
-MAX_TERMS = 32  # a long question's extra words add cost, not recall
+MAX_TERMS = 32  # terms one full-text query holds at most: a long question's rarest (``rarest``)
 POSTINGS_BUDGET = 2_000  # passages a lexical search scores at most, roughly (benchmarks/lexical_budget.py)
 POSTINGS_CACHE = 20_000  # terms whose postings a store remembers (~2 MB)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)+")  # "3.7", "26,000", "1,000,000": one term each
@@ -36,8 +36,18 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)+")  # "3.7", "26,000", "1,000,000": one te
 
 def query_terms(question: str) -> list[str]:
     """The question's content words, and its numbers written with separators, in a fixed order (sorted, so one
-    question always makes one query)."""
-    return sorted(keywords(question) | set(_NUMBER.findall(question)))[:MAX_TERMS]
+    question always makes one query). All of them: a store keeps the ``rarest`` once it has counted them."""
+    return sorted(keywords(question) | set(_NUMBER.findall(question)))
+
+
+def rarest(terms: list[str], postings: list[int], n: int = MAX_TERMS) -> tuple[list[str], list[int]]:
+    """The ``n`` terms the fewest passages hold, but at least one (ties by term), with their postings, in ``terms``'
+    order: the words BM25 weighs most (a word no passage holds scores nothing). A long question ("we walked the
+    gardens, admired the paintings ... when does it close?") was cut to its alphabetically first 32 words, and the
+    words that named its subject were often among those dropped."""
+    held = [i for i in range(len(terms)) if postings[i] > 0]
+    keep = sorted(sorted(held, key=lambda i: (postings[i], terms[i]))[:n])
+    return [terms[i] for i in keep], [postings[i] for i in keep]
 
 
 def candidate_terms(terms: list[str], postings: list[int], budget: int = POSTINGS_BUDGET

@@ -24,7 +24,7 @@ from functools import partial
 import numpy as np
 
 from ..errors import StoreError
-from ..retrieval.lexical import POSTINGS_BUDGET, Postings
+from ..retrieval.lexical import POSTINGS_BUDGET, Postings, rarest
 from ..types import Passage, in_order
 from . import hnsw, reachability
 from . import pgsql as Q
@@ -120,14 +120,16 @@ class PgStore:
         return [Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows]
 
     def search_text(self, terms: Sequence[str], k: int, budget: int = POSTINGS_BUDGET) -> list[tuple[int, float]]:
-        """Top-k passage ids by full-text rank (``ts_rank_cd`` of all ``terms``) over title, text and context, among the
-        passages holding the rarest terms (``budget`` postings, lexical.py), best first."""
+        """Top-k passage ids by full-text rank (``ts_rank_cd`` of the MAX_TERMS rarest ``terms``) over title, text and
+        context, among the passages holding the rarest terms (``budget`` postings, lexical.py), best first."""
         if not terms or k <= 0 or not self.full_text:
             return []
         terms = list(terms)
         with self._errors("cannot search"), self.pool.connection() as conn:
             counts = self._postings.of(terms, time.monotonic() // Q.COUNT_TTL_S, lambda new: Q.postings(conn, new))
-            rows = conn.execute(Q.SEARCH_TEXT, Q.text_search_params(terms, counts, k, budget)).fetchall()
+            terms, counts = rarest(terms, counts)
+            params = Q.text_search_params(terms, counts, k, budget)
+            rows = conn.execute(Q.SEARCH_TEXT, params).fetchall() if terms else []
         return [(int(i), float(r)) for i, r in rows]
 
     def scored(self, vector: np.ndarray, ids: Sequence[int]) -> list[Passage]:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 
-from ..retrieval.lexical import POSTINGS_BUDGET, Postings, candidate_terms, fts5_query
+from ..retrieval.lexical import POSTINGS_BUDGET, Postings, candidate_terms, fts5_query, rarest
 from .store_db import CONTEXT_WEIGHT, FTS_TABLE, TITLE_WEIGHT, second_connection
 
 CONNECTIONS = 4  # full-text searches at once per store
@@ -28,12 +28,12 @@ class FullText:
     def search(self, terms: list[str], k: int, version: Hashable, budget: int = POSTINGS_BUDGET
                ) -> list[tuple[int, float]]:
         """Top-k passage ids by BM25 over title, text and context, best first, the BM25 score made higher-is-better,
-        among the passages holding the rarest ``terms`` (``budget`` postings), scored by all of them."""
+        among the passages holding the rarest ``terms`` (``budget`` postings), scored by the MAX_TERMS rarest."""
         if not terms or k <= 0:
             return []
         with self.readers.connection() as db:
-            counts = self.postings.of(terms, version, lambda missing: postings(db, missing))
-            return best_of([query(db, fts, k) for fts in fts_queries(terms, counts, budget)], k)
+            terms, counts = rarest(terms, self.postings.of(terms, version, lambda missing: postings(db, missing)))
+            return best_of([query(db, fts, k) for fts in fts_queries(terms, counts, budget)], k) if terms else []
 
     def close(self) -> None:
         self.readers.close()
