@@ -76,10 +76,15 @@ def check_str(value: object, what: str) -> str:
     return value
 
 
+def ascii_width(text: str) -> str:
+    """``text`` with its full-width letters, digits and signs as ASCII (the identity on any other text)."""
+    return text.translate(_FULL_WIDTH)
+
+
 def check_question(question: object) -> str:
     """A usable question, or InputError saying why not (wrong type, not valid Unicode, empty, too long); full-width
     letters, digits and signs read as ASCII."""
-    question = " ".join(_CONTROL.sub(" ", check_str(question, "the question")).translate(_FULL_WIDTH).split())
+    question = " ".join(ascii_width(_CONTROL.sub(" ", check_str(question, "the question"))).split())
     if not question:
         raise InputError("the question is empty")
     if len(question) > MAX_QUESTION_CHARS:

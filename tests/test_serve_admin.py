@@ -93,6 +93,9 @@ def test_the_search_shows_passages_and_never_the_device_answer(server):
                       timeout=30).json()["passages"]
     assert any("15:00" in p["text"] for p in found)
     assert all(set(p) == {"title", "text"} for p in found)
+    typed_wide = httpx.get(f"{url}/api/admin/search", params={"q": "ｍｕｓｅｕｍ ｃｌｏｓｅ ３１ Ｄｅｃｅｍｂｅｒ"},
+                           headers=AUTH, timeout=30).json()["passages"]  # a CJK keyboard's full-width mode
+    assert typed_wide == found  # as the kiosk asks such a question (check_question); it found nothing before
 
 
 def test_too_few_labels_are_refused_plainly_and_the_old_certificate_stays(server):

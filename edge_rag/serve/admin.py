@@ -27,7 +27,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..decision.labels import Labels, export, groups
-from ..errors import InputError
+from ..errors import InputError, ascii_width
 from ..pipeline import EdgeRAG
 from ..retrieval.lexical import query_terms
 from . import question_log
@@ -103,7 +103,7 @@ class Admin:
 
     async def search(self, request: Request) -> Response:
         self.labels(request)
-        terms = query_terms(request.query_params.get("q", "")[: self.config.max_question_chars])
+        terms = query_terms(ascii_width(request.query_params.get("q", "")[: self.config.max_question_chars]))
 
         def found() -> list[dict]:
             hits = [pid for pid, _ in self.rag.store.search_text(terms, SEARCH_K)] if terms else []
