@@ -5,8 +5,9 @@ time and encoded ``INDEX_BATCH_PASSAGES`` at a time (a long document spans many 
 output never exists for more than one batch; they are committed in steps that grow with the store
 (``commit_step``: the embedded store rewrites its index file at each commit), so the vectors of at most
 one step are held; a batch, and a commit, also ends at the memory plan's ``commit_bytes`` of passage text (a
-commit holds its passages and their contexts), which the plan prices with the documents' own sizes (held_bytes). A document committed in part (a crash, a cancel) is marked incomplete; indexing it
-again adds exactly the passages it lacks.
+commit holds its passages and their contexts), which the plan prices with the documents' own sizes (held_bytes).
+A document committed in part (a crash, a cancel) is marked incomplete; indexing it again adds exactly the passages
+it lacks.
 
 Documents that change: a document whose id is stored with another text replaces it, and documents once
 read from a file that no longer holds them (nor does any other file indexed with it) are removed, in the same

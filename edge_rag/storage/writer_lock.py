@@ -51,7 +51,6 @@ def release(fd: int) -> None:
     os.close(fd)
 
 
-
 @contextlib.contextmanager
 def held(lock: threading.RLock, wait: bool, store: str) -> Iterator[None]:
     """A store's in-process writers' ``lock`` held; without ``wait``, a StoreError at once if another thread holds it
