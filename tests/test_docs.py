@@ -3,9 +3,12 @@ the repository, and the README's example runs against the real API."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -29,6 +32,71 @@ REPO_PATH = re.compile(r"(?<![\w./(-])((?:edge_rag|convert|benchmarks|evaluation
 DOCS_PAGE = re.compile(r"(?<![\w./-])(docs/[\w/-]+\.md)")
 MODULE = re.compile(r"python -m ((?:edge_rag|convert|benchmarks|evaluation)(?:\.\w+)*)")
 MAX_README_LINES = 250
+# A command of ours the README, the docs or a shipped report shows (a line of a bash block, or an inline span, env
+# first): only the repository's programs are parsed below, never pip or venv.
+OURS = r"(?:python3? -m (?:edge_rag|convert|benchmarks|evaluation)\b|edge-rag )"
+COMMAND = re.compile(rf"^(?:\w+=\S+ +)*({OURS}|python3? (?:tests|convert|benchmarks|evaluation)/[\w/]+\.py|make )")
+MAKE_RUNS = re.compile(rf"(?<=bin/){OURS}.*")  # what a make target runs of ours (make test's runner takes pytest's)
+# Runs each cited program's own argument parser on the cited words, in one process: the parser is taken at its first
+# parse_args (nothing after it runs); a program reading sys.argv without one is not run at all.
+PARSE = """
+import argparse, contextlib, importlib.util, io, json, os, runpy, sys
+class Parsed(Exception): pass
+def take(self, args=None, namespace=None): raise Parsed(self)
+def anything(convert):  # a <placeholder> stands for whatever value the reader fills in
+    return lambda text: text if text == "PLACEHOLDER" else convert(text)
+def actions(parser):
+    for action in parser._actions:
+        yield action
+        for sub in action.choices.values() if isinstance(action.choices, dict) else ():  # sub-commands
+            yield from actions(sub)
+keep, errors, parsers = argparse.ArgumentParser.parse_known_args, [], {}
+for where, module, argv, whole in json.loads(sys.stdin.read()):
+    key = (module, argv[:1])
+    if str(key) not in parsers:
+        script = module.endswith(".py")  # python path/to/script.py
+        spec = None if script else importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(module + ".__main__") if spec and spec.submodule_search_locations else spec
+        origin = module if script else spec.origin if spec else ""
+        source = open(origin, encoding="utf-8").read() if os.path.isfile(origin) else ""
+        parsers[str(key)] = None
+        if "parse_args" in source or "import main" in source:
+            argparse.ArgumentParser.parse_known_args, sys.argv = take, [module, *argv[:1]]
+            try:
+                if script:
+                    sys.path.insert(0, os.path.dirname(os.path.abspath(module)))
+                    runpy.run_path(module, run_name="__main__")
+                else:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+            except Parsed as parsed:
+                parsers[str(key)] = parsed.args[0]
+                for action in actions(parsed.args[0]):
+                    action.type = anything(action.type) if callable(action.type) else action.type
+                    if isinstance(action.choices, (list, tuple)):
+                        action.choices = [*action.choices, "PLACEHOLDER"]
+            finally:
+                argparse.ArgumentParser.parse_known_args = keep
+    parser, said = parsers[str(key)], io.StringIO()
+    if parser is None:
+        errors += [f"{where}: {module} is no module with an argument parser to check {argv} against"] if argv else []
+        continue
+    named = [] if whole else [a for a in actions(parser) if a.required]  # a name: what it requires may be left out
+    with contextlib.redirect_stderr(said):
+        try:
+            for action in named:
+                action.required = False
+            extra = [w for w in parser.parse_known_args(argv)[1] if w != "PLACEHOLDER"]  # or for several arguments
+            if extra:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        except SystemExit:
+            error = said.getvalue().strip().splitlines()[-1]
+            if whole or "expected one argument" not in error:
+                errors.append(f"{where}: {module} {' '.join(argv)}: {error}")
+        finally:
+            for action in named:
+                action.required = True
+print(json.dumps(errors))
+"""
 
 
 def _docs_text() -> list[tuple[Path, str]]:
@@ -77,6 +145,83 @@ def test_every_repository_path_and_module_the_docs_cite_exists():
         missing += [f"{_where(path, text, m.start())}: {m[1]}" for m in DOCS_PAGE.finditer(text)
                     if not (ROOT / m[1]).is_file()]
     assert not missing, "cited but not in the repository:\n" + "\n".join(missing)
+
+
+def _doc_commands() -> list[tuple[str, list[str], bool]]:
+    """Every command the README, the docs and the shipped reports show: (where, its words, whether it is whole). A
+    bash block's line, a ``python -m`` (the run behind a figure) and a ``make`` must run as written; an inline
+    ``edge-rag X --option`` names the command or its option (the CLI reference has the rest), so what it names must
+    exist but it may leave out what X requires."""
+    found = []
+    reports = sorted((ROOT / "edge_rag" / "assets").glob("*_report.md"))
+    for path, text in _docs_text() + [(p, p.read_text(encoding="utf-8")) for p in reports]:
+        spans = []
+        for m in re.finditer(r"```bash\n(.*?)```", text, re.S):
+            lines = m[1].replace("\\\n", "  ").split("\n")  # a continued line is one command, at its first line
+            spans += [(m.start(1) + sum(len(s) + 1 for s in lines[:i]), line, True) for i, line in enumerate(lines)]
+        prose = re.sub(r"```.*?```", lambda m: re.sub(r"[^\n]", " ", m[0]), text, flags=re.S)
+        spans += [(m.start(), " ".join(m[1].split()), False) for m in re.finditer(r"`([^`]+)`", prose)
+                  if "\n\n" not in m[1]]  # an inline span may wrap, within its paragraph
+        for pos, span, block in spans:
+            if (m := COMMAND.match(span.strip())):
+                span = re.sub(r"\[(--[\w-]+)\]", r"\1", re.sub(r"<[^>]*>", "PLACEHOLDER", span.strip()[m.start(1):]))
+                words = shlex.split(span, comments=True)
+                cli = words[0] == "edge-rag" or words[2:3] == ["edge_rag"]
+                found.append((_where(path, text, pos), words, block or not cli))
+    return found
+
+
+def _program(where: str, words: list[str], whole: bool) -> tuple[str, str, list[str], bool]:
+    """(where, module or script, its arguments, whole) for ``python -m module ...``, ``python script.py ...`` or
+    ``edge-rag ...``."""
+    if "-m" in words[:2]:
+        return where, words[words.index("-m") + 1], words[words.index("-m") + 2:], whole
+    if words[0].endswith(("python", "python3")):
+        return where, words[1], words[2:], whole
+    return where, "edge_rag", words[1:], whole
+
+
+@functools.cache
+def _make_plan(*words: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-n", *words], cwd=ROOT, capture_output=True, text=True)
+
+
+def _make_runs(where: str, words: list[str]) -> tuple[list[tuple[str, str, list[str], bool]], list[str]]:
+    """What ``make`` runs of ours for these words (``make -n``: nothing is built), and an option a target sets that
+    ARGS repeats (the target's own variable is the way: BENCH_OUT, not ARGS="--out DIR")."""
+    targets = [w for w in words[1:] if "=" not in w and w not in ("make", "/")]
+    assigned = [w for w in words[1:] if "=" in w and not w.endswith(("...", "…"))]  # ARGS=... stands for options
+    plan = _make_plan(*targets, *assigned)
+    if plan.returncode:
+        return [], [f"{where}: {' '.join(words)}: {plan.stderr.strip()}"]
+    runs, errors = [], []
+    for line in (m[0] for m in MAKE_RUNS.finditer(plan.stdout)):
+        run = shlex.split(line)
+        options = [w.split("=")[0] for w in run if w.startswith("--")]
+        errors += [f"{where}: {' '.join(words)} runs {line!r}: {o} twice (ARGS repeats what the target sets)"
+                   for o in sorted(set(options)) if options.count(o) > 1]
+        runs.append(_program(f"{where} (make: {line})", run, True))
+    return runs, errors
+
+
+def test_every_command_the_docs_show_runs_as_written():
+    """Each program's own parser accepts the words the README, a docs page or a shipped report gives it (its module
+    or sub-command, every option, the required ones in a whole command); a make target exists and what it runs
+    passes the same check. Nothing is run: the parsers are taken at their parse_args."""
+    checks, errors = [], []
+    for where, words, whole in _doc_commands():
+        if words[0] == "make":
+            runs, bad = _make_runs(where, words)
+            checks, errors = checks + runs, errors + bad
+        else:
+            checks.append(_program(where, words, whole))
+    assert len(checks) > 100, len(checks)
+    run = subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-c", PARSE], input=json.dumps(checks),
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    errors += json.loads(run.stdout.splitlines()[-1])
+    assert not errors, "commands in the docs that cannot run as written:\n" + "\n".join(errors)
 
 
 def test_readme_is_a_quick_start_whose_links_resolve():
