@@ -237,6 +237,24 @@ def test_the_targets_table_gives_the_figures_above_it():
     assert not missing, f"the targets table gives figures the tables above do not: {missing}"
 
 
+def test_a_figure_from_the_same_command_follows_one_command():
+    """A table row whose command is "the same" takes the last command named above it, so that row must name one:
+    docs/benchmarks/index.md's generated-answer latencies said "the same" under a row naming two commands, neither of
+    which runs the `full` system they were measured on (rows had been inserted between them and their command)."""
+    ambiguous = []
+    for path, text in _docs_text():
+        named: list[str] = []
+        for m in re.finditer(r"^\|.*\|$", text, re.M):
+            cell = m[0].strip("|").split(" | ")[-1]
+            if cell.startswith("---"):  # a new table
+                named = []
+            elif cell.strip().startswith("the same"):
+                ambiguous += [f"{_where(path, text, m.start())}: the same as {named}"] if len(named) != 1 else []
+            elif (commands := re.findall(r"`((?:python -m|make) [^`]+)`", cell)):
+                named = commands
+    assert not ambiguous, "\n".join(ambiguous)
+
+
 def test_readme_is_a_quick_start_whose_links_resolve():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= MAX_README_LINES, "README.md is a quick start; the history is docs/decisions"
