@@ -4,6 +4,9 @@ index returns at once, sees exactly the committed passages, and a removal takes 
 Before: ``Store._commit`` held the search lock for the whole commit, so every search waited for the save of the
 whole index (seconds at 100k passages, once per 1,024 indexed). Gated on the order of events, not on speed: the
 save is held open until the search has returned (the join timeouts only keep the old code from hanging)."""
+import json
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -155,3 +158,47 @@ def test_scored_leaves_out_what_a_commit_removed_since_it_was_found(tmp_path):
     query = _vectors(rng, 1)[0]
     assert [p.id for p in store.scored(query, [3, 15])] == [3] and [p.id for p in store.passages([3, 15])] == [3]
     store.close()
+
+
+FOLLOW = """
+import json, subprocess, sys
+import numpy as np
+from edge_rag.memory import usage_mb
+from edge_rag.storage.store import Store
+folder, dim, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+follower = Store(folder, dim, m=16, ef_construction=32)
+query = np.eye(1, dim, dtype=np.float32)[0]
+follower.search(query, 1)
+rss, peak = usage_mb()
+subprocess.run([sys.executable, "-c", commit, folder, str(dim)], check=True, timeout=120)
+found = follower.search(query, 1)
+print(json.dumps({"before": max(rss, peak), "peak": usage_mb()[1], "count": follower.count, "top": found[0].doc_id}))
+"""
+COMMIT_ONE = """
+import sys
+import numpy as np
+from edge_rag.documents.chunk import make_document
+from edge_rag.storage.store import Part, Store
+folder, dim = sys.argv[1], int(sys.argv[2])
+doc = make_document("one more", "more")
+Store(folder, dim, m=16, ef_construction=32).add([Part(doc, 0, ["more"], last=True, sha=doc.doc_id)],
+                                                 np.eye(1, dim, dtype=np.float32))
+"""
+
+
+def test_a_reload_after_another_process_s_commit_holds_one_index_in_memory(tmp_path):
+    """A store that reloads after another process's commit (a kiosk server while `edge-rag index` runs) held its
+    stale index until the new one was read: two in memory, +57 MB of peak RSS at 30k passages, past the plan, which
+    prices one. The stale one goes first: the reader's peak (a fresh process) rises by less than half the index."""
+    dim, n = 2048, 2000  # a 16 MB index, built in a few seconds
+    rng = np.random.default_rng(3)
+    parts, _ = _doc_parts("big", n)
+    vectors = rng.normal(size=(n, dim)).astype(np.float32)
+    Store(tmp_path, dim, m=16, ef_construction=32).add(parts, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    index_mb = sum(f.stat().st_size for f in tmp_path.glob("*.hnsw")) / 2**20
+    run = subprocess.run([sys.executable, "-c", FOLLOW, str(tmp_path), str(dim), COMMIT_ONE], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["count"] == n + 1 and out["top"] == make_document("one more", "more").doc_id, out  # reloaded
+    assert out["peak"] - out["before"] < index_mb / 2, (out, index_mb)

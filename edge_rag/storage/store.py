@@ -13,17 +13,16 @@ one is; the next writer removes orphans when it takes the lock. One process writ
 overwrites the first one's passages. Readers (opening a store too) never take the lock: they see the last committed
 index and reload it when another process commits a newer one, each load from one snapshot (``store_load``).
 
-Questions never wait for a commit's file or transaction (and no copy of the index is made: a commit costs no extra
-RAM). hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the search
-lock (a ``FairLock``: a waiting search goes before the next chunk); saving, fsyncing and hashing the file (seconds,
-growing with the index) only read the index, as searches do, and the transaction runs on the writer's own connection
-(WAL: searches read theirs meanwhile), both without the lock; only the switch to the new commit takes it again.
-Searches skip the commit's labels until then (``_pending_from``), and its removals are marked deleted at the switch
-(opening marks them from the ``deleted`` table): a passage is searchable while it is committed, as before. Full-text
-searches take no lock (``store_fts``).
+Questions never wait for a commit's file or transaction (and no copy of the index is made: a commit costs no extra RAM).
+hnswlib may not search while it inserts, so a commit adds its vectors ``ADD_CHUNK`` at a time under the search lock (a
+``FairLock``: a waiting search goes before the next chunk); saving, fsyncing and hashing the file (seconds, growing with
+the index) only read the index, as searches do, and the transaction runs on the writer's own connection (WAL: searches
+read theirs meanwhile), both without the lock; only the switch to the new commit takes it again. Searches skip the
+commit's labels until then (``_pending_from``), and its removals are marked deleted at the switch (opening marks them
+from the ``deleted`` table): a passage is searchable while committed. Full-text searches take no lock (``store_fts``).
 
-Opening checks the index file's size and sha256 against the committed record and its ids against the passages
-(the database itself: ``store_db``; the index: ``store_load``); every passage read is checked against its CRC32.
+Opening checks the index file's size and sha256 against the committed record and its ids against the passages (the
+database itself: ``store_db``; the index: ``store_load``); every passage read is checked against its CRC32.
 """
 from __future__ import annotations
 
@@ -282,16 +281,19 @@ class Store:
                         ) -> tuple[hnswlib.Index, str | None, int, reachability.Exact]:
         """The last commit's index, its file name, the store version and the passages it does not reach, all read
         from one snapshot (store_load): another process may be committing meanwhile."""
-        index, name, meta = store_load.load_committed(self.db, self.folder, self.dim, self.m, self.ef_construction,
-                                                      admit)
+        index, name, meta = store_load.load_committed(self.db, self.folder, self.dim, self.m, self.ef_construction, admit)
         return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
 
     def _follow(self) -> None:
-        """Reload the index if another process committed since we loaded it (caller holds _lock); not during
-        this store's own commit (its transaction lands before its switch; no other process writes meanwhile).
-        ``admit`` (the memory plan) is told the new commit's passages first and may refuse to load it."""
+        """Reload the index if another process committed since it was loaded (caller holds _lock); not in this store's
+        own commit (its transaction lands before its switch). ``admit`` (the memory plan) may refuse the new commit's
+        passages; if not, the stale index goes first: one in memory, as planned (both were: +57 MB at 30k passages)."""
+        def admit(passages: int) -> None:
+            if self.admit is not None:
+                self.admit(passages)
+            self.index = hnsw.new(self.dim, self.m, self.ef_construction)  # a failed load: empty, loaded again next
         if self._pending_from is None and int(self._meta().get("version", 0)) != self._version:
-            self.index, self.index_file, self._version, self._exact = self._load_committed(self.admit)
+            self.index, self.index_file, self._version, self._exact = self._load_committed(admit)
 
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:
