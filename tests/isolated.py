@@ -120,6 +120,7 @@ def main(argv: list[str]) -> int:
     stop_on_failure = "-x" in options or "--exitfirst" in options
     stop = threading.Event()
     env = child_environment(jobs)
+    began = time.monotonic()
 
     def run(f: str) -> tuple[subprocess.CompletedProcess | None, float]:
         if stop.is_set():
@@ -160,7 +161,9 @@ def main(argv: list[str]) -> int:
     if failed_files:
         print("files with failures: " + ", ".join(failed_files))
     extra = "".join(f", {totals[k]} {k}" for k in ("errors", "skipped") if totals.get(k))
-    print(f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed{extra}")
+    wall = time.monotonic() - began
+    print(f"{totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed{extra} in {wall // 60:.0f} min "
+          f"{wall % 60:.0f} s ({jobs} files at a time)")
     return 1 if failed_files else 0
 
 
