@@ -649,3 +649,43 @@ def test_devices_opening_an_empty_database_at_once_all_open_the_store_one_makes(
     assert [store.count for store in opened] == [1, 1, 1]
     for store in opened:
         store.close()
+
+
+TCP_REPAIR = 19  # linux/tcp.h: a socket closed in repair mode sends nothing (no FIN, no RST)
+_VANISHING_WRITER = """
+import os, socket, sys, time, psutil
+from urllib.parse import urlsplit
+from edge_rag.storage.pgstore import PgStore
+url = os.environ["EDGE_RAG_TEST_DB"]
+store = PgStore(url, 8, "enc-1")
+with store.writing():
+    time.sleep(1)  # the last replies acknowledged: nothing in flight, the server has no cause to send
+    try:
+        for c in psutil.Process().net_connections(kind="tcp"):  # the server hears nothing more, as from a dead device
+            if c.raddr and c.raddr.port == urlsplit(url).port:
+                socket.socket(fileno=os.dup(c.fd)).setsockopt(socket.IPPROTO_TCP, int(sys.argv[1]), 1)
+    except PermissionError:
+        print("not permitted", flush=True)
+        os._exit(0)
+    print("holding", flush=True)
+    os._exit(0)
+"""
+
+
+def test_a_writer_whose_device_vanished_frees_the_writers_lock_within_a_minute(pg_url):
+    """A device that loses power mid-run sends no FIN or RST: its session held the writers' lock until the server's
+    TCP keepalive gave up (7,200 s idle by default), every other device's `edge-rag index` refused meanwhile. Emulated
+    by a writer whose sockets close in TCP repair mode (root, or CAP_NET_ADMIN). Now the server probes an idle session
+    after 15 s: another device writes within a minute (before: still refused after two)."""
+    child = subprocess.run([sys.executable, "-c", _VANISHING_WRITER, str(TCP_REPAIR)], cwd=ROOT, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), "EDGE_RAG_TEST_DB": pg_url},
+                           capture_output=True, text=True)
+    if child.stdout.strip() == "not permitted":
+        pytest.skip("TCP repair mode needs root or CAP_NET_ADMIN: a silent close cannot be emulated here")
+    assert child.returncode == 0 and child.stdout.strip() == "holding", child.stderr[-2000:]
+    other = PgStore(pg_url, DIM, "enc-1", lock_timeout=120)
+    start = time.monotonic()
+    with other.writing():
+        other.add(whole(docs(1, "after"), [["x"]]), unit_vectors(1))
+    assert time.monotonic() - start < 60 and other.count == 1
+    other.close()

@@ -14,6 +14,12 @@ META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_pas
 WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
 POOL_MIN, POOL_MAX = 1, 4
 CONNECT_TIMEOUT_S = 10
+# A device that lost power mid-run held the writers' session lock until the server's TCP gave up on it: 2 h 11 min at
+# Linux's default keepalive (7,200 s idle, then 9 probes 75 s apart), every other device's indexing refused meanwhile.
+# Each session asks the server to probe an idle device after 15 s, every 5 s, 3 times (a dead one is dropped and its
+# locks freed within ~30 s), and libpq probes the server alike (a device waiting on a dead server gives up as soon).
+KEEPALIVE = {"idle": 15, "interval": 5, "count": 3}
+CLIENT = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, **{f"keepalives_{k}": v for k, v in KEEPALIVE.items()}}
 COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
 
 # Vectors stay in the row (compressed first, out of line only as a last resort): PostgreSQL's default moves a row's
@@ -102,10 +108,12 @@ def client():
 
 def configure(conn, register, ef_search: int) -> None:
     """Each pooled connection: the pgvector adapter (``register``), the HNSW search breadth (``PgStore.search`` widens
-    it with the store) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted
+    it with the store), the server's keepalive probes (KEEPALIVE) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted
     passages in the graph) goes on searching instead of returning short."""
     register(conn)
     conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef_search),))
+    for name, value in KEEPALIVE.items():  # the server's side of KEEPALIVE (ignored on a Unix socket)
+        conn.execute("SELECT set_config(%s, %s, false)", (f"tcp_keepalives_{name}", str(value)))
     version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")

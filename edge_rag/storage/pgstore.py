@@ -57,7 +57,7 @@ class PgStore:
         self._postings = Postings()  # of the terms searched, re-counted every COUNT_TTL_S
         self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
         with self._errors("cannot open"):
-            with self._psycopg.connect(url, connect_timeout=Q.CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            with self._psycopg.connect(url, autocommit=True, **Q.CLIENT) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
             check_meta(meta, dim, encoder_id, self.location, "database")
             self.encoder_id = encoder_id or meta.get("encoder", "")
@@ -66,7 +66,7 @@ class PgStore:
                 configure=partial(Q.configure, register=self._register, ef_search=ef_search),
                 check=pool_mod.ConnectionPool.check_connection,  # one the server dropped (a restart) is replaced
                 timeout=Q.CONNECT_TIMEOUT_S,  # the server down: a call fails as a connection attempt would, not in 30 s
-                kwargs={"autocommit": True, "connect_timeout": Q.CONNECT_TIMEOUT_S}, name="edge-rag")
+                kwargs={"autocommit": True, **Q.CLIENT}, name="edge-rag")
 
     # -- reading -------------------------------------------------------------------------------
     @property
