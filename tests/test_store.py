@@ -95,6 +95,20 @@ def test_an_unreadable_store_record_is_reported(saved_store, encoder):
         Store(saved_store, encoder.dim, "enc-1")
 
 
+@pytest.mark.parametrize(("key", "value"), [("version", "q"), ("dim", "3q4"), ("index_size", "1x"), ("next_id", "x"),
+                                            ("unreachable", "[1,2"), ("unreachable", '["a"]'),
+                                            ("index_file", "../vectors.1.0cb18483.hnsw")])
+def test_a_damaged_value_in_the_store_record_is_reported(saved_store, encoder, key, value):
+    """A flipped bit in a meta value (a digit turned into a letter) passes quick_check; before, opening the store
+    failed with a bare ValueError (int(), json) and `edge-rag ask` printed a traceback; a next_id opened and failed
+    the next commit; an index_file outside the folder was read, and the next commit removed it."""
+    with sqlite3.connect(saved_store / DB_FILE) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = ?", (value, key))
+    db.close()
+    with pytest.raises(StoreError, match=f"store record holds {key} = .*re-index"):
+        Store(saved_store, encoder.dim, "enc-1")
+
+
 def test_other_encoder_or_dimension_is_refused(saved_store, encoder):
     with pytest.raises(StoreError, match="another encoder"):
         Store(saved_store, encoder.dim, "enc-2")

@@ -19,8 +19,8 @@ import hnswlib
 import numpy as np
 
 from . import hnsw
+from .store_db import UNREACHABLE as KEY  # the labels a commit found unreachable (a JSON list)
 
-KEY = "unreachable"  # the meta key of the labels a commit found unreachable (a JSON list)
 K = 10  # a passage is reachable when its own vector's top K holds it (exact duplicates share the top places)
 CHUNK = 256  # self-searches per hold of the search lock (~0.1 s at 25k passages): questions go between chunks
 FIRST_EF = 16  # the cheap first pass: what it finds is reachable at any larger ef; the rest is searched again

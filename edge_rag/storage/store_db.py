@@ -5,6 +5,8 @@ A lost or emptied database beside an existing index is an error, never a silent 
 """
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
 import time
 import zlib
@@ -20,6 +22,9 @@ from .store_fts_index import FTS_DDL, FTS_TABLE, FTS_TRIGGERS
 
 DB_FILE = "passages.sqlite"
 INDEX_GLOB = "vectors*.hnsw"
+INDEX_NAME = re.compile(r"vectors\.[0-9]+\.[0-9a-f]+\.hnsw")  # what a commit names its file (Store._commit)
+COUNTS = ("dim", "version", "next_id", "index_size")  # meta values read as whole numbers
+UNREACHABLE = "unreachable"  # the meta key of the passages a commit found unreachable (reachability.py)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -237,14 +242,36 @@ def _open(path: Path) -> sqlite3.Connection:
 
 def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
     """The store's record (the meta table); StoreError if SQLite cannot read it (a damaged row that quick_check
-    passes, such as a key that is no longer UTF-8)."""
+    passes, such as a key that is no longer UTF-8), or if a value the store parses is not what a commit writes (a
+    flipped bit in a count made int() fail with a bare ValueError at every open)."""
     try:
-        return dict(db.execute("SELECT key, value FROM meta").fetchall())
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.ProgrammingError:  # a closed connection is no damage to the file
         raise
     except sqlite3.Error as exc:
         raise StoreError(f"{folder / DB_FILE} is corrupt: its store record (meta) is unreadable ({exc}); "
                          "re-index") from exc
+    bad = next((k for k in COUNTS if k in meta and not _count(meta[k])), None)
+    if bad is None and not _labels(meta.get(UNREACHABLE, "[]")):
+        bad = UNREACHABLE
+    if bad is None and "index_file" in meta and not INDEX_NAME.fullmatch(meta["index_file"]):
+        bad = "index_file"  # a file of this folder: a commit removes the one it replaces
+    if bad is not None:
+        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record holds {bad} = {meta[bad][:40]!r}; re-index")
+    return meta
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, str) and value.isascii() and value.isdigit()
+
+
+def _labels(value: str) -> bool:
+    """Whether ``value`` is what reachability.record writes: a JSON list of passage ids."""
+    try:
+        labels = json.loads(value)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(labels, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in labels)
 
 
 def max_id(db: sqlite3.Connection) -> int:
