@@ -109,6 +109,17 @@ def test_a_damaged_value_in_the_store_record_is_reported(saved_store, encoder, k
         Store(saved_store, encoder.dim, "enc-1")
 
 
+@pytest.mark.parametrize("create", [True, False])
+def test_a_store_path_that_is_a_file_is_reported(tmp_path, encoder, create):
+    """`edge-rag index --db notes.txt` failed with a bare FileExistsError from mkdir (a traceback); `edge-rag ask`
+    said no store was there and to index into it, which failed so."""
+    path = tmp_path / "notes.txt"
+    path.write_text("not a store")
+    with pytest.raises(StoreError, match="is a file, not a store folder"):
+        Store(path, encoder.dim, "enc-1", create=create)
+    assert path.read_text() == "not a store"
+
+
 def test_other_encoder_or_dimension_is_refused(saved_store, encoder):
     with pytest.raises(StoreError, match="another encoder"):
         Store(saved_store, encoder.dim, "enc-2")
