@@ -19,7 +19,7 @@ import pytest
 
 from edge_rag.cli.commands import main
 from edge_rag.documents.chunk import make_document
-from edge_rag.errors import DiskFullError
+from edge_rag.errors import DiskFullError, StoreError
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.storage.store_db import DB_FILE
 
@@ -132,3 +132,22 @@ def test_a_short_index_file_is_never_committed(disk: Path, bundle_dir: Path) -> 
     with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
         assert rag.store.count == count and rag.store.document(lockers.doc_id) is not None
         assert rag.remove([lockers.doc_id]) == 1 and rag.store.count == count - 1
+
+
+def test_a_store_on_a_read_only_disk_is_named_read_only(disk: Path, bundle_dir: Path) -> None:
+    """A store on a read-only mount (an overlay root, a card the kernel remounted read-only after I/O errors):
+    opening it said '... passages.sqlite is not a readable SQLite database: unable to open database file', as if it
+    were damaged, and indexing into a new folder there failed with a bare OSError (EROFS). Now each says what is
+    wrong, and the store is whole once the disk is writable again."""
+    db = disk / "db"
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_documents([make_document(LOCKERS, "Lockers")])
+        count = rag.store.count
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    with pytest.raises(StoreError, match=f"the store folder {db} is read-only"):
+        EdgeRAG(db, bundle=bundle_dir, create=False)
+    with pytest.raises(StoreError, match="cannot make the store folder .*: Read-only file system"):
+        EdgeRAG(disk / "new", bundle=bundle_dir)
+    subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+    with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
+        assert rag.store.count == count

@@ -79,7 +79,6 @@ class Store:
         self._lock_fd: int | None = None
         self._write_depth, self._counted = 0, (-1, 0)  # writing()'s nesting; (version, passages) search last counted
         check_files(self.folder, create)
-        self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.db = connect(self.folder)
         self._text = FullText(self.folder)
         check_meta(meta := self._meta(), dim, encoder_id, str(self.folder), "folder")

@@ -6,6 +6,7 @@ A lost or emptied database beside an existing index is an error, never a silent 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import time
@@ -144,7 +145,7 @@ def write_commit(db: sqlite3.Connection, remove: Sequence[str], gone: Sequence[i
 
 def check_files(folder: Path, create: bool) -> None:
     """StoreError if ``folder`` is no folder, or ``passages.sqlite`` is missing or empty while an index exists (or at
-    all, unless ``create``)."""
+    all, unless ``create``); makes the folder."""
     if folder.exists() and not folder.is_dir():  # mkdir failed with a bare FileExistsError
         raise StoreError(f"{folder} is a file, not a store folder: name a folder (edge-rag index --db DIR makes it)")
     db = folder / DB_FILE
@@ -156,6 +157,10 @@ def check_files(folder: Path, create: bool) -> None:
     if not create and db_empty:
         raise StoreError(f"no passage store at {folder} ({DB_FILE} missing or empty); "
                          "index documents into it first (edge-rag index --db ...)")
+    try:
+        folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only or full disk, a folder of another user's
+        raise StoreError(f"cannot make the store folder {folder}: {exc.strerror}") from exc
 
 
 BUSY_TIMEOUT_S = 60.0  # how long an open or a statement waits for another process's transaction
@@ -170,6 +175,9 @@ def connect(folder: Path) -> sqlite3.Connection:
             with full_disk_is_an_error(folder):  # opening makes the WAL files
                 return _open(path)
         except sqlite3.OperationalError as exc:
+            if not os.access(folder, os.W_OK):  # SQLite said only "unable to open database file"
+                raise StoreError(f"the store folder {folder} is read-only: SQLite writes its -wal and -shm files "
+                                 f"beside {DB_FILE}, even to read it; make the folder writable") from exc
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
             # SQLite fails at once, without waiting, when two connections set up a new store together (the
@@ -254,7 +262,7 @@ def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
     except sqlite3.Error as exc:
         raise StoreError(f"{folder / DB_FILE} is corrupt: its store record (meta) is unreadable ({exc}); "
                          "re-index") from exc
-    bad = next((k for k in COUNTS if k in meta and not _count(meta[k])), None)
+    bad = next((k for k in COUNTS if k in meta and not (str(meta[k]).isascii() and str(meta[k]).isdigit())), None)
     if bad is None and not _labels(meta.get(UNREACHABLE, "[]")):
         bad = UNREACHABLE
     if bad is None and "index_file" in meta and not INDEX_NAME.fullmatch(meta["index_file"]):
@@ -262,10 +270,6 @@ def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
     if bad is not None:
         raise StoreError(f"{folder / DB_FILE} is corrupt: its store record holds {bad} = {meta[bad][:40]!r}; re-index")
     return meta
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, str) and value.isascii() and value.isdigit()
 
 
 def _labels(value: str) -> bool:
