@@ -134,6 +134,7 @@ def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
     (b"[]", "no questions"),
     (b"[{\"question\": ", "cannot read"),
     (b"\xff\xfe[", "cannot read"),
+    (b"[" * 200_000 + b"]" * 200_000, "cannot read"),  # a bare RecursionError traceback before
 ])
 def test_a_bad_questions_file_is_refused_and_the_old_calibration_kept(sample_db, tmp_path, capsys, content, why):
     questions, out = tmp_path / "q.json", tmp_path / "kiosk.json"

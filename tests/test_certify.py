@@ -132,6 +132,15 @@ def test_malformed_calibration_names_the_file(tmp_path):
         Calibration.load(tmp_path / "absent.json")
 
 
+def test_a_calibration_file_nested_deeper_than_json_reads_is_named(tmp_path):
+    """A hostile or garbled file of 200,000 nested brackets: `edge-rag ask --calibration` and `serve`'s start
+    (the operator's certificate, restored) printed a bare RecursionError traceback (exit 1)."""
+    deep = tmp_path / "calibration.json"
+    deep.write_text('{"readers": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    with pytest.raises(BundleError, match="calibration.json is missing or malformed"):
+        Calibration.load(deep)
+
+
 def _neural(raw: dict) -> dict:
     return raw["readers"]["neural"]
 

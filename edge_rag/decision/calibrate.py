@@ -100,12 +100,12 @@ def _entries(path: Path) -> list[tuple[str, object]]:
             if line.strip():
                 try:
                     entries.append((f"{path}, line {n}", json.loads(line)))
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than json reads
                     raise InputError(f"cannot read questions from {path}, line {n}: {exc}") from None
         return entries
     try:
         raw = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"cannot read questions from {path}: {exc}") from None
     if not isinstance(raw, list):
         raise InputError(f"{path} must hold a JSON list of {{\"question\": ..., \"answer\": ...}} objects "

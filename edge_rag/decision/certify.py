@@ -270,7 +270,7 @@ class Calibration:
                 for name, r in raw["readers"].items()
             }
             return cls(readers, raw.get("source", {}))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: deep nesting
             raise BundleError(f"calibration file {path} is missing or malformed ({exc}); "
                               "rebuild it with `python -m convert calibrate`") from exc
 
