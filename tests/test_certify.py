@@ -1,6 +1,7 @@
 """Certified selective answering: Clopper-Pearson, Learn-then-Test, the calibration artifact."""
 import json
 import math
+import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from edge_rag.decision.certify import (
     CALIBRATION_ASSET,
+    MAX_FILE_BYTES,
     PGVECTOR_CALIBRATION_ASSET,
     Calibration,
     Combiner,
@@ -130,6 +132,22 @@ def test_malformed_calibration_names_the_file(tmp_path):
         Calibration.load(bad)
     with pytest.raises(BundleError, match="missing"):
         Calibration.load(tmp_path / "absent.json")
+
+
+def test_a_huge_file_given_as_a_calibration_is_refused_unread(tmp_path):
+    """`--calibration` naming the bundle's 253 MB GGUF by mistake read it whole before failing (575 MB peak RSS
+    for `edge-rag ask`, outside the memory plan, which is made after): now at most MAX_FILE_BYTES are read."""
+    huge = tmp_path / "generator.gguf"
+    with open(huge, "wb") as f:
+        f.truncate(64 << 20)  # sparse: nothing written
+    tracemalloc.start()
+    try:
+        with pytest.raises(BundleError, match="generator.gguf is missing or malformed"):
+            Calibration.load(huge)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_FILE_BYTES + (1 << 20), peak
 
 
 def test_a_calibration_file_nested_deeper_than_json_reads_is_named(tmp_path):

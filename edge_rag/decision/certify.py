@@ -38,6 +38,9 @@ CALIBRATION_ASSET = Path(__file__).resolve().parent.parent / "assets" / "calibra
 # counted on its own decisions.
 PGVECTOR_CALIBRATION_ASSET = CALIBRATION_ASSET.with_name("calibration-pgvector.json")
 
+# The shipped calibrations are ~50 KB: a file past this (a GGUF given by mistake) is refused, not read whole into a
+# memory budget the plan has not priced it in (it runs before the plan).
+MAX_FILE_BYTES = 4 << 20
 FEATURES = ("span_score", "margin", "top_cosine", "overlap@1", "negated")  # what a newly fitted combiner sees, in order
 F1_CORRECT = 0.5  # an answer with F1 >= this against a gold answer counts as right
 _BISECT_STEPS = 60  # 2^-60: far below any proportion a calibration set can resolve
@@ -260,7 +263,11 @@ class Calibration:
     def load(cls, path: str | Path = CALIBRATION_ASSET) -> Calibration:
         path = Path(path)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            with open(path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+            if len(data) > MAX_FILE_BYTES:
+                raise ValueError(f"over {MAX_FILE_BYTES >> 20} MB, read no further")
+            raw = json.loads(data.decode("utf-8"))
             check(raw, FEATURES)  # counts that cannot be counts certify nothing: an error naming the entry
             readers = {
                 name: ReaderCalibration(
