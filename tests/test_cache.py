@@ -1,3 +1,4 @@
+import json
 import math
 import sqlite3
 
@@ -100,6 +101,37 @@ def test_persists_across_instances_and_stays_bounded(tmp_path):
     assert reopened.get("c", V1) is None
     reopened.close()
     assert AnswerCache(_small(2), path).get("d", V1) is None
+
+
+@pytest.mark.parametrize(("column", "old", "new"), [("answer", "1889", "1888"), ("corpus_version", V1, "corpus-v0")])
+def test_a_stored_answer_that_rotted_is_a_miss_never_served(tmp_path, column, old, new):
+    """Bit rot on the card ('9' -> '8', one bit) in a persisted answer was served as it read, with its route and
+    certificate: the kiosk said 1888; one in its version made an answer of another corpus current. Now a miss."""
+    path = tmp_path / "answers.sqlite"
+    cache = AnswerCache(_small(), path)
+    cache.put("when", _answer("when"), V1)
+    cache.close()
+    with sqlite3.connect(path) as db:
+        db.execute(f"UPDATE answers SET {column} = replace({column}, ?, ?)", (old, new))
+    db.close()
+    reopened = AnswerCache(_small(), path)
+    assert reopened.get("when", new if column == "corpus_version" else V1) is None
+    reopened.put("when", _answer("when"), V1)  # answered again, stored whole
+    assert AnswerCache(_small(), path).get("when", V1).answer == "1889"
+
+
+def test_a_cache_file_from_before_the_checksum_opens_and_its_entries_are_misses(tmp_path):
+    """An entry without a CRC cannot be told from a rotted one: answered again (once), never served unchecked."""
+    path = tmp_path / "answers.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE answers (key TEXT PRIMARY KEY, corpus_version TEXT NOT NULL, answer TEXT NOT NULL, "
+                   "used INTEGER NOT NULL)")
+        db.execute("INSERT INTO answers VALUES ('when', ?, ?, 1)", (V1, json.dumps(_answer("when", "1888").to_dict())))
+    db.close()
+    cache = AnswerCache(_small(), path)
+    assert cache.get("when", V1) is None
+    cache.put("when", _answer("when"), V1)
+    assert AnswerCache(_small(), path).get("when", V1).answer == "1889"
 
 
 def test_corrupt_file_is_a_clear_store_error(tmp_path):

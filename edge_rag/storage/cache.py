@@ -3,6 +3,8 @@
 An LRU of ``config.cache_size`` answers keyed by the normalised question, optionally mirrored in a
 SQLite file so answers survive restarts. Every entry records the corpus version it was computed on;
 an entry from another version is a miss, so adding documents invalidates the cache without a sweep.
+A stored entry carries the CRC32 of its key, version and answer: one that fails it (bit rot on an SD card turned a
+cached "10:00" into "00:00", served as certified) is a miss, answered again, as is an entry from before the CRC.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import json
 import math
 import sqlite3
 import threading
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 
@@ -20,18 +23,22 @@ from ..errors import StoreError
 from ..types import Answer, PassageRef, Route
 
 # One row per question; ``used`` is a counter bumped on every put and hit, so LRU order survives restarts.
-_COLUMNS = {"key", "corpus_version", "answer", "used"}
+_COLUMNS = {"key", "corpus_version", "answer", "used", "crc"}
 _SCHEMA = """CREATE TABLE IF NOT EXISTS answers (
-    key TEXT PRIMARY KEY, corpus_version TEXT NOT NULL, answer TEXT NOT NULL, used INTEGER NOT NULL)"""
-_SELECT = "SELECT answer FROM answers WHERE key = ? AND corpus_version = ?"
+    key TEXT PRIMARY KEY, corpus_version TEXT NOT NULL, answer TEXT NOT NULL, used INTEGER NOT NULL, crc INTEGER)"""
+_SELECT = "SELECT answer, crc FROM answers WHERE key = ? AND corpus_version = ?"
 _TOUCH = "UPDATE answers SET used = (SELECT MAX(used) + 1 FROM answers) WHERE key = ?"
-_INSERT = "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM answers))"
+_INSERT = "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM answers), ?)"
 _EVICT = "DELETE FROM answers WHERE key NOT IN (SELECT key FROM answers ORDER BY used DESC LIMIT ?)"
 
 
 def cache_key(question: str) -> str:
     """Case, spacing and trailing punctuation (?.!,;:) do not make a new question."""
     return normalize(question).rstrip("?.!,;: ")
+
+
+def _crc(key: str, version: str, text: str) -> int:
+    return zlib.crc32(f"{key}\0{version}\0{text}".encode())
 
 
 def answer_from_dict(d: dict) -> Answer:
@@ -68,6 +75,9 @@ class AnswerCache:
             for sql in ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", _SCHEMA):
                 self._sql(sql)
             columns = {row[1] for row in self._sql("PRAGMA table_info(answers)")}
+            if columns == _COLUMNS - {"crc"}:  # a cache from before the CRC: its entries are misses
+                self._sql("ALTER TABLE answers ADD COLUMN crc INTEGER")
+                columns.add("crc")
             if columns != _COLUMNS:
                 raise StoreError(
                     f"answer cache {self.path}: table 'answers' has columns {sorted(columns)}, "
@@ -81,7 +91,8 @@ class AnswerCache:
             entry = self._memory.get(key)
             if (entry is None or entry[0] != corpus_version) and self._db is not None:
                 rows = self._sql(_SELECT, (key, corpus_version))
-                entry = (corpus_version, rows[0][0]) if rows else None
+                intact = rows and rows[0][1] == _crc(key, corpus_version, rows[0][0])
+                entry = (corpus_version, rows[0][0]) if intact else None
             if entry is None or entry[0] != corpus_version:
                 return None
             text = entry[1]
@@ -99,7 +110,7 @@ class AnswerCache:
         with self._lock:
             self._remember(key, corpus_version, text)
             if self._db is not None:
-                self._sql(_INSERT, (key, corpus_version, text))
+                self._sql(_INSERT, (key, corpus_version, text, _crc(key, corpus_version, text)))
                 self._sql(_EVICT, (self.capacity,))
 
     def clear(self) -> None:
