@@ -17,6 +17,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as wh
 _FULL_WIDTH = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 
 
+# What a damaged store's error says to do: indexing into the same folder opens it first and fails as this did (a
+# passage failing its checksum is skipped as indexed already), so "re-index" alone sent a user round in a loop.
+REINDEX = "re-index into a new folder (move this one aside: indexing into it again does not repair it)"
+
+
 class EdgeRAGError(Exception):
     """Base class of every error edge-rag raises on purpose."""
 

@@ -73,6 +73,33 @@ def test_truncated_index_is_reported(saved_store, encoder):
         Store(saved_store, encoder.dim, "enc-1")
 
 
+@pytest.mark.parametrize("damage", ["index", "passage"])
+def test_a_damaged_store_names_a_fix_that_works(saved_store, encoder, damage, tmp_path_factory):
+    """Every damage said "; re-index", and indexing the documents again into the same folder failed the same way
+    (opening it, to index: a damaged index) or skipped them as indexed already (a passage whose checksum fails,
+    `edge-rag index`): a loop. The message names a new folder, and indexing them there works."""
+    if damage == "index":
+        [path] = saved_store.glob("vectors*.hnsw")
+        path.write_bytes(path.read_bytes()[:-100])
+    else:
+        with sqlite3.connect(saved_store / DB_FILE) as db:
+            db.execute("UPDATE passages SET text = 'The lighthouse was built in 1788' WHERE id = 0")
+        db.close()
+
+    def opened_and_read() -> Store:
+        store = Store(saved_store, encoder.dim, "enc-1")
+        store.passages([0])
+        return store
+
+    with pytest.raises(StoreError, match="re-index into a new folder") as first:
+        opened_and_read()
+    with pytest.raises(StoreError) as again:
+        opened_and_read()
+    assert str(again.value) == str(first.value)
+    fresh = Store(tmp_path_factory.mktemp("new"), encoder.dim, "enc-1")
+    assert _add(fresh, encoder, DOCS) == fresh.count > 0
+
+
 def test_missing_index_is_reported(saved_store, encoder):
     next(saved_store.glob("vectors*.hnsw")).unlink()
     with pytest.raises(StoreError, match="missing"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from ..errors import StoreError
+from ..errors import REINDEX, StoreError
 from .fileio import fsync_dir, sha256_file
 
 EF_BASE_COUNT = 1000  # up to this many vectors the configured ef_search is used as is
@@ -117,12 +117,12 @@ def load(path: Path, dim: int, size: int, sha256: str) -> hnswlib.Index:
     try:  # it may also be removed while read: a newer commit landed (store_load loads that one)
         intact = path.stat().st_size == size and sha256_file(path) == sha256
     except FileNotFoundError as exc:
-        raise StoreError(f"vector index {path} is missing; re-index the documents") from exc
+        raise StoreError(f"vector index {path} is missing; {REINDEX}") from exc
     if not intact:
-        raise StoreError(f"vector index {path} is corrupt or truncated (size/hash mismatch); re-index")
+        raise StoreError(f"vector index {path} is corrupt or truncated (size/hash mismatch); {REINDEX}")
     index = hnswlib.Index(space="cosine", dim=dim)
     try:
         index.load_index(str(path), max_elements=0, allow_replace_deleted=True)
     except RuntimeError as exc:
-        raise StoreError(f"vector index {path} cannot be read: {exc}; re-index") from exc
+        raise StoreError(f"vector index {path} cannot be read: {exc}; {REINDEX}") from exc
     return index

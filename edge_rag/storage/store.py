@@ -37,7 +37,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from ..errors import StoreError, full_disk_is_an_error
+from ..errors import REINDEX, StoreError, full_disk_is_an_error
 from ..retrieval.lexical import POSTINGS_BUDGET
 from ..types import Passage, in_order
 from . import hnsw, reachability, store_db, store_load, writer_lock
@@ -159,7 +159,7 @@ class Store:
             ).fetchall()
         for pid, doc_id, title, text, _, crc in rows:
             if crc is not None and passage_crc(doc_id, title, text) != crc:
-                raise StoreError(f"passage {pid} in {self.folder / DB_FILE} fails its checksum (corrupt); re-index")
+                raise StoreError(f"passage {pid} in {self.folder / DB_FILE} fails its checksum (corrupt); {REINDEX}")
         return in_order((Passage(*row[:5]) for row in rows), ids)
 
     # -- writing -------------------------------------------------------------------------------

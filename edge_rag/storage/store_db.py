@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
-from ..errors import StoreError, full_disk_is_an_error
+from ..errors import REINDEX, StoreError, full_disk_is_an_error
 from ..types import Document
 from . import store_fts_index
 from .store_fts_index import FTS_DDL, FTS_TABLE, FTS_TRIGGERS
@@ -235,7 +235,7 @@ def _open(path: Path) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode=WAL")
         check = db.execute("PRAGMA quick_check").fetchall()
         if check != [("ok",)]:
-            raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); re-index")
+            raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); {REINDEX}")
         db.executescript(_SCHEMA)
         for table, columns in _ADDED_COLUMNS.items():
             have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
@@ -261,14 +261,14 @@ def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
         raise
     except sqlite3.Error as exc:
         raise StoreError(f"{folder / DB_FILE} is corrupt: its store record (meta) is unreadable ({exc}); "
-                         "re-index") from exc
+                         f"{REINDEX}") from exc
     bad = next((k for k in COUNTS if k in meta and not (str(meta[k]).isascii() and str(meta[k]).isdigit())), None)
     if bad is None and not _labels(meta.get(UNREACHABLE, "[]")):
         bad = UNREACHABLE
     if bad is None and "index_file" in meta and not INDEX_NAME.fullmatch(meta["index_file"]):
         bad = "index_file"  # a file of this folder: a commit removes the one it replaces
     if bad is not None:
-        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record holds {bad} = {meta[bad][:40]!r}; re-index")
+        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record holds {bad} = {meta[bad][:40]!r}; {REINDEX}")
     return meta
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import hnswlib
 
-from ..errors import StoreError
+from ..errors import REINDEX, StoreError
 from . import hnsw
 from .store_db import DB_FILE, read_meta
 
@@ -62,7 +62,7 @@ def load_index(db: sqlite3.Connection, folder: Path, name: str | None, meta: dic
     count = db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
     if name is None:
         if count:
-            raise StoreError(f"store {folder} has {count} passages but no index record; re-index")
+            raise StoreError(f"store {folder} has {count} passages but no index record; {REINDEX}")
         return hnsw.new(dim, m, ef_construction)
     path = folder / name
     index = hnsw.load(path, dim, int(meta["index_size"]), meta["index_sha256"])
@@ -74,5 +74,6 @@ def load_index(db: sqlite3.Connection, folder: Path, name: str | None, meta: dic
     live = labels - deleted
     stored = {r[0] for r in db.execute("SELECT id FROM passages")}
     if live != stored:
-        raise StoreError(f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; re-index")
+        raise StoreError(f"index {path} ({len(live)} vectors) and {DB_FILE} ({len(stored)} passages) disagree; "
+                         f"{REINDEX}")
     return index
