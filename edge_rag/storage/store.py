@@ -270,6 +270,8 @@ class Store:
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / old_file).unlink()
             fsync_dir(self.folder)
+        with contextlib.suppress(sqlite3.Error):  # into passages.sqlite too: a lost -wal then loses no commit
+            self._write_db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         self._step("old_index_removed")
 
     def _step(self, name: str) -> None:
