@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from edge_rag.decision import certify
 from edge_rag.decision.certify import (
     CALIBRATION_ASSET,
     MAX_FILE_BYTES,
@@ -132,6 +133,18 @@ def test_malformed_calibration_names_the_file(tmp_path):
         Calibration.load(bad)
     with pytest.raises(BundleError, match="missing"):
         Calibration.load(tmp_path / "absent.json")
+
+
+def test_a_damaged_calibration_names_a_fix_a_device_can_make(tmp_path, monkeypatch):
+    """Every damaged calibration said "rebuild it with `python -m convert calibrate`": on a device there is no convert
+    package, torch or SQuAD. The shipped one is reinstalled with edge-rag, an own one made again on the device."""
+    own = tmp_path / "own.json"
+    own.write_text(CALIBRATION_ASSET.read_text(encoding="utf-8")[:20_000], encoding="utf-8")  # a copy cut short
+    with pytest.raises(BundleError, match=r"own.json is missing or malformed .*make it again \(`edge-rag calibrate`\)"):
+        Calibration.load(own)
+    monkeypatch.setattr(certify, "CALIBRATION_ASSET", own.resolve())  # the package's own file, cut short
+    with pytest.raises(BundleError, match="own.json is missing or malformed .*reinstall edge-rag"):
+        Calibration.load(own)
 
 
 def test_a_huge_file_given_as_a_calibration_is_refused_unread(tmp_path):

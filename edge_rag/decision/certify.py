@@ -278,8 +278,10 @@ class Calibration:
             }
             return cls(readers, raw.get("source", {}))
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: deep nesting
-            raise BundleError(f"calibration file {path} is missing or malformed ({exc}); "
-                              "rebuild it with `python -m convert calibrate`") from exc
+            shipped = path.resolve() in (CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET)  # convert needs torch and SQuAD
+            fix = ("it ships with edge-rag: reinstall edge-rag (`pip install --force-reinstall edge-rag`)" if shipped
+                   else "make it again (`edge-rag calibrate`)")
+            raise BundleError(f"calibration file {path} is missing or malformed ({exc}); {fix}") from exc
 
     def reader(self, name: str) -> ReaderCalibration:
         if name not in self.readers:
