@@ -106,6 +106,21 @@ def writer(path: Path, name: str, n: int) -> subprocess.Popen:
                             text=True, env=env)
 
 
+@pytest.mark.parametrize(("column", "value"), [("answers", '{"1889"]'), ("kind", "answes")])
+def test_a_damaged_label_is_left_out_to_label_again_and_the_others_stay(tmp_path, caplog, column, value):
+    """A flipped bit in one row (its answers no longer JSON, its kind no kind): every listing, export and calibration
+    raised a bare JSONDecodeError (/admin: HTTP 500), or exported a label no one gave, until the file was deleted
+    with every label in it. Now that question is unlabelled, with a warning naming it; the others stay."""
+    labels = Labels(tmp_path / "labels.sqlite")
+    labels.set(LOGGED[0][0], "answer", ["10:00"], 1)
+    labels.set(LOGGED[3][0], "answer", ["Fresnel"], 1)
+    labels.db.execute(f"UPDATE labels SET {column} = ? WHERE question = ?", (value, LOGGED[0][0]))
+    assert [x.question for x in labels.all().values()] == [LOGGED[3][0]]
+    assert "When does the museum open?" in caplog.text and "label it again" in caplog.text
+    labels.set(LOGGED[0][0], "answer", ["10:00"], 1)
+    assert sorted(x.question for x in labels.all().values()) == sorted([LOGGED[0][0], LOGGED[3][0]])
+
+
 def test_a_crash_mid_labelling_loses_no_saved_label(tmp_path):
     """A labelling process killed (SIGKILL) while it saves: every label it had been told was saved is there, and
     the file is whole."""

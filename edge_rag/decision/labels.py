@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -27,6 +28,7 @@ from pathlib import Path
 from ..errors import EdgeRAGError, InputError, check_question, check_str
 from .calibrate import LabelledQuestion, load_questions
 
+log = logging.getLogger("edge_rag")
 FILE = "labels.sqlite"
 KINDS = ("answer", "not-in-documents", "off-topic")
 MAX_ANSWERS = 20  # acceptable wordings of one answer
@@ -110,11 +112,20 @@ class Labels:
             return db.execute("DELETE FROM labels WHERE key = ?", (key_of(question),)).rowcount > 0
 
     def all(self) -> dict[str, Label]:
-        """Every label by ``key_of`` its question."""
+        """Every label by ``key_of`` its question. A row whose kind or answers a bad card damaged is left out, with a
+        warning, so its question shows unlabelled and is labelled again; before, every listing, export and
+        calibration failed with a bare JSONDecodeError (HTTP 500) until the file, every label in it, was deleted."""
         with self._lock:
             rows = self.db.execute("SELECT key, question, kind, answers, labelled, store_version, occurrences "
                                    "FROM labels").fetchall()
-        return {r[0]: Label(r[1], r[2], tuple(json.loads(r[3])), r[4], r[5], r[6]) for r in rows}
+        out = {}
+        for key, question, kind, answers, labelled, version, occurrences in rows:
+            try:
+                out[key] = Label(question, *checked(kind, json.loads(answers)), labelled, version, occurrences)
+            except (ValueError, RecursionError) as exc:  # InputError is a ValueError
+                log.warning("the label of %r in %s is damaged (%s): label it again", str(question)[:80], self.path,
+                            str(exc)[:80])
+        return out
 
     def import_file(self, path: Path, store_version: int) -> int:
         """Take every label of a questions file (``edge-rag calibrate``'s format, as ``export`` writes it), all or
