@@ -147,6 +147,18 @@ def test_a_store_path_that_is_a_file_is_reported(tmp_path, encoder, create):
     assert path.read_text() == "not a store"
 
 
+def test_a_writer_lock_that_cannot_be_opened_is_a_store_error(saved_store, encoder):
+    """writer.lock not openable (another user's file in a shared folder, a folder in its place after fsck): indexing
+    failed with a bare IsADirectoryError/PermissionError traceback. Now a StoreError naming it; reading goes on."""
+    (saved_store / writer_lock.LOCK_FILE).unlink()
+    (saved_store / writer_lock.LOCK_FILE).mkdir()
+    store = Store(saved_store, encoder.dim, "enc-1")
+    count = store.count
+    with pytest.raises(StoreError, match="cannot open the store's writer lock .*writer.lock"):
+        _add(store, encoder, DOCS[:1])
+    assert store.count == count and store.search(encoder.encode_one("lighthouse"), 1)
+
+
 def test_other_encoder_or_dimension_is_refused(saved_store, encoder):
     with pytest.raises(StoreError, match="another encoder"):
         Store(saved_store, encoder.dim, "enc-2")

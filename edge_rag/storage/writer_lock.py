@@ -24,7 +24,10 @@ def acquire(folder: Path, timeout: float) -> int:
     """The locked file's descriptor; waits up to ``timeout`` s, then StoreError naming the holder."""
     if not 0 <= timeout < float("inf"):  # NaN never ends a wait
         raise InputError(f"lock_timeout must be a finite number of seconds, 0 or more, not {timeout!r}")
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # another user's file, a folder in its place: was a bare traceback
+        raise StoreError(f"cannot open the store's writer lock {folder / LOCK_FILE}: {exc.strerror}") from exc
     deadline = time.monotonic() + timeout
     while True:
         try:
