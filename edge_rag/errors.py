@@ -5,9 +5,9 @@ import functools
 import re
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
 MAX_QUESTION_CHARS = 2000
@@ -118,11 +118,33 @@ R = TypeVar("R")
 
 
 def open_only(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
-    """A method of an object with ``closed``: called after ``close()`` it is a StoreError saying so, not a raw error
-    from a closed SQLite connection (an ``sqlite3.ProgrammingError``, which no caller catches as ours)."""
+    """A method of an object with ``closed`` and a ``store``: called after ``close()`` it is a StoreError saying so, not
+    a raw error from a closed SQLite connection (an ``sqlite3.ProgrammingError``, which no caller catches as ours).
+    A store file found damaged while it runs, or while the stream it returns runs (``ask_stream``), is a StoreError
+    naming the store (``store_damage_is_an_error``)."""
     @functools.wraps(method)
     def call(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.closed:
             raise StoreError(f"this {type(self).__name__} was closed; open the store again to use it")
-        return method(self, *args, **kwargs)
+        with store_damage_is_an_error(self.store.location):
+            result = method(self, *args, **kwargs)
+        return cast(R, _streamed(result, self.store.location)) if isinstance(result, Generator) else result
     return call
+
+
+@contextlib.contextmanager
+def store_damage_is_an_error(location: str) -> Iterator[None]:
+    """SQLite's own error for a damaged file read at run time (a card failing under a running kiosk, after the
+    quick_check at open passed) as a StoreError naming the store: was sqlite3's DatabaseError, HTTP 500 "internal
+    error" at the kiosk. SQLITE_CORRUPT and SQLITE_NOTADB raise DatabaseError itself; an unreadable sector, I/O error."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if type(exc) is not sqlite3.DatabaseError and "disk I/O error" not in str(exc):
+            raise
+        raise StoreError(f"the store {location} cannot be read ({exc}): its file is damaged; {REINDEX}") from exc
+
+
+def _streamed(events: Generator, location: str) -> Generator:
+    with store_damage_is_an_error(location):
+        yield from events

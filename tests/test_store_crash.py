@@ -307,3 +307,21 @@ def test_a_store_whose_wal_was_lost_after_a_power_cut_keeps_its_commits(tmp_path
     store = Store(db, 8, create=False)
     assert store.count == 3 and len(store.search(np.eye(8, dtype=np.float32)[2], 1)) == 1
     store.close()
+
+
+def test_a_database_that_goes_bad_under_a_running_kiosk_is_a_store_error(tmp_path, sample_db, bundle_dir):
+    """The card fails while the kiosk runs: quick_check passed at open, and the next questions met SQLite's own
+    'database disk image is malformed' (sqlite3.DatabaseError: HTTP 500 'internal error: DatabaseError' at the
+    kiosk, a traceback from the command line). Now a StoreError naming the store and the fix, from ask, its stream
+    and decide alike."""
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
+        assert rag.ask("When does the museum open?").answer
+        data = bytearray((db / DB_FILE).read_bytes())
+        for at in range(2 * 4096, len(data), 4096):  # every page but the first two now reads back as garbage
+            data[at:at + 4096] = bytes(range(256)) * 16
+        (db / DB_FILE).write_bytes(data)
+        for ask in (rag.ask, lambda q: list(rag.ask_stream(q)), rag.decide):
+            with pytest.raises(StoreError, match=f"the store {db} cannot be read .*re-index into a new folder"):
+                ask("Who founded the museum and when?")
