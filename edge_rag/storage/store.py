@@ -286,9 +286,8 @@ class Store:
         return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
 
     def _follow(self) -> None:
-        """Reload the index if another process committed since it was loaded (caller holds _lock); not in this store's
-        own commit (its transaction lands before its switch). ``admit`` (the memory plan) may refuse the new commit's
-        passages; if not, the stale index goes first: one in memory, as planned (both were: +57 MB at 30k passages)."""
+        """Reload the index if another process committed (caller holds _lock; not in this store's own commit). ``admit``
+        (the plan) may refuse it; if not, the stale index goes first: one in memory (two were: +57 MB at 30k passages)."""
         def admit(passages: int) -> None:
             if self.admit is not None:
                 self.admit(passages)
