@@ -7,7 +7,9 @@ from edge_rag.config import Config, Tier
 from edge_rag.decision.calibrated_config import (
     DECISION_INPUTS,
     ENCODER_IDENTITY,
+    backend_change,
     config_change,
+    encoder_change,
     generation_change,
     recorded_config,
 )
@@ -82,8 +84,13 @@ def test_what_does_not_change_the_scores_keeps_the_certificate(changes):
     assert config_change({"config": repr(Config())}, Config(**changes)) is None
 
 
-def test_a_file_that_records_no_config_cannot_be_checked():
-    assert config_change({"command": "edge-rag calibrate"}, Config(retrieval="dense")) is None
+def test_a_file_that_records_no_config_encoder_or_store_certifies_nothing(bundle):
+    """An own calibration stripped of its records (by hand, or from an edge-rag before it kept them) certified any
+    Config, encoder and kind of store: `Config(retrieval="dense")` answered at alpha 0.4, which the shipped file
+    refuses. A count certifies only what it was measured on, and such a file does not say."""
+    assert "records no Config" in config_change({"command": "edge-rag calibrate"}, Config(retrieval="dense"))
+    assert "records no encoder" in encoder_change({"config": repr(Config())}, bundle)
+    assert "records no kind of store" in backend_change({"config": repr(Config())}, remote=False)
 
 
 @pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)

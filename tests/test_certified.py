@@ -167,6 +167,9 @@ def test_a_reader_the_calibration_was_not_made_with_refuses_every_question(sampl
     verdict = path.decide("Who founded it?", 0.1, confident, sample_rag.store.passages([0, 1]))
     assert path.certificate is None and verdict.route is Route.REFUSE
     assert "reader model" in verdict.reason and "make calibrate" in verdict.reason
+    unrecorded = CertifiedPath(sample_rag.bundle, config, _edited_calibration(  # any reader's counts: it cannot say
+        tmp_path, lambda raw: raw["readers"]["neural"].pop("model_sha256")))
+    assert unrecorded.certificate is None and "records no reader model" in unrecorded.uncertified
 
 
 def test_a_calibration_measured_with_another_encoder_refuses_every_question(sample_rag, tmp_path):
@@ -401,7 +404,8 @@ def test_the_certificates_share_delta_so_the_error_among_all_answered_questions_
     certifies must be <= delta. Exactly, by binomial sums over the counts a calibration of the shipped sizes (1,247
     single-hop and 95 multi-hop questions, 40 generated answers) can draw, each decided by CertifiedPath itself: each
     certificate chosen at the whole delta made that chance 0.103 (0.038, 0.034 and 0.034), twice the promise."""
-    from edge_rag.decision.certified import CertifiedPath
+    from edge_rag.decision.calibrated_config import backend, encoder_identity
+    from edge_rag.decision.certified import CertifiedPath, reader_sha256
     from edge_rag.decision.certify import FEATURES, binom_cdf
     from edge_rag.decision.kind import FORM
     from edge_rag.reading.read import Candidate
@@ -423,7 +427,8 @@ def test_the_certificates_share_delta_so_the_error_among_all_answered_questions_
         raw = {"readers": {"neural": {
             "combiner": combiner(FEATURES, [0.0] * len(FEATURES), [0.0] * len(FEATURES)),
             "table": table(sizes["single"], counts["single"]), "ood_distance": 1.0, "kinds": kinds,
-            "gpt": {"n": sizes["gpt"], "errors": counts["gpt"]}}}, "source": {}}
+            "gpt": {"n": sizes["gpt"], "errors": counts["gpt"]}, "model_sha256": reader_sha256(bundle)}},
+            "source": {"config": repr(config), "encoder": encoder_identity(bundle), "backend": backend(False)}}
         (tmp_path / "calibration.json").write_text(json.dumps(raw), encoding="utf-8")
         path = CertifiedPath(bundle, config, tmp_path / "calibration.json")
         if part == "gpt":

@@ -77,6 +77,7 @@ GENERATION_INPUTS: dict[str, Callable[[Config], object]] = {
 # when the bundle is built (cosine >= 0.98 per sentence, bundle "parity"), and a CPU where int8 fails that check gets
 # the fp32 twin; the two differ by about what two CPUs' int8 kernels do, which no certificate pins either.
 ENCODER_IDENTITY = ("name", "dim", "pooling", "normalize")
+UNRECORDED = " (a file made by hand, or by an edge-rag before it recorded it)"  # such a file certifies nothing
 _ENUM = re.compile(r"<\w+\.\w+: ('[^'<>]*'|-?\d+)>")  # an Enum member's repr, <Tier.EASY: 'EASY'>: its value
 
 
@@ -121,11 +122,11 @@ def _shown(value: object) -> object:
 
 
 def _changed(source: dict, config: Config, inputs: dict[str, Callable[[Config], object]]) -> list[str] | None:
-    """Each of ``inputs`` whose value under ``config`` differs from the Config ``source`` recorded (None: it records
-    none); ConfigError when the record cannot be read."""
+    """Each of ``inputs`` whose value under ``config`` differs from the Config ``source`` recorded; ConfigError when
+    it records none or the record cannot be read."""
     text = source.get("config")
     if text is None:
-        return None
+        raise ConfigError("it records none")
     then = recorded_config(text).with_(reader=config.reader)  # each reader's entry was measured with that reader
     return [f"{name}: calibrated {_shown(view(then))!r}, now {_shown(view(config))!r}"
             for name, view in inputs.items() if view(then) != view(config)]
@@ -133,9 +134,12 @@ def _changed(source: dict, config: Config, inputs: dict[str, Callable[[Config], 
 
 def config_change(source: dict, config: Config) -> str | None:
     """Why a calibration whose "source" is ``source`` does not certify ``config``: the decision inputs that differ
-    from the Config it recorded (None: none differ). A file that records no Config (``edge-rag calibrate`` before
-    it recorded one) cannot be checked and is taken as it is."""
+    from the Config it recorded (None: none differ). A file that records no Config (made by hand, or by an
+    ``edge-rag calibrate`` before it recorded one) certifies nothing: its counts may be of any Config (one certified
+    `Config(retrieval="dense")`, which the shipped file refuses)."""
     fix = "calibrate again with this Config (`edge-rag calibrate`), or run with the calibrated values"
+    if source.get("config") is None:
+        return f"the calibration records no Config it was measured with{UNRECORDED}: {fix}"
     try:
         changed = _changed(source, config, DECISION_INPUTS)
     except ConfigError as exc:
@@ -145,8 +149,8 @@ def config_change(source: dict, config: Config) -> str | None:
 
 def generation_change(source: dict, config: Config) -> str | None:
     """Why the GPT-route counts of a calibration whose "source" is ``source`` do not certify answers generated under
-    ``config``: the generation inputs that differ from the Config it recorded (None: none differ, or none recorded;
-    an unreadable record certifies nothing at all, as config_change says)."""
+    ``config``: the generation inputs that differ from the Config it recorded (None: none differ; a missing or
+    unreadable record certifies nothing at all, as config_change says)."""
     try:
         changed = _changed(source, config, GENERATION_INPUTS)
     except ConfigError:
@@ -162,11 +166,11 @@ def encoder_identity(bundle: Bundle) -> dict[str, object]:
 
 
 def encoder_change(source: dict, bundle: Bundle) -> str | None:
-    """Why a calibration whose "source" is ``source`` does not certify ``bundle``'s encoder (None: the same model,
-    or a file that records none, taken as it is)."""
+    """Why a calibration whose "source" is ``source`` does not certify ``bundle``'s encoder (None: the same model;
+    a file that records none certifies nothing: its scores may be of any encoder)."""
     then = source.get("encoder")
     if then is None:
-        return None
+        return f"the calibration records no encoder it was measured with{UNRECORDED}: calibrate again"
     if not isinstance(then, dict):  # an own calibration file is the user's: anything may be in it
         return f"the encoder the calibration was measured with cannot be read ({then!r:.60}): calibrate again"
     now = encoder_identity(bundle)
@@ -183,11 +187,13 @@ def backend(remote: bool) -> str:
 
 def backend_change(source: dict, remote: bool) -> str | None:
     """Why a calibration whose "source" is ``source`` does not certify a store of this kind (``remote``: PostgreSQL;
-    None: the kind it measured, or a file that records none): a PostgreSQL store ranks its full-text half by
+    None: the kind it measured; a file that records none certifies neither): a PostgreSQL store ranks its full-text half by
     ts_rank_cd, not BM25, so its fused lists, candidates and scores differ (245 of 865 SQuAD test decisions under one
     calibration: benchmarks.backend_parity), and a count made on one kind says nothing of the other's."""
     then, now = source.get("backend"), backend(remote)
-    if then is None or then == now:
+    if then is None:
+        return f"the calibration records no kind of store it was measured on{UNRECORDED}: calibrate again on this store"
+    if then == now:
         return None
     return (f"not calibrated for this kind of store (calibrated on a {str(then)[:40]!r} store, this one is {now}): "
             "use the shipped calibration of its kind, or calibrate again on this store (`edge-rag calibrate`)")

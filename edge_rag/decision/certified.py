@@ -19,7 +19,14 @@ from ..reading.reader import reader_file
 from ..storage.fileio import sha256_file
 from ..storage.stores import PassageStore
 from ..types import Passage, Route
-from .calibrated_config import backend_change, config_change, encoder_change, generation_change, store_change
+from .calibrated_config import (
+    UNRECORDED,
+    backend_change,
+    config_change,
+    encoder_change,
+    generation_change,
+    store_change,
+)
 from .certify import Calibration, Certificate, ReaderCalibration, beyond_floor, shipped_calibration
 from .kind import Kind
 from .policy import decide_certified
@@ -236,8 +243,10 @@ def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None
     measured with one reader model, and a retrained reader (``make reader`` without ``make calibrate``)
     makes other mistakes at the same scores. The bundle's manifest already holds its reader's sha256."""
     path = reader_file(bundle)
-    if calibration.model_sha256 is None or not path.is_file():
-        return None  # an old calibration file records no model; a missing reader fails when it loads
+    if not path.is_file():
+        return None  # a missing reader fails when it loads
+    if calibration.model_sha256 is None:  # its counts may be of any reader
+        return f"the calibration records no reader model it was measured with{UNRECORDED}: calibrate again"
     sha = reader_sha256(bundle)
     if sha == calibration.model_sha256:
         return None
