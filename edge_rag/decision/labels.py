@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EdgeRAGError, InputError, check_question, check_str
+from ..storage.wal import wal_mode
 from .calibrate import LabelledQuestion, load_questions
 
 log = logging.getLogger("edge_rag")
@@ -93,7 +94,7 @@ class Labels:
             # what visitors typed, as the question log: readable by the server's user alone (its journal follows)
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
             self.db = sqlite3.connect(self.path, timeout=BUSY_S, check_same_thread=False, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
+            wal_mode(self.db, BUSY_S)
             self.db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the save is answered
             self.db.execute(SCHEMA)
         except (OSError, sqlite3.Error) as exc:

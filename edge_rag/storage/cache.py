@@ -21,6 +21,7 @@ from ..config import Config, Tier
 from ..documents.text import normalize
 from ..errors import StoreError
 from ..types import Answer, PassageRef, Route
+from .wal import wal_mode
 
 # One row per question; ``used`` is a counter bumped on every put and hit, so LRU order survives restarts.
 _COLUMNS = {"key", "corpus_version", "answer", "used", "crc"}
@@ -30,6 +31,7 @@ _SELECT = "SELECT answer, crc FROM answers WHERE key = ? AND corpus_version = ?"
 _TOUCH = "UPDATE answers SET used = (SELECT MAX(used) + 1 FROM answers) WHERE key = ?"
 _INSERT = "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM answers), ?)"
 _EVICT = "DELETE FROM answers WHERE key NOT IN (SELECT key FROM answers ORDER BY used DESC LIMIT ?)"
+OPEN_WAIT_S = 5.0  # how long opening waits for another process (sqlite3's default busy timeout)
 
 
 def cache_key(question: str) -> str:
@@ -67,12 +69,13 @@ class AnswerCache:
         self._db: sqlite3.Connection | None = None
         if self.path is not None:
             try:
-                self._db = sqlite3.connect(self.path, check_same_thread=False)
+                self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=OPEN_WAIT_S)
+                wal_mode(self._db, OPEN_WAIT_S)  # a server and a CLI run may open it at once
             except sqlite3.Error as e:
                 raise self._error(e) from e
             # WAL + synchronous=NORMAL: one fsync per checkpoint, not per put; a crash loses at most
             # the last answers, which a cache can afford.
-            for sql in ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", _SCHEMA):
+            for sql in ("PRAGMA synchronous=NORMAL", _SCHEMA):
                 self._sql(sql)
             columns = {row[1] for row in self._sql("PRAGMA table_info(answers)")}
             if columns == _COLUMNS - {"crc"}:  # a cache from before the CRC: its entries are misses
