@@ -402,12 +402,13 @@ def test_encoding_long_passages_stays_within_the_planned_activations(bundle: B.B
 
 # -- EdgeRAG plans before it loads ----------------------------------------------------------------
 REFUSE_SCRIPT = """
-import json, sys
+import json, math, sys
 from edge_rag import BudgetError, Config, Document, EdgeRAG
-from edge_rag.memory import peak_rss_mb
+from edge_rag.memory import peak_rss_mb, plan
+from edge_rag.models.bundle import Bundle
 from edge_rag.cli.commands import main
 
-db, bundle, tight, fits = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+db, bundle, tight, room = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 out = {}
 try:
     EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=tight, certified=False))
@@ -416,6 +417,8 @@ except BudgetError as exc:
 out["peak_after_refusal"] = peak_rss_mb()
 out["cli_exit"] = main(["ask", "When does the museum open?", "--db", db, "--bundle", bundle, "--memory-mb", str(tight),
                         "--seed-decision"])
+# the models fit, priced from this process's own runtime base (the constant one is another CPU's): room MB to spare
+fits = math.ceil(plan(Bundle.load(bundle), Config(memory_budget_mb=100_000, certified=False)).total_mb) + room
 rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=fits, certified=False))
 docs = [Document(f"d{i}", f"t{i}", f"Passage number {i} talks about a topic of its own.") for i in range(100000)]
 try:
@@ -433,8 +436,7 @@ def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, b
     BudgetError from EdgeRAG() (and exit 2 from the CLI) while peak RSS is still far below the models' sizes, so
     nothing large was loaded; a budget that fits the models but not 100k more passages, at any encoder batch,
     refuses the add before encoding any of them."""
-    fits = math.ceil(fixed_plan(bundle, Config(memory_budget_mb=100_000, certified=False)).total_mb) + 20
-    out = subprocess.run([sys.executable, "-c", REFUSE_SCRIPT, str(tmp_path / "db"), str(bundle_dir), "200", str(fits)],
+    out = subprocess.run([sys.executable, "-c", REFUSE_SCRIPT, str(tmp_path / "db"), str(bundle_dir), "200", "20"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
