@@ -2,6 +2,7 @@
 import contextlib
 import errno
 import functools
+import inspect
 import re
 import shutil
 import sqlite3
@@ -119,16 +120,15 @@ R = TypeVar("R")
 
 def open_only(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """A method of an object with ``closed`` and a ``store``: called after ``close()`` it is a StoreError saying so, not
-    a raw error from a closed SQLite connection (an ``sqlite3.ProgrammingError``, which no caller catches as ours).
-    A store file found damaged while it runs, or while the stream it returns runs (``ask_stream``), is a StoreError
-    naming the store (``store_damage_is_an_error``)."""
+    a raw error from a closed SQLite connection (an ``sqlite3.ProgrammingError``, which no caller catches as ours); so
+    is a call (or the stream it returns) that fails because another thread closed the object while it ran. A store
+    file found damaged while it runs, or while its stream runs (``ask_stream``), is a StoreError naming the store
+    (``store_damage_is_an_error``)."""
     @functools.wraps(method)
     def call(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
-        if self.closed:
-            raise StoreError(f"this {type(self).__name__} was closed; open the store again to use it")
-        with store_damage_is_an_error(self.store.location):
+        with _closed_meanwhile(self, check=True), store_damage_is_an_error(self.store.location):
             result = method(self, *args, **kwargs)
-        return cast(R, _streamed(result, self.store.location)) if isinstance(result, Generator) else result
+        return cast(R, _guarded(self, result)) if inspect.isgenerator(result) else result
     return call
 
 
@@ -145,6 +145,21 @@ def store_damage_is_an_error(location: str) -> Iterator[None]:
         raise StoreError(f"the store {location} cannot be read ({exc}): its file is damaged; {REINDEX}") from exc
 
 
-def _streamed(events: Generator, location: str) -> Generator:
-    with store_damage_is_an_error(location):
-        yield from events
+def _guarded(owner: Any, events: Any) -> Generator:
+    """A stream's events: they are computed as it is read (``ask`` reads ``ask_stream``), after ``call`` returned."""
+    with _closed_meanwhile(owner), store_damage_is_an_error(owner.store.location):
+        return (yield from events)
+
+
+@contextlib.contextmanager
+def _closed_meanwhile(owner: Any, check: bool = False) -> Iterator[None]:
+    """The StoreError of a closed ``owner`` if it is closed (``check``), or once an error comes while it is."""
+    closed = StoreError(f"this {type(owner).__name__} was closed; open the store again to use it")
+    if check and owner.closed:
+        raise closed
+    try:
+        yield
+    except Exception:
+        if owner.closed:  # what failed was the closed store, connection or model
+            raise closed from None
+        raise

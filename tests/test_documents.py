@@ -114,6 +114,25 @@ def test_a_closed_edgerag_says_so_and_a_failed_write_leaves_no_lock_behind(rag, 
         assert again.add_documents("The lift is by the stairs.") == 1
 
 
+def test_a_call_running_when_another_thread_closes_says_so(tmp_path, bundle_dir, monkeypatch):
+    """A kiosk closing its EdgeRAG while questions or an indexing run were in flight on other threads: those calls
+    failed with sqlite3.ProgrammingError ("Cannot operate on a closed database."), not as closed. The close is made
+    here at a known point of each call: as its question is encoded, or after its first batch is encoded."""
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir) as rag:
+        rag.add_documents("The lift is by the stairs, beside the cloakroom on the ground floor.")
+    for call in ("ask", "decide", "ask_stream"):
+        rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(cache_size=0))
+        encode_one = rag.encoder.encode_one
+        monkeypatch.setattr(rag.encoder, "encode_one", lambda text, rag=rag, encode=encode_one: (rag.close(), encode(text))[1])
+        with pytest.raises(StoreError, match="was closed"):
+            list(getattr(rag, call)("Where is the lift?")) if call == "ask_stream" else getattr(rag, call)("Where is the lift?")
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir) as writer:
+        with pytest.raises(StoreError, match="was closed"):
+            writer.add_documents("The café is on the first floor.", progress=lambda done, planned: writer.close())
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir) as again:  # the store as it was, and writable
+        assert again.store.count == 1 and again.add_documents("The café is on the first floor.") == 1
+
+
 def test_one_id_with_two_texts_in_two_files_skips_the_second(rag, tmp_path):
     """Two JSONL files giving id "1" different texts replaced each other on every re-index. Now the second file is
     skipped with a reason naming the first, and re-indexing keeps what is stored."""
