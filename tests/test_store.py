@@ -208,3 +208,12 @@ def test_a_lock_timeout_that_is_no_finite_wait_is_refused(tmp_path, timeout) -> 
     """``EdgeRAG(lock_timeout=nan)`` (or ``--wait nan``) waited forever for a busy store: no time passes NaN."""
     with pytest.raises(InputError, match="lock_timeout"):
         writer_lock.acquire(tmp_path, timeout)
+
+
+@pytest.mark.parametrize("where", ["file", "file/db"])
+def test_a_store_path_that_a_file_is_in_the_way_of_is_a_store_error(tmp_path, where) -> None:
+    """``edge-rag index --db notes.txt`` (or ``--db notes.txt/db``) ended in a traceback of FileExistsError
+    (NotADirectoryError) from making the folder: now one line naming the path."""
+    (tmp_path / "file").write_text("not a store")
+    with pytest.raises(StoreError, match=f"{tmp_path / 'file'} is a file"):
+        Store(tmp_path / where, 384)

@@ -147,8 +147,9 @@ def write_commit(db: sqlite3.Connection, remove: Sequence[str], gone: Sequence[i
 def check_files(folder: Path, create: bool) -> None:
     """StoreError if ``folder`` is no folder, or ``passages.sqlite`` is missing or empty while an index exists (or at
     all, unless ``create``); makes the folder."""
-    if folder.exists() and not folder.is_dir():  # mkdir failed with a bare FileExistsError
-        raise StoreError(f"{folder} is a file, not a store folder: name a folder (edge-rag index --db DIR makes it)")
+    blocked = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:  # mkdir failed with a bare FileExistsError (NotADirectoryError, a file above it)
+        raise StoreError(f"{blocked} is a file, not a store folder: name a folder (edge-rag index --db DIR makes it)")
     db = folder / DB_FILE
     db_empty = not db.is_file() or db.stat().st_size == 0
     if db_empty and folder.is_dir() and any(folder.glob(INDEX_GLOB)):
