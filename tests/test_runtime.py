@@ -1,6 +1,8 @@
 """End to end through the public API and the CLI, in fresh processes."""
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -60,6 +62,24 @@ def test_cli_reports_errors_without_traceback(tmp_path):
     out = subprocess.run([sys.executable, "-m", "edge_rag", "ask", "hi", "--db", str(tmp_path),
                           "--bundle", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "edge-rag: error: no model bundle" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_ctrl_c_during_index_is_one_line_not_a_traceback(tmp_path, bundle_dir):
+    """Ctrl-C while `edge-rag index` encoded printed KeyboardInterrupt's traceback from inside onnxruntime. The store
+    keeps what was committed before it (each commit is whole), so indexing the same files again adds the rest."""
+    index = subprocess.Popen([sys.executable, "-m", "edge_rag", "index", str(SAMPLE_DOCS), "--db", str(tmp_path / "db"),
+                              "--bundle", str(bundle_dir)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = b""
+    while b"indexing" not in seen:  # the progress bar: encoding has begun
+        chunk = os.read(index.stderr.fileno(), 4096)
+        assert chunk, seen.decode(errors="replace")
+        seen += chunk
+    index.send_signal(signal.SIGINT)
+    _, err = index.communicate(timeout=60)
+    lines = (seen + err).decode().replace("\r", "\n").strip().splitlines()
+    assert index.returncode == 130 and lines[-1] == "edge-rag: interrupted", lines[-5:]
+    assert not any("Traceback" in line for line in lines)
 
 
 @pytest.mark.parametrize("question", ["", "   ", "x" * 5000])
