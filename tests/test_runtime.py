@@ -82,6 +82,16 @@ def test_ctrl_c_during_index_is_one_line_not_a_traceback(tmp_path, bundle_dir):
     assert not any("Traceback" in line for line in lines)
 
 
+def test_answers_piped_into_a_reader_that_leaves_end_quietly(sample_rag, bundle_dir):
+    """`edge-rag ask ... | head -1`: the answers written after head had left ended in BrokenPipeError's traceback."""
+    ask = subprocess.Popen([sys.executable, "-m", "edge_rag", "ask", "What is Big Mary?", "Where can I park?",
+                            "--db", str(sample_rag.store.folder), "--bundle", str(bundle_dir)],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ask.stdout.close()  # the reader leaves before the first answer
+    _, err = ask.communicate(timeout=120)
+    assert ask.returncode == 1 and err == ""
+
+
 @pytest.mark.parametrize("question", ["", "   ", "x" * 5000])
 def test_bad_questions(sample_rag, question):
     with pytest.raises(InputError):

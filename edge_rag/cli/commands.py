@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -264,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         handler.setFormatter(logging.Formatter("edge-rag: warning: %(message)s"))
         log.addHandler(handler)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader that left is caught below
+        return code
+    except BrokenPipeError:  # `edge-rag ask ... | head -1`: nobody reads the rest
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush would raise it again
+        return 1
     except EdgeRAGError as exc:
         print(f"edge-rag: error: {exc}", file=sys.stderr)
         return 2
