@@ -204,6 +204,7 @@ class Store:
         return n
 
     def close(self) -> None:
+        self.admit = None  # it holds the EdgeRAG: a cycle kept a closed one's models in memory until gc ran
         self._text.close()
         with self._lock:
             self.db.close()
