@@ -272,7 +272,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "repeat_ngram": (1, None, True, True, _INT),
     "repeat_window": (1, None, True, True, _INT),
     "n_ctx": (1, None, True, True, _INT),
-    "seed": (None, None, True, True, _INT),
+    "seed": (0, 2**32 - 2, True, True, _INT),  # llama.cpp's is 32 bits, and 2**32 - 1 (or -1) means a random one
     "cache_size": (0, None, True, True, _INT),
 }
 

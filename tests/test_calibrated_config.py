@@ -22,7 +22,7 @@ SHIPPED = (CALIBRATION_ASSET, PGVECTOR_CALIBRATION_ASSET)  # one per kind of sto
 
 def test_a_recorded_config_reads_back_as_it_was():
     base = Config()
-    for config in (base, base.with_(retrieval="dense", tier_override=Tier.HARD, lexical_weight=0.25, seed=-3),
+    for config in (base, base.with_(retrieval="dense", tier_override=Tier.HARD, lexical_weight=0.25, correction_threshold=-0.5),
                    base.with_(tiers={t: replace(s, k=s.k + 1) for t, s in base.tiers.items()}, fallback_tier="EASY")):
         assert recorded_config(repr(config)) == config
 

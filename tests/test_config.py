@@ -24,6 +24,9 @@ from edge_rag.errors import ConfigError, EdgeRAGError
     ({"fallback_tier": "HUGE"}, "fallback_tier='HUGE': allowed values are EASY, MEDIUM, HARD"),
     ({"tier_override": "easy"}, "tier_override='easy': allowed values are EASY, MEDIUM, HARD"),
     ({"tiers": {Tier.EASY: DEFAULT_TIERS[Tier.EASY]}}, "allowed values map each of EASY, MEDIUM, HARD to a TierSpec"),
+    # llama.cpp read -1 (and 2**32 - 1) as "a random seed": answers at temperature > 0 changed from run to run
+    ({"seed": -1}, "seed=-1: allowed values are an integer >= 0 and <= 4294967294"),
+    ({"seed": 2**32 - 1}, "seed=4294967295: allowed values are an integer >= 0 and <= 4294967294"),
 ])
 def test_bad_value_raises_at_construction_naming_field_and_allowed_values(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
