@@ -27,6 +27,8 @@ from edge_rag.errors import ConfigError, EdgeRAGError
     # llama.cpp read -1 (and 2**32 - 1) as "a random seed": answers at temperature > 0 changed from run to run
     ({"seed": -1}, "seed=-1: allowed values are an integer >= 0 and <= 4294967294"),
     ({"seed": 2**32 - 1}, "seed=4294967295: allowed values are an integer >= 0 and <= 4294967294"),
+    # each question listed the 2 x reader_window + 1 passage ids around its hit: 10**9 ran the process out of memory
+    ({"reader_window": 10**9}, "reader_window=1000000000: allowed values are an integer >= 0 and <= 1000"),
 ])
 def test_bad_value_raises_at_construction_naming_field_and_allowed_values(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
