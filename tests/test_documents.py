@@ -99,6 +99,23 @@ def test_one_file_or_text_alone_is_not_read_letter_by_letter(rag, tmp_path, monk
             call()
 
 
+def test_an_empty_path_is_named_not_read_as_the_working_folder(rag, tmp_path, bundle_dir, monkeypatch):
+    """Path("") is ".": add_files("") (an unset setting, `edge-rag index ""`) indexed the working folder and all below
+    it, a private file too, and EdgeRAG("") made its store there. An empty path is skipped, named; the rest is read."""
+    (tmp_path / "notes.md").write_text("# Lockers\n\nLockers are on level two by the stairs.")
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "staff.txt").write_text("The staff wifi password is hunter2.")
+    monkeypatch.chdir(tmp_path)
+    skipped = []
+    rag.add_files(["", "notes.md"], on_skip=lambda path, reason: skipped.append(reason))
+    assert _texts(rag) == ["Lockers are on level two by the stairs."] and skipped == ["the path is empty"]
+    with pytest.raises(InputError, match="nothing indexed"):
+        rag.add_files("", on_skip=lambda path, reason: None)
+    with pytest.raises(StoreError, match="no store named"):
+        EdgeRAG("", bundle=bundle_dir)
+    assert not (tmp_path / DB_FILE).exists()
+
+
 def test_a_closed_edgerag_says_so_and_a_failed_write_leaves_no_lock_behind(rag, tmp_path, bundle_dir):
     """A closed EdgeRAG raised sqlite3.ProgrammingError from every method, and a write on it failed after taking the
     store's file lock, keeping it until the process ended: every later writer, in this process or another, was

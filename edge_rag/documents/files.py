@@ -17,6 +17,8 @@ def iter_files(paths: Iterable[str | Path], on_error: Callable[[OSError], None] 
     that cannot be listed or checked (a path longer than the system takes) goes to ``on_error``, so the rest of
     the folder is still found (default: raised)."""
     for raw in paths:
+        if os.fspath(raw) == "":  # Path("") is ".": an unset setting would index the working folder
+            raise InputError("the path is empty")
         path = Path(raw).expanduser()
         if path.is_dir():
             yield from sorted(_walk(path, on_error or _raise))

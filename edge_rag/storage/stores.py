@@ -9,6 +9,7 @@ content hash and whether all its passages are in (``DocumentState``), and let on
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from ..errors import StoreError
 from ..retrieval.lexical import POSTINGS_BUDGET
 from ..types import Passage
 from .dburl import is_remote
@@ -108,6 +110,8 @@ def open_store(db: str | Path, dim: int, encoder_id: str, config: Config, create
     """The store ``db`` names: a PostgreSQL URL opens pgvector, anything else the embedded folder store.
     ``create=False`` refuses a ``db`` that holds no store; ``lock_timeout``: how long a writer waits. The
     passages this store adds are recorded as of ``config``'s kind (passage_kinds.kind_of)."""
+    if os.fspath(db) == "":  # Path("") is ".": the store would be made in the working folder
+        raise StoreError("no store named: db is empty; name a folder, or postgresql://user@host/dbname")
     args = (dim, encoder_id, config.hnsw_m, config.hnsw_ef_construction, config.hnsw_ef_search)
     if is_remote(db):
         from .pgstore import PgStore
