@@ -99,6 +99,9 @@ def test_threads_zero_takes_omp_num_threads_else_the_cores_this_process_may_use(
     (["ask", "hi", "--db", "db", "--threads", "1.5"], "not a whole number"),
     (["doctor", "--db", "db", "--sample", "-5"], "must be positive"),  # a traceback
     (["doctor", "--db", "db", "--sample", "0"], "must be positive"),  # "recall 1.000 over 0 vectors: ok"
+    (["models", "verify", "--threads", "99999999999"], "<= 1024"),  # onnxruntime's TypeError, a traceback
+    (["models", "install", "x.tar", "--threads", "-3"], ">= 0"),
+    (["demo", "-n", "-1", "--db", "db", "--bundle", "/nonexistent"], "must be positive"),  # all but the last question
 ])
 def test_cli_values_out_of_range_are_usage_errors(argv: list[str], message: str, capsys) -> None:
     """Each is refused by the parser (exit 2, the option named) before anything is opened."""

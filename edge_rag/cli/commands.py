@@ -16,7 +16,7 @@ from ..errors import EdgeRAGError
 from ..models.registry import PROFILES, default_bundle, home
 from ..storage.dburl import mask_url
 from ..types import Route
-from .options import add_common, add_decision, add_delta, add_wait, open_rag, positive
+from .options import add_common, add_decision, add_delta, add_wait, config_value, open_rag, positive
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"
@@ -193,13 +193,13 @@ def parser() -> argparse.ArgumentParser:
     p = models.add_parser("install", help="install a bundle archive built on a host (`python -m convert bundle`)")
     p.add_argument("archive", help="the .tar written by `python -m convert bundle --archive` / `make bundle`")
     p.add_argument("--dir", help="bundle folder (default: the archive's profile folder; it becomes the default)")
-    p.add_argument("--threads", type=int, help="CPU threads for the encoder check")
+    p.add_argument("--threads", type=config_value("threads"), help="CPU threads for the encoder check")
     p.set_defaults(func=cmd_install)
     p = models.add_parser("verify", help="check the bundle's files and its encoder on this CPU")
     p.add_argument("--bundle", help="bundle folder (default: the bundle of --profile)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
     p.add_argument("--full", action="store_true", help="re-hash every file (not only those whose size/mtime changed)")
-    p.add_argument("--threads", type=int, help="CPU threads for the encoder check")
+    p.add_argument("--threads", type=config_value("threads"), help="CPU threads for the encoder check")
     p.set_defaults(func=cmd_verify)
     models.add_parser("list", help="known profiles and pulled bundles").set_defaults(func=cmd_list)
 
@@ -228,7 +228,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("demo", help="index the packaged sample corpus and answer its questions")
-    p.add_argument("-n", type=int, default=8, help="number of sample questions")
+    p.add_argument("-n", type=positive("questions"), default=8, help="number of sample questions")
     add_decision(p)
     add_common(p, db_required=False)
     p.set_defaults(func=cmd_demo)
