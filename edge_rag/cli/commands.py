@@ -236,8 +236,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="certify the answer/refuse decision on your own questions "
                                          "(writes a calibration file for --calibration)")
     p.add_argument("--questions", required=True, metavar="FILE",
-                   help='JSON list of {"question": ..., "answer": "..." | ["...", ...] | null}: a sample of the '
-                        "questions this device will be asked, each with its answer in the documents (null: none)")
+                   help='JSON list of {"question": ..., "answer": "..." | ["...", ...] | null}, or a .jsonl file of '
+                        "them one per line (the labelled question log): a sample of the questions this device will "
+                        "be asked, each with its answer in the documents (null: none)")
     p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write")
     add_delta(p, f"the figures printed hold with probability 1 - DELTA (default {Config().delta:g})")
     add_common(p)
