@@ -52,6 +52,8 @@ class TierSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"TierSpec.{name}={value!r}: allowed values are integers >= 1")
+        if not isinstance(self.rerank, bool):
+            raise ConfigError(f"TierSpec.rerank={self.rerank!r}: allowed values are True, False")
 
 
 class Tiers(Mapping[Tier, TierSpec]):
@@ -244,8 +246,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "index_threads": (0, 1024, True, True, _INT),
     "min_sentence_chars": (0, None, True, True, _INT),
     "hnsw_m": (2, None, True, True, _INT),
-    "hnsw_ef_construction": (1, None, True, True, _INT),
-    "hnsw_ef_search": (1, None, True, True, _INT),
+    "hnsw_ef_construction": (1, None, True, True, _INT), "hnsw_ef_search": (1, None, True, True, _INT),
     "baseline_k": (1, None, True, True, _INT),
     "fusion_k": (0, None, True, True, _INT),
     "lexical_weight": (0.0, None, True, True, _REAL),
@@ -269,8 +270,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "rag_confidence": (0.0, 1.0, True, True, _REAL),
     "top_k": (0, None, True, True, _INT),  # 0 = llama.cpp samples from the whole vocabulary
     "temperature": (0.0, None, True, True, _REAL),
-    "repeat_ngram": (1, None, True, True, _INT),
-    "repeat_window": (1, None, True, True, _INT),
+    "repeat_ngram": (1, None, True, True, _INT), "repeat_window": (1, None, True, True, _INT),
     "n_ctx": (1, None, True, True, _INT),
     "seed": (0, 2**32 - 2, True, True, _INT),  # llama.cpp's is 32 bits, and 2**32 - 1 (or -1) means a random one
     "cache_size": (0, None, True, True, _INT),

@@ -42,6 +42,9 @@ def test_bad_value_raises_at_construction_naming_field_and_allowed_values(change
 def test_tier_spec_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"TierSpec.k=0: allowed values are integers >= 1"):
         TierSpec(k=0, context_chars=600, max_new_tokens=64, rerank=False)
+    # TierSpec(rerank="no") was taken as true: that tier reranked
+    with pytest.raises(ConfigError, match=r"TierSpec.rerank='no': allowed values are True, False"):
+        TierSpec(k=1, context_chars=600, max_new_tokens=64, rerank="no")  # type: ignore[arg-type]
 
 
 def test_config_is_hashable_and_equal_by_value() -> None:
