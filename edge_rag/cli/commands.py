@@ -88,6 +88,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
         for item in args.items:
             from_file = rag.store.documents_from(path_text(Path(item).expanduser().resolve()))  # the file may be gone
             ids += from_file or [item]
+        ids = list(dict.fromkeys(ids))  # a file or id named twice is one document
         removed = rag.remove(ids)
         print(f"removed {len(ids)} document(s), {removed} passages; the store at {rag.store.location} "
               f"now holds {rag.store.count}")
