@@ -1,6 +1,6 @@
 """edge-rag: retrieval-augmented question answering on the device, inside a memory budget."""
 from .config import Config, Tier, TierSpec
-from .errors import BudgetError, BundleError, EdgeRAGError, InputError, StoreError
+from .errors import BudgetError, BundleError, ConfigError, DiskFullError, EdgeRAGError, InputError, StoreError
 from .types import Answer, Document, Passage, Route
 
 __version__ = "0.1.0"
@@ -16,6 +16,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "Answer", "BudgetError", "BundleError", "Config", "Document", "EdgeRAG", "EdgeRAGError",
-    "InputError", "Passage", "Route", "StoreError", "Tier", "TierSpec", "__version__",
+    "Answer", "BudgetError", "BundleError", "Config", "ConfigError", "DiskFullError", "Document", "EdgeRAG",
+    "EdgeRAGError", "InputError", "Passage", "Route", "StoreError", "Tier", "TierSpec", "__version__",
 ]

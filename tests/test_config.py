@@ -113,3 +113,13 @@ def test_cli_values_out_of_range_are_usage_errors(argv: list[str], message: str,
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_every_error_edge_rag_raises_on_purpose_is_exported() -> None:
+    """docs/reference/config.md: a bad value raises ConfigError; `from edge_rag import ConfigError` was an ImportError
+    (DiskFullError too), so a caller could not catch it by the name the docs give."""
+    import edge_rag
+    from edge_rag import errors
+
+    ours = {n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, errors.EdgeRAGError)}
+    assert ours <= set(edge_rag.__all__) and all(getattr(edge_rag, n) is getattr(errors, n) for n in ours)
