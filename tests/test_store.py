@@ -217,3 +217,14 @@ def test_a_store_path_that_a_file_is_in_the_way_of_is_a_store_error(tmp_path, wh
     (tmp_path / "file").write_text("not a store")
     with pytest.raises(StoreError, match=f"{tmp_path / 'file'} is a file"):
         Store(tmp_path / where, 384)
+
+
+def test_a_second_store_of_this_process_is_named_as_such(tmp_path) -> None:
+    """Two EdgeRAGs of one kiosk app on one folder: the second writer was told the store "is being written by another
+    process (pid N)", N being its own pid, and pointed at the CLI's --wait only."""
+    first, second = Store(tmp_path, 384), Store(tmp_path, 384)
+    with first.writing():
+        with pytest.raises(StoreError, match=r"another store object of this process .*lock_timeout"), second.writing():
+            pass
+    first.close()
+    second.close()

@@ -112,7 +112,7 @@ def test_second_writer_fails_at_once_with_a_clear_message(tmp_path, bundle_dir, 
         proc = _index(db, bundle_dir, docs)
         out, err = proc.communicate(timeout=600)
         other = Store(db, sample_rag.encoder.dim, lock_timeout=0.2)  # and a second writer in this process
-        with pytest.raises(StoreError, match="being written by another process"), other.writing():
+        with pytest.raises(StoreError, match="being written by another store object of this process"), other.writing():
             pass
         other.close()
     writer.close()

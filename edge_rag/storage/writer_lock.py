@@ -37,9 +37,11 @@ def acquire(folder: Path, timeout: float) -> int:
             if time.monotonic() >= deadline:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
                 os.close(fd)
+                who = ("another store object of this process (another EdgeRAG on the same folder)"
+                       if holder == str(os.getpid()) else f"another process (pid {holder})")
                 raise StoreError(
-                    f"store {folder} is being written by another process (pid {holder}); "
-                    f"waited {timeout:g} s — retry when it is done, or wait longer (--wait SECONDS)"
+                    f"store {folder} is being written by {who}; waited {timeout:g} s — retry when it is done, "
+                    "or wait longer (EdgeRAG's lock_timeout, --wait SECONDS)"
                 ) from None
             time.sleep(0.05)
     os.ftruncate(fd, 0)
