@@ -4,8 +4,10 @@ from __future__ import annotations
 import zlib
 
 
-def pdf_bytes(pages: list[list[str]], title: str = "") -> bytes:
-    """A valid PDF 1.4: one Helvetica text line per string, one page per list, optional Info title."""
+def pdf_bytes(pages: list[list[str]], title: str = "", to_unicode: dict[str, str] | None = None) -> bytes:
+    """A valid PDF 1.4: one Helvetica text line per string, one page per list, optional Info title. ``to_unicode``
+    maps character codes of the lines to the text a reader extracts for them (the font's ToUnicode CMap), as the
+    PDFs of word processors map their glyphs."""
     def esc(s: str) -> str:
         return s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
@@ -13,16 +15,30 @@ def pdf_bytes(pages: list[list[str]], title: str = "") -> bytes:
     kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(n))
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
                f"<< /Type /Pages /Kids [{kids}] /Count {n} >>".encode(),
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"]
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding%s >>"
+               % (b" /ToUnicode %d 0 R" % (4 + 2 * n) if to_unicode else b"")]
     for i, lines in enumerate(pages):
         text = " T* ".join(f"({esc(line)}) Tj" for line in lines)
         stream = f"BT /F1 11 Tf 14 TL 50 740 Td {text} ET".encode("latin-1")
         objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
                        "/Resources << /Font << /F1 3 0 R >> >> >>".encode())
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    if to_unicode:
+        objects.append(_stream(_cmap(to_unicode)))
     if title:
         objects.append(f"<< /Title ({esc(title)}) >>".encode("latin-1"))
     return _pdf(objects, info=bool(title))
+
+
+def _cmap(to_unicode: dict[str, str]) -> bytes:
+    pairs = "".join(f"<{ord(code):02X}> <{ord(char):04X}>\n" for code, char in to_unicode.items())
+    return ("/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Custom-UCS def /CMapType 2 def\n"
+            f"1 begincodespacerange <00> <FF> endcodespacerange\n{len(to_unicode)} beginbfchar\n{pairs}endbfchar\n"
+            "endcmap CMapName currentdict /CMap defineresource pop end end").encode()
+
+
+def _stream(data: bytes) -> bytes:
+    return b"<< /Length %d >>\nstream\n" % len(data) + data + b"\nendstream"
 
 
 def _pdf(objects: list[bytes], info: bool = False) -> bytes:

@@ -15,6 +15,7 @@ from edge_rag.documents.chunk import read_documents  # noqa: E402
 from edge_rag.documents.files import iter_files  # noqa: E402
 from edge_rag.documents.ingest import MAX_HTML_DEPTH  # noqa: E402
 from edge_rag.documents.parse_child import PARSE_MEMORY_MB, Parser  # noqa: E402
+from edge_rag.documents.text import words  # noqa: E402
 from edge_rag.errors import InputError  # noqa: E402
 
 
@@ -51,6 +52,21 @@ def test_html_sections_titled_by_headings_without_scripts_or_navigation(tmp_path
     assert feeding.count("Rays are fed on Sundays only.") == 1  # nested blocks are not repeated
     text = " ".join(d.text for d in docs)
     assert "script text" not in text and "Visit" not in text and "color" not in text
+
+
+def test_invisible_marks_inside_words_do_not_hide_them_from_the_full_text_index(tmp_path):
+    """A soft hyphen, zero-width space, word joiner or zero-width no-break space inside a word (web pages, and PDFs
+    whose fonts map glyphs to them) cut it in two for the full-text index: "information" did not find the passage."""
+    page = tmp_path / "desk.html"
+    page.write_text("<title>Infor&shy;mation</title><p>Ask the infor&shy;mation desk, by the cloak&#8203;room, "
+                    "plane&#8288;tarium and gal&#65279;leries.</p>", encoding="utf-8")
+    pdf = tmp_path / "desk.pdf"
+    pdf.write_bytes(pdf_bytes([["Ask the infor\x01mation desk, by the cloak\x02room, plane\x03tarium and gal\x04leries."]],
+                              to_unicode={"\x01": "\u00ad", "\x02": "\u200b", "\x03": "\u2060", "\x04": "\ufeff"}))
+    wanted = {"information", "cloakroom", "planetarium", "galleries"}
+    for doc in read_documents(page) + read_documents(pdf):
+        assert wanted <= set(words(doc.text)), doc.text
+    assert read_documents(page)[0].title == "Information"
 
 
 def test_unparsable_files_raise_input_error_naming_them(tmp_path):
