@@ -54,6 +54,21 @@ def test_html_sections_titled_by_headings_without_scripts_or_navigation(tmp_path
     assert "script text" not in text and "Visit" not in text and "color" not in text
 
 
+def test_html_text_written_in_divs_is_read_once_in_its_section(tmp_path):
+    """Only the text of p, li, td and such was read: a page that wrote its hours or prices in a <div> beside a <p>
+    had them indexed nowhere, and no question found them."""
+    path = tmp_path / "museum.html"
+    path.write_text("<title>City Museum</title><main><h1>Visit</h1><p>The museum is in the old town.</p>"
+                    "<div class='hours'>Open <b>10:00</b> to 17:00.<div>Closed on Mondays.</div> Late on Fridays.</div>"
+                    "<section><h2><span>Tickets</span> and prices</h2><div>Adults pay 12 euros.</div>"
+                    "<a href='#'><div>Children enter free.</div></a><ul><li>Groups <p>get a discount.</p></li></ul>"
+                    "</section></main>", encoding="utf-8")
+    assert [(d.title, d.text) for d in read_documents(path)] == [
+        ("City Museum — Visit", "The museum is in the old town.\n\nOpen 10:00 to 17:00.\n\nClosed on Mondays.\n\n"
+                                "Late on Fridays."),
+        ("City Museum — Tickets and prices", "Adults pay 12 euros.\n\nChildren enter free.\n\nGroups\n\nget a discount.")]
+
+
 def test_invisible_marks_inside_words_do_not_hide_them_from_the_full_text_index(tmp_path):
     """A soft hyphen, zero-width space, word joiner or zero-width no-break space inside a word (web pages, and PDFs
     whose fonts map glyphs to them) cut it in two for the full-text index: "information" did not find the passage."""

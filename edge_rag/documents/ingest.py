@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import InputError
@@ -23,8 +24,10 @@ SUFFIXES = PDF_SUFFIXES + HTML_SUFFIXES
 
 TITLE_SEPARATOR = " — "
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
-# Block elements whose text is one paragraph; headings start a new section.
-BLOCKS = HEADINGS + ("p", "li", "dt", "dd", "pre", "blockquote", "figcaption", "caption", "td", "th", "address")
+# Text elements: their text runs on inside the paragraph of the element around them. Any other element (p, li, td,
+# and div, section, ... where pages write as much of their text) holds paragraphs of its own; headings start a section.
+INLINE = frozenset("a abbr acronym b bdi bdo big br cite code data del dfn em font i img ins kbd label mark q rb rp rt "
+                   "rtc ruby s samp small span strike strong sub sup time tt u var wbr".split())
 NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 # Invisible marks inside words (Unicode word segmentation ignores them): soft hyphen, zero-width space, word joiner,
@@ -102,21 +105,12 @@ def read_html(path: Path) -> list[Section]:
     for node in root.css(NOT_CONTENT):
         node.decompose()
     sections: list[tuple[str, list[str]]] = [(page_title, [])]
-    for node in root.css(", ".join(BLOCKS)):
-        if node.tag not in HEADINGS and _inside_block(node):
-            continue  # its text is part of the enclosing block's
-        text = _clean(node.text(separator=" "))
-        if not text:
-            continue
-        if node.tag in HEADINGS:
+    for heading, text in _paragraphs(root):
+        if heading:
             sections.append((text if text == page_title else f"{page_title}{TITLE_SEPARATOR}{text}", []))
         else:
             sections[-1][1].append(text)
-    docs = [(title, "\n\n".join(paras)) for title, paras in sections if paras]
-    if not docs:
-        text = _clean(root.text(separator=" "))
-        docs = [(page_title, text)] if text else []
-    return docs
+    return [(title, "\n\n".join(paras)) for title, paras in sections if paras]
 
 
 def _check_depth(path: Path, raw: str) -> None:
@@ -151,13 +145,31 @@ def _pdf_paragraphs(text: str) -> str:
     return "\n\n".join(_LINE_BREAK.sub(" ", p).strip() for p in paragraphs if p.strip())
 
 
-def _inside_block(node) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent.tag in BLOCKS:
-            return True
-        parent = parent.parent
-    return False
+def _paragraphs(root) -> Iterator[tuple[bool, str]]:
+    """(is a heading, text) of each paragraph under ``root``, in order: the text that one element holds outside the
+    elements of its own inside it (INLINE ones aside), all of a heading's text as one. Only the text of p, li, td and
+    other such blocks was read: a page that wrote its opening hours or prices in a <div> had them indexed nowhere.
+    One pass: each element's paragraph is known from its parent's (traverse visits a parent first)."""
+    owner: dict[int, tuple[int, bool]] = {}  # element -> (the element its text belongs to, is a heading)
+    run: list[str] = []
+    current = (0, False)
+    for node in root.traverse(include_text=True):
+        parent = node.parent
+        above = owner.get(parent.mem_id, (parent.mem_id, False)) if parent is not None else (0, False)
+        if node.tag != "-text":
+            inherit = above[1] or node.tag in INLINE
+            owner[node.mem_id] = above if inherit else (node.mem_id, node.tag in HEADINGS)
+            continue
+        text = node.text(deep=False)
+        if not text.strip():
+            continue
+        if above != current:
+            if paragraph := _clean(" ".join(run)):
+                yield current[1], paragraph
+            run, current = [], above
+        run.append(text)
+    if paragraph := _clean(" ".join(run)):
+        yield current[1], paragraph
 
 
 def _clean(text: str) -> str:
