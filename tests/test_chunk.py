@@ -94,6 +94,15 @@ def test_a_byte_order_mark_is_not_text(tmp_path):
                                                  ("", "The lift is by the stairs."), ("d", "Lockers are on level two.")]
 
 
+def test_a_soft_hyphen_does_not_cut_a_word_of_a_passage(tmp_path):
+    """Text copied from a web page or PDF keeps its soft hyphens: "infor\u00admation" was the words "infor" and "mation"
+    in the full-text index, and no question found the passage by "information"."""
+    (tmp_path / "desk.txt").write_text("Ask the infor\u00admation desk.\n\nThe plan\u00adetarium opens at noon.")
+    (tmp_path / "desk.jsonl").write_text(json.dumps({"text": "The cloak\u00adroom is by the door."}))
+    units = [u for f in ("desk.txt", "desk.jsonl") for d in read_documents(tmp_path / f) for u in chunk(d)]
+    assert units == ["Ask the information desk.", "The planetarium opens at noon.", "The cloakroom is by the door."]
+
+
 def test_bad_files_give_clear_errors(tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))

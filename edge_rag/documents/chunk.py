@@ -231,4 +231,6 @@ def _cut(text: str, lo: int, hi: int) -> int:
 
 
 def _clean(piece: str) -> str:
-    return " ".join(_CONTROL.sub("", piece).split())
+    """White space collapsed, controls and soft hyphens dropped: the full-text index cut "infor\u00admation" (text
+    copied from a web page or PDF) in two. Zero-width spaces stay: the calibration's SQuAD passages hold them."""
+    return " ".join(_CONTROL.sub("", piece).replace("\u00ad", "").split())
