@@ -103,6 +103,14 @@ def test_a_soft_hyphen_does_not_cut_a_word_of_a_passage(tmp_path):
     assert units == ["Ask the information desk.", "The planetarium opens at noon.", "The cloakroom is by the door."]
 
 
+def test_typographic_ligatures_are_spelled_out_in_passages(tmp_path):
+    """Text copied from a PDF holds its ligatures: "\ufb01nance o\ufb03ce" was no word a visitor types, and "finance
+    office" found the passage by neither BM25 nor (in its top 5) the encoder."""
+    (tmp_path / "office.txt").write_text("The \ufb01nance o\ufb03ce is on the \ufb01rst \ufb02oor. Sta\ufb00 wear \ufb06ars.")
+    assert chunk(read_documents(tmp_path / "office.txt")[0]) == ["The finance office is on the first floor.",
+                                                                 "Staff wear stars."]
+
+
 def test_bad_files_give_clear_errors(tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
