@@ -69,6 +69,15 @@ def test_html_text_written_in_divs_is_read_once_in_its_section(tmp_path):
         ("City Museum — Tickets and prices", "Adults pay 12 euros.\n\nChildren enter free.\n\nGroups\n\nget a discount.")]
 
 
+def test_a_wbr_inside_a_word_does_not_cut_it(tmp_path):
+    """<wbr> allows a line break inside a word: "cloak<wbr>room" was read as "cloak room", and no question's
+    "cloakroom" found it by its words."""
+    path = tmp_path / "help.html"
+    path.write_text("<title>Help</title><p>Lockers: cloak<wbr>room, <b>level<wbr/></b>two. Ask<wbr> staff.</p>",
+                    encoding="utf-8")
+    assert read_documents(path)[0].text == "Lockers: cloakroom, leveltwo. Ask staff."
+
+
 def test_invisible_marks_inside_words_do_not_hide_them_from_the_full_text_index(tmp_path):
     """A soft hyphen, zero-width space, word joiner or zero-width no-break space inside a word (web pages, and PDFs
     whose fonts map glyphs to them) cut it in two for the full-text index: "information" did not find the passage."""

@@ -149,25 +149,29 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
     """(is a heading, text) of each paragraph under ``root``, in order: the text that one element holds outside the
     elements of its own inside it (INLINE ones aside), all of a heading's text as one. Only the text of p, li, td and
     other such blocks was read: a page that wrote its opening hours or prices in a <div> had them indexed nowhere.
-    One pass: each element's paragraph is known from its parent's (traverse visits a parent first)."""
+    One pass: each element's paragraph is known from its parent's (traverse visits a parent first). A <wbr> (a line
+    break allowed inside a word) joins the text around it: "cloak<wbr>room" was the words "cloak" and "room"."""
     owner: dict[int, tuple[int, bool]] = {}  # element -> (the element its text belongs to, is a heading)
     run: list[str] = []
-    current = (0, False)
+    current, glue = (0, False), False
     for node in root.traverse(include_text=True):
         parent = node.parent
         above = owner.get(parent.mem_id, (parent.mem_id, False)) if parent is not None else (0, False)
         if node.tag != "-text":
             inherit = above[1] or node.tag in INLINE
             owner[node.mem_id] = above if inherit else (node.mem_id, node.tag in HEADINGS)
+            glue = glue or node.tag == "wbr"
             continue
         text = node.text(deep=False)
-        if not text.strip():
-            continue
-        if above != current:
+        if above != current and text.strip():
             if paragraph := _clean(" ".join(run)):
                 yield current[1], paragraph
             run, current = [], above
-        run.append(text)
+        if glue and run and not text[:1].isspace():
+            run[-1] += text
+        elif text.strip():
+            run.append(text)
+        glue = False
     if paragraph := _clean(" ".join(run)):
         yield current[1], paragraph
 
