@@ -79,8 +79,7 @@ class Store:
         self._lock_fd: int | None = None
         self._write_depth, self._counted = 0, (-1, 0)  # writing()'s nesting; (version, passages) search last counted
         check_files(self.folder, create)
-        self.db = connect(self.folder)
-        self._text = FullText(self.folder)
+        self.db, self._text = connect(self.folder), FullText(self.folder)
         check_meta(meta := self._meta(), dim, encoder_id, str(self.folder), "folder")
         self.encoder_id = encoder_id or meta.get("encoder", "")
         self.index, self.index_file, self._version, self._exact = self._load_committed()
