@@ -23,7 +23,7 @@ from .documents.indexing import Progress, Todo, as_document, held_bytes, index, 
 from .errors import BudgetError, InputError, check_question, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
-from .memory.hold import admit, hold
+from .memory.hold import admit, hold, swap
 from .models import bundle as B
 from .models.registry import default_bundle
 from .models.verify import select_encoder
@@ -69,6 +69,7 @@ class EdgeRAG:
                          generator=certified.may_generate, encoder=self._encoder_path)
         self.config = self.plan.apply(config)
         self.certified, c = certified.planned(self.config), self.config
+        self.plan_lock = threading.Lock()  # the plan and the certified path it sizes change together (memory.hold)
         self.encoder = Encoder(self._encoder_path, self.bundle.require(B.ROLE_TOKENIZER),
                                min(c.max_seq_len, int(self.bundle.encoder.get("max_seq_len", 256))),
                                c.encode_batch_tokens, c.threads)
@@ -231,11 +232,7 @@ class EdgeRAG:
     @open_only  # it reads the store's version: closed, a StoreError, not sqlite3's
     def use_calibration(self, calibration: Path, max_error_rate: float) -> None:
         """Decide the next questions under ``calibration`` at ``max_error_rate`` (CertifiedPath.swapped)."""
-        new = self.certified.swapped(calibration, max_error_rate, self.store)
-        if new.may_generate and not self.plan.generator:
-            raise BudgetError(f"{calibration} certifies generated answers at {max_error_rate}, but llama.cpp is not in "
-                              "this EdgeRAG's memory plan: open a new EdgeRAG with it")
-        self.certified, self.config = new, new.config
+        swap(self, self.certified.swapped(calibration, max_error_rate, self.store), calibration)
 
     def _decide(self, question: str, stage: Stages, certified: CertifiedPath) -> Decision:
         """The stages up to the route, timed into ``stage``, by ``certified``; what they decided, not yet an Answer."""

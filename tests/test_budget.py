@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from edge_rag import memory
 from edge_rag.config import Config
+from edge_rag.decision.certified import CertifiedPath
 from edge_rag.documents.chunk import chunk, read_documents
 from edge_rag.documents.files import iter_files
 from edge_rag.errors import BudgetError, BundleError
@@ -303,6 +305,73 @@ def test_indexing_runs_the_sessions_at_the_batch_the_grown_plan_holds(bundle: B.
         assert rag.config.encode_batch_tokens == rag.certified.config.encode_batch_tokens == batch
         assert rag.encoder.batch_tokens == rag.certified.neural_reader().reader.batch_tokens == batch
 
+
+def test_a_calibration_applied_while_the_plan_grows_is_kept_at_the_grown_batch(bundle: B.Bundle, bundle_dir: Path,
+                                                                               tmp_path: Path, monkeypatch) -> None:
+    """A calibration applied (use_calibration, the server's /admin apply) while indexing grew the plan: the grown plan
+    re-installed the path it had read before the swap (the new certificate lost: 0.4 decided, 0.1 applied), or the
+    swap, made before the growth, put back the old plan's batch (2048 tokens where the plan holds 1024). The window
+    is held open with events: indexing inside CertifiedPath.planned, then applying inside CertifiedPath.swapped."""
+    config = Config()
+    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False)
+    config = config.with_(memory_budget_mb=math.ceil(opened.total_mb) + 4)  # 1,600 passages need a smaller batch
+    docs = [f"Sentence number {i} describes a topic of its own in several plain words." for i in range(1600)]
+    planned, swapped = CertifiedPath.planned, CertifiedPath.swapped
+
+    def check(rag: EdgeRAG, alpha: float) -> None:
+        assert rag.plan.encode_batch_tokens < config.encode_batch_tokens
+        assert rag.certified.config.max_error_rate == rag.config.max_error_rate == alpha
+        assert rag.config.encode_batch_tokens == rag.certified.config.encode_batch_tokens == rag.plan.encode_batch_tokens
+
+    with EdgeRAG(tmp_path / "a", bundle=bundle_dir, config=config) as rag:
+        lock, applying, applied = getattr(rag, "plan_lock", threading.Lock()), None, threading.Event()
+
+        class Told:  # the plan lock, telling when the applying thread waits for it
+            def __enter__(self) -> None:
+                if threading.current_thread() is applying:
+                    applied.set()
+                lock.acquire()
+
+            def __exit__(self, *exc: object) -> None:
+                lock.release()
+
+        def apply() -> None:
+            rag.use_calibration(rag.certified.shipped, 0.1)
+            applied.set()
+
+        def growing(path: CertifiedPath, config: Config) -> CertifiedPath:
+            nonlocal applying
+            if applying is None:  # the first growth
+                applying = threading.Thread(target=apply)
+                applying.start()
+                applied.wait(10)  # applied, or waiting for the lock the growth holds
+            return planned(path, config)
+
+        monkeypatch.setattr(rag, "plan_lock", Told(), raising=False)
+        monkeypatch.setattr(CertifiedPath, "planned", growing)
+        rag.add_documents(docs)
+        assert applying is not None
+        applying.join()
+        check(rag, 0.1)
+    monkeypatch.setattr(CertifiedPath, "planned", planned)
+
+    with EdgeRAG(tmp_path / "b", bundle=bundle_dir, config=config) as rag:
+        made, grown = threading.Event(), threading.Event()
+
+        def late(path: CertifiedPath, *args: object) -> CertifiedPath:
+            new = swapped(path, *args)  # type: ignore[arg-type]
+            made.set()
+            grown.wait(10)
+            return new
+
+        monkeypatch.setattr(CertifiedPath, "swapped", late)
+        applying = threading.Thread(target=rag.use_calibration, args=(rag.certified.shipped, 0.2))
+        applying.start()
+        made.wait(10)
+        rag.add_documents(docs)
+        grown.set()
+        applying.join()
+        check(rag, 0.2)
 
 def test_a_store_grown_by_another_process_is_loaded_only_if_the_plan_holds_it(bundle: B.Bundle, bundle_dir: Path,
                                                                                tmp_path: Path) -> None:

@@ -1,10 +1,14 @@
 """Running under a grown plan: a larger store leaves a smaller encoder batch, which every session must then run at.
 
 EdgeRAG re-plans when it adds documents and when another process's commit is about to load (Plan.with_passages);
-the sessions it has made were sized by the plan it opened with.
+the sessions it has made were sized by the plan it opened with. A plan and the certified path sized by it change
+together under the EdgeRAG's ``plan_lock``: a calibration swapped in while the plan grew was lost (the grown plan
+re-installed the old path) or ran at the old plan's batch, past the budget.
 """
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import BudgetError
@@ -25,17 +29,31 @@ class Planned(Protocol):
     certified: CertifiedPath
     encoder: Encoder
     store: PassageStore
+    plan_lock: threading.Lock
 
 
 def hold(rag: Planned, plan: Plan, encoder: Encoder | None = None) -> None:
     """``rag`` runs under ``plan`` from now on: its batch in the config, the certified path (whose reader, if loaded,
     reads in it), the question encoder and ``encoder`` (a second session indexing beside it)."""
-    rag.plan = plan
-    if plan.encode_batch_tokens != rag.config.encode_batch_tokens:
-        rag.config = plan.apply(rag.config)
-        rag.certified = rag.certified.planned(rag.config)
-        for session in {rag.encoder, encoder or rag.encoder}:
-            session.batch_tokens = max(plan.encode_batch_tokens, session.max_seq_len)
+    with rag.plan_lock:
+        rag.plan = plan
+        if plan.encode_batch_tokens != rag.config.encode_batch_tokens:
+            rag.config = plan.apply(rag.config)
+            rag.certified = rag.certified.planned(rag.config)
+            for session in {rag.encoder, encoder or rag.encoder}:
+                session.batch_tokens = max(plan.encode_batch_tokens, session.max_seq_len)
+
+
+def swap(rag: Planned, new: CertifiedPath, calibration: Path) -> None:
+    """``rag`` decides by ``new`` (CertifiedPath.swapped from ``calibration``) from now on, at the plan in force: one
+    grown since ``new`` was made from the path before it sizes it too. It is made outside the lock (it reads the
+    store, whose lock a reload holds while it calls ``admit``)."""
+    if new.may_generate and not rag.plan.generator:
+        raise BudgetError(f"{calibration} certifies generated answers at {new.config.max_error_rate}, but llama.cpp "
+                          "is not in this EdgeRAG's memory plan: open a new EdgeRAG with it")
+    with rag.plan_lock:
+        new = new.planned(rag.plan.apply(new.config))
+        rag.certified, rag.config = new, new.config
 
 
 def admit(rag: Planned, passages: int) -> None:
