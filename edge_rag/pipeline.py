@@ -163,6 +163,7 @@ class EdgeRAG:
             return index(self.store, encoder or self.encoder, self.config, todo, remove, report, self.plan.commit_bytes)
 
     # -- answering -----------------------------------------------------------------------------
+    @open_only  # closed, it loaded models no question could use
     def warm_up(self) -> None:
         """Load now what the first question would (the certified reader; llama.cpp where a question may be
         generated): the kiosk and the demo call it first, whose first read took ~10× a warm one."""
@@ -172,6 +173,7 @@ class EdgeRAG:
             _ = self.generator
 
     @property
+    @open_only
     def generator(self) -> Generator:
         """llama.cpp model, loaded on first use (the extractive route never needs it)."""
         with self._generator_lock:  # many threads may ask at once: load it exactly once

@@ -120,15 +120,20 @@ def test_a_closed_edgerag_says_so_and_a_failed_write_leaves_no_lock_behind(rag, 
     """A closed EdgeRAG raised sqlite3.ProgrammingError from every method, and a write on it failed after taking the
     store's file lock, keeping it until the process ended: every later writer, in this process or another, was
     refused as "being written by another process". Applying a calibration (the server's /admin "Apply") raised it
-    still."""
+    still; warm_up and the generator loaded their models (a closed EdgeRAG kept them until dropped)."""
     rag.close()
     for call in (lambda: rag.add_documents("The lift is by the stairs."), lambda: rag.ask("Where is the lift?"),
                  lambda: rag.decide("Where is the lift?"), lambda: rag.remove("x"),
-                 lambda: rag.use_calibration(rag.certified.shipped, 0.1)):
+                 lambda: rag.use_calibration(rag.certified.shipped, 0.1), rag.warm_up, lambda: rag.generator):
         with pytest.raises(StoreError, match="was closed"):
             call()
     with pytest.raises(sqlite3.ProgrammingError), rag.store.writing():  # the reload under the lock fails
         pass
+    with EdgeRAG(tmp_path / "gen", bundle=bundle_dir, config=Config(certified=False)) as generating:
+        assert generating.plan.generator  # llama.cpp is in its plan: open, the property loads it
+    with pytest.raises(StoreError, match="was closed"):
+        _ = generating.generator
+    assert generating._generator is None
     with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as again:
         assert again.add_documents("The lift is by the stairs.") == 1
 
