@@ -82,6 +82,16 @@ def check_str(value: object, what: str) -> str:
     return value
 
 
+def check_kinds(what: str, **arguments: tuple) -> None:
+    """Each argument ``name=(value, *kinds)`` of ``what`` one of its kinds (None: it may be None), else an InputError
+    naming it, the kinds and what it was: a dict for a Config, "5" for a number, failed deep inside as AttributeError
+    or TypeError."""
+    for name, (value, *kinds) in arguments.items():
+        if not (value is None and None in kinds or isinstance(value, tuple(k for k in kinds if k is not None))):
+            expected = " or ".join("None" if k is None else k.__name__ for k in kinds)
+            raise InputError(f"{what}'s {name} must be {expected}, not {type(value).__name__}: {value!r:.80}")
+
+
 def ascii_width(text: str) -> str:
     """``text`` with its full-width letters, digits and signs as ASCII (the identity on any other text)."""
     return text.translate(_FULL_WIDTH)

@@ -20,7 +20,7 @@ from .decision.outcome import Decision, Stages
 from .decision.policy import decide
 from .documents.files import read_files
 from .documents.indexing import Progress, Todo, as_document, held_bytes, index, plan_changes, plan_files
-from .errors import BudgetError, InputError, check_question, one_or_many, open_only
+from .errors import BudgetError, InputError, check_kinds, check_question, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
 from .memory.hold import admit, hold, swap
@@ -56,6 +56,9 @@ class EdgeRAG:
     def __init__(self, db: str | Path, bundle: str | Path | B.Bundle | None = None, config: Config | None = None,
                  profile: str = "gemma", create: bool = True, lock_timeout: float = 0.0,
                  calibration: str | Path | None = None, generator: Generator | None = None) -> None:
+        check_kinds("EdgeRAG", db=(db, str, os.PathLike), bundle=(bundle, str, os.PathLike, B.Bundle, None),
+                    config=(config, Config, None), profile=(profile, str), lock_timeout=(lock_timeout, int, float),
+                    calibration=(calibration, str, os.PathLike, None))  # a kiosk app's settings come from JSON
         self.bundle = bundle if isinstance(bundle, B.Bundle) else B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
@@ -181,10 +184,7 @@ class EdgeRAG:
                 if not self.plan.generator:
                     raise BudgetError("llama.cpp is not in this EdgeRAG's memory plan: its calibration does not certify "
                                       "generated answers, so no question is generated (Config(certified=False) does)")
-                c, facts = self.config, self.bundle.generator
-                self._generator = Generator(self.bundle.require(B.ROLE_GENERATOR), n_ctx=c.n_ctx, threads=c.threads,
-                                            seed=c.seed, prompt_style=facts.get("prompt_style", "one-shot"),
-                                            stop=tuple(facts.get("stop", ())))
+                self._generator = Generator.of(self.bundle.require(B.ROLE_GENERATOR), self.bundle.generator, self.config)
             return self._generator
 
     def ask(self, question: str) -> Answer:

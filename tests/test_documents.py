@@ -116,6 +116,19 @@ def test_an_empty_path_is_named_not_read_as_the_working_folder(rag, tmp_path, bu
     assert not (tmp_path / DB_FILE).exists()
 
 
+@pytest.mark.parametrize("given, named", [({"config": {"k": 3}}, "config must be Config or None, not dict"),
+                                          ({"lock_timeout": "5"}, "lock_timeout must be int or float, not str"),
+                                          ({"db": b"db"}, "db must be str or PathLike, not bytes"),
+                                          ({"calibration": 1}, "calibration must be str or PathLike or None, not int")])
+def test_an_argument_of_the_wrong_type_is_named_at_once(tmp_path, bundle_dir, given, named):
+    """Settings a kiosk app read from JSON: a dict for the Config raised AttributeError ('dict' object has no attribute
+    'reader') deep inside, bytes for the folder a TypeError of pathlib, and a str timeout passed until the first
+    write. Each is one InputError naming the argument and the type expected, before anything is loaded."""
+    with pytest.raises(InputError, match=f"EdgeRAG's {named}"):
+        EdgeRAG(**{"db": tmp_path / "db", "bundle": bundle_dir, **given})
+    assert not (tmp_path / "db").exists()
+
+
 def test_a_closed_edgerag_says_so_and_a_failed_write_leaves_no_lock_behind(rag, tmp_path, bundle_dir):
     """A closed EdgeRAG raised sqlite3.ProgrammingError from every method, and a write on it failed after taking the
     store's file lock, keeping it until the process ended: every later writer, in this process or another, was

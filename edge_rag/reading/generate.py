@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import default_threads
+from ..config import Config, default_threads
 from ..documents.text import whole_sentences
 from ..errors import BundleError, InputError, check_str
 from .prompt import Template
@@ -112,6 +112,12 @@ class Generator:
         self.prefix = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]
         self._prefix_cached = False  # the KV cache holds the prefix as evaluated alone
         self._lock = threading.Lock()  # one decode at a time on the one context
+
+    @classmethod
+    def of(cls, gguf: Path, facts: dict, config: Config) -> Generator:
+        """The bundle's model at ``gguf`` (``facts``: the bundle's generator entry) at ``config``'s n_ctx, threads, seed."""
+        return cls(gguf, facts.get("prompt_style", "one-shot"), config.n_ctx, config.threads, config.seed,
+                   tuple(facts.get("stop", ())))
 
     def serves(self, gguf: Path | None, n_ctx: int) -> bool:
         """Whether this is the model at ``gguf`` loaded for ``n_ctx`` (so an EdgeRAG planned for it may use it)."""
