@@ -241,6 +241,10 @@ class _HeldAfterItsKinds:
         return self.store.version
 
     @property
+    def stamp(self) -> tuple[str, int]:
+        return self.store.stamp
+
+    @property
     def passage_kinds(self) -> frozenset[str]:
         kinds = self.store.passage_kinds
         self.read.set()
@@ -267,6 +271,27 @@ def test_a_check_of_an_older_version_never_writes_last(bundle_dir, tmp_path):
         held.go.set()
         older.join(300)
         assert path.certificate is None and path.uncertified.startswith("not calibrated for this store's passages")
+
+
+def test_a_check_of_a_store_made_again_since_never_writes_last(bundle_dir, tmp_path):
+    """A store made again at the same place restarts its versions at 1, under another identity: check_store takes the
+    new store's state at its first version (it waited for the old one's version before), and a check that read the
+    old store, writing after it, never brings the old store's state back."""
+    with EdgeRAG(tmp_path / "old", bundle=bundle_dir, config=Config(temperature=0.0)) as kiosk:
+        for year in (1887, 1888):
+            kiosk.add_documents([f"The Harbourlight Science Museum was founded in {year} by Ada Lovelace."])
+        path, held = kiosk.certified, _HeldAfterItsKinds(kiosk.store)
+        older = threading.Thread(target=path.check_store, args=(held,))
+        older.start()
+        assert held.read.wait(300)  # it has the old store's kinds, certified
+        with EdgeRAG(tmp_path / "new", bundle=bundle_dir, config=Config(temperature=0.0, passage_mode="paragraph")) as new:
+            new.add_documents(["The museum's café opens at nine. It closes at five."])
+            assert new.store.version < kiosk.store.version
+            path.check_store(new.store)  # the next question's check, on the store made again
+            assert path.certificate is None and path.uncertified.startswith("not calibrated for this store's passages")
+            held.go.set()
+            older.join(300)
+            assert path.certificate is None and path.uncertified.startswith("not calibrated for this store's passages")
 
 
 def test_generated_answers_are_certified_only_with_the_generator_they_came_from(sample_rag, tmp_path):

@@ -32,6 +32,7 @@ from edge_rag.memory import RUNTIME_BASE_MB, plan
 from edge_rag.retrieval.lexical import query_terms
 from edge_rag.storage.dburl import is_remote, mask_url
 from edge_rag.storage.store import DocumentState, Part, Store
+from edge_rag.types import Route
 
 psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
 from edge_rag.storage.pgstore import PgStore  # noqa: E402
@@ -689,3 +690,56 @@ def test_a_writer_whose_device_vanished_frees_the_writers_lock_within_a_minute(p
         other.add(whole(docs(1, "after"), [["x"]]), unit_vectors(1))
     assert time.monotonic() - start < 60 and other.count == 1
     other.close()
+
+
+def _make_again(url: str, database: bool) -> None:
+    """What an operator does to start a fleet's corpus over, devices still running: drop the store's tables, or the
+    whole database (its devices' connections cut), and make it again at the same URL (``edge-rag index --db``)."""
+    admin_url = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    with psycopg.connect(admin_url if database else url, autocommit=True) as admin:
+        if database:
+            name = urlsplit(url).path.lstrip("/")
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {name}")
+        else:
+            admin.execute("DROP TABLE edge_rag_passages, edge_rag_documents, edge_rag_meta")
+
+
+@pytest.mark.parametrize("database", [False, True], ids=["tables", "database"])
+def test_a_store_made_again_at_its_url_is_not_answered_from_the_old_ones_cache(pg_url, bundle_dir, database):
+    """A store dropped and made again restarts its versions at 1: a kiosk's answer cache, keyed on the version alone,
+    answered the new corpus's question at version 1 with the old corpus's answer ('Ada Lovelace', cached, where the
+    new store says 'Marie Curie'). The cache keys on the store's identity too (a random id made with the store)."""
+    from edge_rag.pipeline import EdgeRAG
+
+    question, config = "Who founded the Harbourlight Science Museum?", Config(temperature=0.0)
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=config) as kiosk:
+        kiosk.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+        assert kiosk.ask(question).answer == "Ada Lovelace" and kiosk.ask(question).cache_hit
+        _make_again(pg_url, database)
+        with EdgeRAG(pg_url, bundle=bundle_dir, config=config) as operator:
+            operator.add_documents(["The Harbourlight Science Museum was founded in 1923 by Marie Curie."])
+        answer = kiosk.ask(question)  # the kiosk's pool reconnects to a database made again: it sees the new store
+        assert answer.answer == "Marie Curie" and not answer.cache_hit and kiosk.store.version == 1
+
+
+def test_a_store_made_again_with_other_passages_is_checked_at_its_first_version(pg_url, bundle_dir):
+    """check_store keeps the state of the highest version it saw (a check that read an older one never writes last),
+    so a store made again, its versions from 1, was not checked until it passed the old one's: a kiosk kept answering
+    as certified over paragraph passages its calibration never measured (old store at version 3, the new at 1). Its
+    identity tells it is another store: the first question is refused, and certified again once the store is made
+    again as the calibration measured."""
+    from edge_rag.pipeline import EdgeRAG
+
+    question = "Who founded the Harbourlight Science Museum?"
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as kiosk:
+        for year in (1887, 1888, 1889):
+            kiosk.add_documents([f"The Harbourlight Science Museum was founded in {year} by Ada Lovelace."])
+        assert kiosk.decide(question).route is Route.RAG and kiosk.store.version == 3
+        for mode, certified in (("paragraph", False), ("sentence", True)):
+            _make_again(pg_url, database=False)
+            with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0, passage_mode=mode)) as operator:
+                operator.add_documents(["The Harbourlight Science Museum was founded in 1923 by Marie Curie."])
+            answer = kiosk.decide(question)
+            assert kiosk.store.version == 1 and (kiosk.certified.certificate is not None) is certified
+            assert (answer.route is Route.RAG) is certified and (answer.refusal_reason is None) is certified

@@ -101,14 +101,16 @@ class CertifiedPath:
             self._measured = State(by_kind, None, gpt)
         self._state = self._measured
         self._cache_key = _cache_key(config, self.calibration_sha256, self._measured)
-        self._store_version: int | None = None  # as of the store's version last checked
+        self._store_stamp: tuple[str, int] | None = None  # as of the store's identity and version last checked
+        self._retired: frozenset[str] = frozenset()  # identities of stores made again since: never taken again
         self._state_lock = threading.Lock()
         self._neural: NeuralReader | None = None
         self._neural_lock = threading.Lock()
 
     def cache_version(self, store: PassageStore) -> str:
         """Cached answers are valid for this corpus, this configuration and this calibration only."""
-        return f"{store.version}:{self._cache_key}"
+        identity, version = store.stamp  # a store made again at the same place starts again at version 1
+        return f"{identity}:{version}:{self._cache_key}"
 
     def planned(self, config: Config) -> CertifiedPath:
         """This path under the memory plan's copy of its config, which sizes n_ctx and the encoder batch and changes
@@ -157,14 +159,18 @@ class CertifiedPath:
     def check_store(self, store: PassageStore) -> None:
         """Certify nothing, saying why, while the store holds passages cut otherwise than those the calibration
         measured (calibrated_config.store_change). Checked again whenever the store's version moves: another process
-        (an upload on the kiosk, `edge-rag index`) may add passages of another kind to a store this one has open."""
-        version = store.version
+        (an upload on the kiosk, `edge-rag index`) may add passages of another kind to a store this one has open, or
+        an operator drop it and make it again (another identity, versions from 1)."""
+        identity, version = stamp = store.stamp
         cal = self.calibration  # None only once nothing is certified (record_only)
-        if version != self._store_version and self._measured.certificate is not None and cal is not None:
+        if stamp != self._store_stamp and self._measured.certificate is not None and cal is not None:
             state = self._measured if (why := store_change(cal.source, store.passage_kinds)) is None else State({}, why)
             with self._state_lock:  # questions check on many threads: one that read an older version never writes last
-                if self._store_version is None or version > self._store_version:
-                    self._state, self._store_version = state, version
+                last = self._store_stamp
+                if last is None or (version > last[1] if identity == last[0] else identity not in self._retired):
+                    if last is not None and identity != last[0]:  # dropped and made again: its versions restarted
+                        self._retired |= {last[0]}  # and the old store never returns
+                    self._state, self._store_stamp = state, stamp
 
     def record_only(self) -> None:
         """Refuse every question but keep its candidate and features: what calibrating and sweeping the reader

@@ -4,6 +4,7 @@ Kept apart from the store class so the SQL reads in one place (and benchmarks ca
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from ..errors import StoreError
@@ -117,6 +118,16 @@ def configure(conn, register, ef_search: int) -> None:
     version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")
+
+
+def acquire(conn, timeout: float, location: str) -> None:
+    """Take the writers' session lock on ``conn``, waiting up to ``timeout`` seconds for another device's writer."""
+    deadline = time.monotonic() + timeout
+    while not conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            raise StoreError(f"store {location} is being written by another process; waited "
+                             f"{timeout:g} s — retry when it is done, or wait longer")
+        time.sleep(0.05)
 
 
 def postings(conn, terms: list[str]) -> list[int]:

@@ -30,7 +30,7 @@ from . import hnsw, reachability
 from . import pgsql as Q
 from .dburl import check_url, mask_url, scrub
 from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
-from .store_db import DocumentState, Part
+from .store_db import STORE_ID, DocumentState, Part, new_identity
 from .store_meta import check_meta
 from .writer_lock import held
 
@@ -77,6 +77,11 @@ class PgStore:
     def version(self) -> int:
         """Bumped by every add on any device; caches keyed on it go stale when documents change."""
         return int(self._meta().get("version", 0))
+
+    @property
+    def stamp(self) -> tuple[str, int]:  # PassageStore: one read, so both are of one store
+        meta = self._meta()
+        return meta.get(STORE_ID, ""), int(meta.get("version", 0))
 
     @property
     def passage_kinds(self) -> frozenset[str]:  # PassageStore
@@ -206,7 +211,7 @@ class PgStore:
             with self._errors("cannot lock"):
                 conn = self.pool.getconn()
                 try:
-                    self._acquire(conn, self.lock_timeout if wait else 0.0)
+                    Q.acquire(conn, self.lock_timeout if wait else 0.0, self.location)
                 except BaseException:
                     self.pool.putconn(conn)
                     raise
@@ -244,7 +249,7 @@ class PgStore:
                     if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
                         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     conn.execute(Q.SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
-                    self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0)
+                    self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0, **{STORE_ID: new_identity()})
         self.full_text = Q.upgrade(conn)
         return self._meta(conn)
 
@@ -254,14 +259,6 @@ class PgStore:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
         check_meta(meta := self._meta(conn), self.dim, self.encoder_id, self.location, "database")
         return meta
-
-    def _acquire(self, conn, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (Q.WRITER_LOCK,)).fetchone()[0]:
-            if time.monotonic() >= deadline:
-                raise StoreError(f"store {self.location} is being written by another process; waited "
-                                 f"{timeout:g} s — retry when it is done, or wait longer")
-            time.sleep(0.05)
 
     @contextmanager
     def _connection(self) -> Iterator:

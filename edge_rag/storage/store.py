@@ -37,16 +37,16 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from ..errors import REINDEX, StoreError, full_disk_is_an_error
+from ..errors import full_disk_is_an_error
 from ..retrieval.lexical import POSTINGS_BUDGET
 from ..types import Passage, in_order
 from . import hnsw, reachability, store_db, store_load, writer_lock
 from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .passage_kinds import KINDS_KEY, read_kinds, sqlite_kinds_after
-from .store_db import DB_FILE, DocumentState, Part, check_files, commit_rows, connect, passage_crc
+from .store_db import DB_FILE, STORE_ID, DocumentState, Part, check_files, commit_rows, connect
 from .store_fts import FullText
-from .store_meta import check_meta
+from .store_meta import check_meta, read_meta
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 
@@ -82,6 +82,7 @@ class Store:
         self.db, self._text = connect(self.folder), FullText(self.folder)
         check_meta(meta := self._meta(), dim, encoder_id, str(self.folder), "folder")
         self.encoder_id = encoder_id or meta.get("encoder", "")
+        self.identity = meta.get(STORE_ID, "")  # the file it opened is this store's for the life of its connection
         self.index, self.index_file, self._version, self._exact = self._load_committed()
 
     # -- reading -------------------------------------------------------------------------------
@@ -106,15 +107,16 @@ class Store:
             self._follow()
             return self._version
 
+    @property
+    def stamp(self) -> tuple[str, int]:  # PassageStore
+        return self.identity, self.version
+
     def has_document(self, doc_id: str) -> bool:
         return (state := self.document(doc_id)) is not None and state.complete
 
     def document(self, doc_id: str) -> DocumentState | None:
         with self._lock:
-            row = self.db.execute(
-                "SELECT sha, COALESCE(source, ''), complete, (SELECT COUNT(*) FROM passages p WHERE p.doc_id = d.doc_id)"
-                " FROM documents d WHERE doc_id = ?", (doc_id,)).fetchone()
-        return None if row is None else DocumentState(row[0], row[1], bool(row[2]), row[3])
+            return store_db.document(self.db, doc_id)
 
     def documents_from(self, source: str) -> list[str]:  # PassageStore
         with self._lock:
@@ -156,10 +158,7 @@ class Store:
             rows = self.db.execute(
                 f"SELECT id, doc_id, title, text, position, crc FROM passages WHERE id IN ({marks})", list(ids)
             ).fetchall()
-        for pid, doc_id, title, text, _, crc in rows:
-            if crc is not None and passage_crc(doc_id, title, text) != crc:
-                raise StoreError(f"passage {pid} in {self.folder / DB_FILE} fails its checksum (corrupt); {REINDEX}")
-        return in_order((Passage(*row[:5]) for row in rows), ids)
+        return in_order((Passage(*row) for row in store_db.checked(rows, self.folder)), ids)
 
     # -- writing -------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -297,4 +296,4 @@ class Store:
 
     # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:
-        return store_db.read_meta(self.db, self.folder)
+        return read_meta(self.db, self.folder)

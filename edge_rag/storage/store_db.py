@@ -5,11 +5,11 @@ A lost or emptied database beside an existing index is an error, never a silent 
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +27,16 @@ INDEX_GLOB = "vectors*.hnsw"
 INDEX_NAME = re.compile(r"vectors\.[0-9]+\.[0-9a-f]+\.hnsw")  # what a commit names its file (Store._commit)
 COUNTS = ("dim", "version", "next_id", "index_size")  # meta values read as whole numbers
 UNREACHABLE = "unreachable"  # the meta key of the passages a commit found unreachable (reachability.py)
+# The meta key of the store's identity: a random id made with the store. An operator may drop a store and make it again
+# at the same place while devices keep it open; its versions then restart at 1, and caches keyed on the version alone
+# took the new store's version 1 for the old one's (answers of the old corpus, its certificate). A store from before it
+# has none (''); an embedded one gets one at its next open.
+STORE_ID = "store_id"
+
+
+def new_identity() -> str:
+    return uuid.uuid4().hex
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -244,6 +254,8 @@ def _open(path: Path) -> sqlite3.Connection:
             for name, decl in columns.items():
                 if name not in have:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+        if db.execute("SELECT 1 FROM meta WHERE key = ?", (STORE_ID,)).fetchone() is None:
+            db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (STORE_ID, new_identity()))  # another may race
         db.commit()
         store_fts_index.repair(db)
         _add_fts(db)
@@ -253,34 +265,19 @@ def _open(path: Path) -> sqlite3.Connection:
     return db
 
 
-def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
-    """The store's record (the meta table); StoreError if SQLite cannot read it (a damaged row that quick_check
-    passes, such as a key that is no longer UTF-8), or if a value the store parses is not what a commit writes (a
-    flipped bit in a count made int() fail with a bare ValueError at every open)."""
-    try:
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-    except sqlite3.ProgrammingError:  # a closed connection is no damage to the file
-        raise
-    except sqlite3.Error as exc:
-        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record (meta) is unreadable ({exc}); "
-                         f"{REINDEX}") from exc
-    bad = next((k for k in COUNTS if k in meta and not (str(meta[k]).isascii() and str(meta[k]).isdigit())), None)
-    if bad is None and not _labels(meta.get(UNREACHABLE, "[]")):
-        bad = UNREACHABLE
-    if bad is None and "index_file" in meta and not INDEX_NAME.fullmatch(meta["index_file"]):
-        bad = "index_file"  # a file of this folder: a commit removes the one it replaces
-    if bad is not None:
-        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record holds {bad} = {meta[bad][:40]!r}; {REINDEX}")
-    return meta
+def document(db: sqlite3.Connection, doc_id: str) -> DocumentState | None:
+    """The stored state of the document ``doc_id`` (None: not stored)."""
+    row = db.execute("SELECT sha, COALESCE(source, ''), complete, (SELECT COUNT(*) FROM passages p "
+                     "WHERE p.doc_id = d.doc_id) FROM documents d WHERE doc_id = ?", (doc_id,)).fetchone()
+    return None if row is None else DocumentState(row[0], row[1], bool(row[2]), row[3])
 
 
-def _labels(value: str) -> bool:
-    """Whether ``value`` is what reachability.record writes: a JSON list of passage ids."""
-    try:
-        labels = json.loads(value)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(labels, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in labels)
+def checked(rows: list[tuple], folder: Path) -> list[tuple]:
+    """Passage rows (id, doc_id, title, text, position, crc) without their crc; StoreError for one that fails it."""
+    for pid, doc_id, title, text, _, crc in rows:
+        if crc is not None and passage_crc(doc_id, title, text) != crc:
+            raise StoreError(f"passage {pid} in {folder / DB_FILE} fails its checksum (corrupt); {REINDEX}")
+    return [row[:5] for row in rows]
 
 
 def max_id(db: sqlite3.Connection) -> int:

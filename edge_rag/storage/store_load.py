@@ -18,7 +18,8 @@ import hnswlib
 
 from ..errors import REINDEX, StoreError
 from . import hnsw
-from .store_db import DB_FILE, read_meta
+from .store_db import DB_FILE
+from .store_meta import read_meta
 
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 LOAD_TRIES = 10  # snapshots tried while commits keep removing the file just read (each retry: a newer commit landed)

@@ -1,7 +1,13 @@
-"""What both stores check in their meta before using it: the vectors' dimension and the encoder that made them."""
+"""What both stores check in their meta before using it: the vectors' dimension and the encoder that made them; the
+embedded store's record read whole and checked."""
 from __future__ import annotations
 
-from ..errors import StoreError
+import json
+import sqlite3
+from pathlib import Path
+
+from ..errors import REINDEX, StoreError
+from .store_db import COUNTS, DB_FILE, INDEX_NAME, UNREACHABLE
 
 
 def check_meta(meta: dict[str, str], dim: int, encoder_id: str, where: str, redo: str) -> None:
@@ -12,3 +18,33 @@ def check_meta(meta: dict[str, str], dim: int, encoder_id: str, where: str, redo
     if encoder_id and meta.get("encoder") and meta["encoder"] != encoder_id:
         raise StoreError(f"store {where} was indexed with another encoder ({meta['encoder'][:12]}…); "
                          f"re-index into a new {redo}")
+
+
+def read_meta(db: sqlite3.Connection, folder: Path) -> dict[str, str]:
+    """The store's record (the meta table); StoreError if SQLite cannot read it (a damaged row that quick_check
+    passes, such as a key that is no longer UTF-8), or if a value the store parses is not what a commit writes (a
+    flipped bit in a count made int() fail with a bare ValueError at every open)."""
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.ProgrammingError:  # a closed connection is no damage to the file
+        raise
+    except sqlite3.Error as exc:
+        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record (meta) is unreadable ({exc}); "
+                         f"{REINDEX}") from exc
+    bad = next((k for k in COUNTS if k in meta and not (str(meta[k]).isascii() and str(meta[k]).isdigit())), None)
+    if bad is None and not _labels(meta.get(UNREACHABLE, "[]")):
+        bad = UNREACHABLE
+    if bad is None and "index_file" in meta and not INDEX_NAME.fullmatch(meta["index_file"]):
+        bad = "index_file"  # a file of this folder: a commit removes the one it replaces
+    if bad is not None:
+        raise StoreError(f"{folder / DB_FILE} is corrupt: its store record holds {bad} = {meta[bad][:40]!r}; {REINDEX}")
+    return meta
+
+
+def _labels(value: str) -> bool:
+    """Whether ``value`` is what reachability.record writes: a JSON list of passage ids."""
+    try:
+        labels = json.loads(value)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(labels, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in labels)
