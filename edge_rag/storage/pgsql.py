@@ -109,12 +109,13 @@ def client():
 
 def configure(conn, register, ef_search: int) -> None:
     """Each pooled connection: the pgvector adapter (``register``), the HNSW search breadth (``PgStore.search`` widens
-    it with the store), the server's keepalive probes (KEEPALIVE) and, on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted
-    passages in the graph) goes on searching instead of returning short."""
+    it with the store), the server's keepalive probes (KEEPALIVE; ignored on a Unix socket), in one round trip, and,
+    on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted passages in the graph)
+    goes on searching instead of returning short."""
     register(conn)
-    conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef_search),))
-    for name, value in KEEPALIVE.items():  # the server's side of KEEPALIVE (ignored on a Unix socket)
-        conn.execute("SELECT set_config(%s, %s, false)", (f"tcp_keepalives_{name}", str(value)))
+    settings = {"hnsw.ef_search": ef_search, **{f"tcp_keepalives_{k}": v for k, v in KEEPALIVE.items()}}
+    conn.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
+                 [x for name, value in settings.items() for x in (name, str(value))])
     version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")

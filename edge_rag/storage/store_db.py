@@ -20,7 +20,6 @@ from ..errors import REINDEX, StoreError, full_disk_is_an_error
 from ..types import Document
 from . import store_fts_index
 from .store_fts_index import FTS_DDL, FTS_TABLE, FTS_TRIGGERS
-from .wal import wal_mode
 
 DB_FILE = "passages.sqlite"
 INDEX_GLOB = "vectors*.hnsw"
@@ -244,7 +243,7 @@ def second_connection(folder: Path) -> sqlite3.Connection:
 def _open(path: Path) -> sqlite3.Connection:
     db = second_connection(path.parent)
     try:
-        wal_mode(db, BUSY_TIMEOUT_S)
+        db.execute("PRAGMA journal_mode=WAL")  # a race with another opening process: connect opens again
         check = db.execute("PRAGMA quick_check").fetchall()
         if check != [("ok",)]:
             raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); {REINDEX}")

@@ -11,7 +11,8 @@ def wal_mode(db: sqlite3.Connection, timeout: float) -> None:
     """Put ``db`` in WAL mode, waiting up to ``timeout`` seconds for other connections. Two opening a new file both
     hold a shared lock and want the exclusive one the switch takes: SQLite fails one of them at once ('database is
     locked'), not through its busy handler (its rule against deadlock). 4 of 400 answer caches opened by 4 threads
-    at once failed, and the message said to delete the cache; the switch is now tried again until ``timeout``."""
+    at once failed, and the message said to delete the cache; the switch is now tried again until ``timeout``. (The
+    passage store retries its whole open instead: store_db.connect.)"""
     deadline = time.monotonic() + timeout
     while True:
         try:
