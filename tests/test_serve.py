@@ -282,6 +282,50 @@ def test_a_model_that_fails_to_load_at_start_leaves_the_server_up(bundle_dir, sa
     assert failed.status_code >= 500 and "llama.cpp cannot load" in failed.json()["error"], failed.text
 
 
+def test_health_says_when_the_store_is_damaged_while_the_server_runs(bundle_dir, sample_db, tmp_path):
+    """A kiosk's watchdog polls /api/health: it said "status": "ok" with the corpus counted from the server's own
+    connection (its page cache) and the index held in memory, over a store whose database was overwritten, truncated
+    or removed, whose index file was removed (the next start fails), or that was made again in its folder meanwhile;
+    a truncated database was a bare 500 "internal error: DatabaseError". Each is a 503 saying why, health of the
+    store put back is 200 again, and a deep check of a damaged store reports the damage (no recall measured)."""
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    rag = EdgeRAG(db, bundle=bundle_dir, config=Config(index_threads=1))
+    database, index = db / "passages.sqlite", db / rag.store.index_file
+    good = database.read_bytes()
+
+    def overwritten() -> None:
+        database.write_bytes(bytes(len(good)))
+
+    def truncated() -> None:
+        os.truncate(database, 4096)
+
+    def made_again() -> None:
+        db.rename(tmp_path / "aside")
+        with EdgeRAG(db, bundle=bundle_dir) as again:
+            again.add_documents(["A new corpus made in the old one's folder."])
+
+    damages = {overwritten: "is corrupt", truncated: "is corrupt", database.unlink: "cannot be opened",
+               index.unlink: "is missing", made_again: "another store's"}
+    with running_server(rag) as url:
+        assert httpx.get(f"{url}/api/health", timeout=T).json()["status"] == "ok"
+        for damage, says in damages.items():
+            saved = index.read_bytes()
+            damage()
+            r = httpx.get(f"{url}/api/health", timeout=T)
+            deep = httpx.get(f"{url}/api/health", params={"deep": "1"}, headers=WRITE, timeout=T)
+            if damage is made_again:
+                shutil.rmtree(db)
+                (tmp_path / "aside").rename(db)
+            database.write_bytes(good)  # in place: the server's connection sees the same pages
+            index.write_bytes(saved)
+            assert r.status_code == deep.status_code == 503, (damage.__name__, r.text)
+            assert r.json()["status"] == "error" and says in r.json()["error"] and "recall" not in deep.json()
+            assert "corpus" not in r.json(), damage.__name__
+            r = httpx.get(f"{url}/api/health", timeout=T)
+            assert r.status_code == 200 and r.json()["status"] == "ok", (damage.__name__, r.text)
+
+
 def test_cli_serve_token_timeout_and_sigterm(bundle_dir, sample_db, tmp_path):
     """The real command: refuses a public interface without a token; with --token, uploads need it;
     --timeout bounds GPT questions (504) but not extractive ones; SIGTERM stops it cleanly."""

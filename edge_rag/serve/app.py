@@ -95,14 +95,15 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
     async def health(request: Request) -> Response:
         if request.query_params.get("deep") != "1":
-            return JSONResponse(await lanes.fast(health_report, rag, lanes))
+            return _health(await lanes.fast(health_report, rag, lanes))
         require_writer(request, config.token)  # it costs seconds of CPU on a large store: not for anyone to loop on
         if deep_check.locked():
             raise HTTPException(429, "a deep health check is running; ask again when it has finished")
         async with deep_check:
             data = await lanes.fast(health_report, rag, lanes)
-            data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()  # off the fast lane
-        return JSONResponse(data)
+            if data["status"] == "ok":
+                data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()  # off the fast lane
+        return _health(data)
 
     def kiosk_page() -> dict:
         """Both halves read the store under its lock (a commit step or an index reload may hold it): never on the
@@ -236,6 +237,10 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
     app.state.stop = stop
     return app
+
+
+def _health(report: dict) -> JSONResponse:  # 503: the store found damaged, what a watchdog polling it reads
+    return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
 
 def _accepted(job: Job) -> JSONResponse:

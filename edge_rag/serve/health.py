@@ -6,26 +6,35 @@ import math
 
 from ..decision.certified import CertifiedPath
 from ..decision.certify import PGVECTOR_CALIBRATION_ASSET
+from ..errors import StoreError, store_damage_is_an_error
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG
 from .lanes import Lanes
 
 
 def health_report(rag: EdgeRAG, lanes: Lanes) -> dict:
-    """What an operator checks first: bundle, corpus, memory plan and use, generations waiting, the decision."""
+    """What an operator checks first: bundle, corpus, memory plan and use, generations waiting, the decision. A store
+    found damaged (its files as the next reader finds them: ``PassageStore.check``) makes ``status`` "error", with
+    ``error`` saying why, in place of the corpus and the decision: questions fail on it, or restarting would."""
     plan = rag.plan
-    return {
+    report: dict = {
         "status": "ok",
         "bundle": {"path": str(rag.bundle.root), "profile": rag.bundle.manifest.get("profile"),
                    "encoder": rag.bundle.encoder.get("name"), "generator": rag.bundle.generator.get("name")},
-        "corpus": {"passages": rag.store.count, "version": rag.store.version},
         "plan": {"budget_mb": plan.budget_mb, "total_mb": round(plan.total_mb, 1), "n_ctx": plan.n_ctx,
                  "text": str(plan)},
         "memory": {"rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
                    "budget_mb": rag.config.memory_budget_mb},
         "generation": {"waiting": lanes.waiting},
-        "decision": decision(rag),
     }
+    try:
+        with store_damage_is_an_error(rag.store.location):  # a page its own connection reads damaged, as a question's
+            rag.store.check()
+            report["corpus"] = {"passages": rag.store.count, "version": rag.store.version}
+            report["decision"] = decision(rag)
+    except StoreError as exc:
+        report.update(status="error", error=str(exc))
+    return report
 
 
 def decision(rag: EdgeRAG) -> dict:

@@ -87,6 +87,9 @@ class PgStore:
     def passage_kinds(self) -> frozenset[str]:  # PassageStore
         return read_kinds(self._meta().get(KINDS_KEY))
 
+    def check(self) -> None:  # PassageStore: the server keeps the files; a store made again is followed (stamp)
+        self._meta()
+
     def has_document(self, doc_id: str) -> bool:
         return (state := self.document(doc_id)) is not None and state.complete
 

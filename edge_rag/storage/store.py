@@ -56,11 +56,9 @@ ADD_CHUNK = 32  # vectors inserted per hold of the search lock (~20-30 ms at 25k
 
 
 class Store:
-    """The store in ``folder`` for vectors of ``dim`` floats from encoder ``encoder_id``.
-
-    ``create=False`` opens an existing store only (a mistyped path is an error, not a new empty store).
-    ``lock_timeout`` is how long a writer waits for another process's write to finish (0: fail at once).
-    """
+    """The store in ``folder`` for vectors of ``dim`` floats from encoder ``encoder_id``. ``create=False`` opens an
+    existing store only (a mistyped path is an error, not a new empty store). ``lock_timeout`` is how long a writer
+    waits for another process's write to finish (0: fail at once)."""
 
     commit_growth = hnsw.COMMIT_GROWTH  # indexing commits in steps of this share of the store (index file rewrites)
     graph_misses = reachability.misses  # PassageStore
@@ -111,6 +109,9 @@ class Store:
     def stamp(self) -> tuple[str, int]:  # PassageStore
         return self.identity, self.version
 
+    def check(self) -> None:  # PassageStore
+        store_load.check_on_disk(self.folder, self.identity)
+
     def has_document(self, doc_id: str) -> bool:
         return (state := self.document(doc_id)) is not None and state.complete
 
@@ -155,9 +156,8 @@ class Store:
             return []
         marks = ",".join("?" * len(ids))
         with self._lock:
-            rows = self.db.execute(
-                f"SELECT id, doc_id, title, text, position, crc FROM passages WHERE id IN ({marks})", list(ids)
-            ).fetchall()
+            rows = self.db.execute(f"SELECT id, doc_id, title, text, position, crc FROM passages WHERE id IN ({marks})",
+                                   list(ids)).fetchall()
         return in_order((Passage(*row) for row in store_db.checked(rows, self.folder)), ids)
 
     # -- writing -------------------------------------------------------------------------------

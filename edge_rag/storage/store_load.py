@@ -18,7 +18,7 @@ import hnswlib
 
 from ..errors import REINDEX, StoreError
 from . import hnsw
-from .store_db import DB_FILE
+from .store_db import DB_FILE, STORE_ID
 from .store_meta import read_meta
 
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
@@ -33,7 +33,7 @@ def load_committed(db: sqlite3.Connection, folder: Path, dim: int, m: int, ef_co
     for _ in range(LOAD_TRIES):
         with _snapshot(db):
             meta = read_meta(db, folder)
-            name = meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
+            name = index_name(meta)
             if admit is not None:
                 admit(db.execute("SELECT COUNT(*) FROM passages").fetchone()[0])
             try:
@@ -43,6 +43,48 @@ def load_committed(db: sqlite3.Connection, folder: Path, dim: int, m: int, ef_co
         if read_meta(db, folder).get("version") == meta.get("version"):
             raise error  # no newer commit: the one read is damaged
     raise StoreError(f"store {folder} keeps changing under this reader; try again")
+
+
+def index_name(meta: dict[str, str]) -> str | None:
+    """The index file the commit of ``meta`` names (None: no commit yet)."""
+    return meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
+
+
+def check_on_disk(folder: Path, identity: str) -> None:
+    """StoreError unless a new reader of ``folder`` finds the store of identity ``identity`` there, whole as far as its
+    record shows: the database readable (not removed, overwritten or truncated: SQLite checks its header and size),
+    its record, and the index file the last commit names at the size it recorded. A running store reads its pages
+    through its own connection's cache and its index from memory: damage to the files shows only to the next reader
+    (another process, the next start). Bounded: the record and a stat, no hash and no scan (a health poll's check);
+    quick_check at open reads every page."""
+    meta = _fresh_meta(folder)
+    if meta.get(STORE_ID, "") != identity:
+        raise StoreError(f"{folder / DB_FILE} is another store's since this one opened it (made again there): "
+                         "restart to answer from it")
+    if (name := index_name(meta)) is None:
+        return
+    path = folder / name
+    try:
+        size: int | None = path.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if size == int(meta["index_size"]) or _fresh_meta(folder).get("version") != meta.get("version"):
+        return  # whole, or another process committed meanwhile (it removed the file read): the next check reads its
+    found = "is missing" if size is None else f"holds {size:,} bytes"
+    raise StoreError(f"index {path} {found}, its commit recorded {int(meta['index_size']):,}; {REINDEX}")
+
+
+def _fresh_meta(folder: Path) -> dict[str, str]:
+    """The store's record as a new read-only connection reads it (none is made if the file is gone)."""
+    path = folder / DB_FILE
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path} cannot be opened ({exc}): it was removed or made unreadable; {REINDEX}") from exc
+    try:
+        return read_meta(db, folder)
+    finally:
+        db.close()
 
 
 @contextlib.contextmanager
