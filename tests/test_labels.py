@@ -33,9 +33,9 @@ def test_the_three_kinds_export_as_the_file_calibrate_reads(tmp_path):
     """An answer label exports its texts, "not in documents" and "off-topic" both export null (calibrate: the
     question should be refused); one entry per time the question was asked; calibrate reads the file as is."""
     labels = Labels(tmp_path / "labels.sqlite")
-    labels.set("When does the museum open?", "answer", ["10:00", " 10 am "], 3)
-    labels.set("How do I bake sourdough bread?", "off-topic", [], 3)
-    labels.set("Who designed the lighthouse lens?", "not-in-documents", ["ignored"], 3)
+    labels.set("When does the museum open?", "answer", ["10:00", " 10 am "], ("a", 3))
+    labels.set("How do I bake sourdough bread?", "off-topic", [], ("a", 3))
+    labels.set("Who designed the lighthouse lens?", "not-in-documents", ["ignored"], ("a", 3))
     entries = export(labels.all(), LOGGED)
     assert [(e["question"], e["answer"], e["label"]) for e in entries] == [
         ("When does the museum open?", ["10:00", "10 am"], "answer"),
@@ -50,43 +50,64 @@ def test_the_three_kinds_export_as_the_file_calibrate_reads(tmp_path):
 
 def test_groups_are_newest_first_same_questions_together_and_stale_after_the_store_moved(tmp_path):
     labels = Labels(tmp_path / "labels.sqlite")
-    labels.set("when does the museum open?", "answer", "10:00", 3)
-    shown = groups(labels.all(), LOGGED, 4)
+    labels.set("when does the museum open?", "answer", "10:00", ("a", 3))
+    shown = groups(labels.all(), LOGGED, ("a", 4))
     assert [(g["question"], g["times"]) for g in shown] == [
         ("Who designed the lighthouse lens?", 1), ("when does the museum OPEN?", 2),
         ("How do I bake sourdough bread?", 1)]
     assert shown[1]["label"]["answer"] == ["10:00"] and shown[1]["stale"] and shown[0]["label"] is None
-    labels.set("When does the museum open?", "answer", "10:00", 4)  # saved again after the change: current
-    assert not groups(labels.all(), LOGGED, 4)[1]["stale"]
+    labels.set("When does the museum open?", "answer", "10:00", ("a", 4))  # saved again after the change: current
+    assert not groups(labels.all(), LOGGED, ("a", 4))[1]["stale"]
+
+
+def test_a_label_file_from_before_store_identities_is_read_and_its_labels_are_stale(tmp_path):
+    """Labels keyed on the store's version alone counted as current on another store made at the same place (its
+    versions from 1 again: test_serve_pg's label of a store made again). They record the store's identity too; a
+    file written before has none: it opens, its labels are kept, shown stale (on which store they were made is not
+    known) until saved again."""
+    old = sqlite3.connect(tmp_path / "labels.sqlite")
+    old.execute("""CREATE TABLE labels (key TEXT PRIMARY KEY, question TEXT NOT NULL, kind TEXT NOT NULL,
+        answers TEXT NOT NULL, labelled TEXT NOT NULL, store_version INTEGER NOT NULL,
+        occurrences INTEGER NOT NULL DEFAULT 0)""")
+    old.execute("INSERT INTO labels VALUES (?, ?, 'answer', '[\"10:00\"]', '2026-01-01T10:00:00+00:00', 1, 0)",
+                ("when does the museum open?", "When does the museum open?"))
+    old.commit()
+    old.close()
+    labels = Labels(tmp_path / "labels.sqlite")
+    assert [(x.answers, x.store) for x in labels.all().values()] == [(("10:00",), ("", 1))]
+    assert groups(labels.all(), LOGGED, ("a", 1))[1]["stale"]
+    labels.set("When does the museum open?", "answer", "10:00", ("a", 1))
+    assert not groups(labels.all(), LOGGED, ("a", 1))[1]["stale"]
+    assert groups(labels.all(), LOGGED, ("b", 1))[1]["stale"]  # another store, at the same version
 
 
 def test_import_takes_an_exported_file_back_whole(tmp_path):
     """Exported, imported into an empty label file on another device (no question log there): the same labels,
     and its export holds the same questions as often."""
     labels = Labels(tmp_path / "a.sqlite")
-    labels.set("When does the museum open?", "answer", ["10:00"], 1)
-    labels.set("How do I bake sourdough bread?", "off-topic", [], 1)
+    labels.set("When does the museum open?", "answer", ["10:00"], ("a", 1))
+    labels.set("How do I bake sourdough bread?", "off-topic", [], ("a", 1))
     first = export(labels.all(), LOGGED)
     other = Labels(tmp_path / "b.sqlite")
-    assert other.import_file(write_jsonl(tmp_path / "x.jsonl", first), 7) == 2
+    assert other.import_file(write_jsonl(tmp_path / "x.jsonl", first), ("a", 7)) == 2
     again = export(other.all(), [])
     assert sorted((e["question"].casefold().split(), e["answer"], e["label"]) for e in again) == \
         sorted((e["question"].casefold().split(), e["answer"], e["label"]) for e in first)
-    assert {x.store_version for x in other.all().values()} == {7}
+    assert {x.store for x in other.all().values()} == {("a", 7)}
 
 
 def test_bad_labels_and_bad_files_are_refused_and_change_nothing(tmp_path):
     labels = Labels(tmp_path / "labels.sqlite")
-    labels.set("When does the museum open?", "answer", "10:00", 1)
+    labels.set("When does the museum open?", "answer", "10:00", ("a", 1))
     for kind, answers in (("maybe", "x"), ("answer", ""), ("answer", ["  "]), ("answer", 5), ("answer", [1])):
         with pytest.raises(InputError):
-            labels.set("When does the museum open?", kind, answers, 1)
+            labels.set("When does the museum open?", kind, answers, ("a", 1))
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "Where is the cafe?", "answer": "Floor 2"},
                                                {"question": "Is it open?", "answer": None, "label": "perhaps"}])
     with pytest.raises(InputError, match="perhaps"):
-        labels.import_file(bad, 1)
+        labels.import_file(bad, ("a", 1))
     with pytest.raises(InputError, match="line 2"):
-        labels.import_file(write_jsonl(tmp_path / "worse.jsonl", [{"question": "Q?", "answer": None}, {}]), 1)
+        labels.import_file(write_jsonl(tmp_path / "worse.jsonl", [{"question": "Q?", "answer": None}, {}]), ("a", 1))
     assert [(x.question, x.answers) for x in labels.all().values()] == [("When does the museum open?", ("10:00",))]
 
 
@@ -95,7 +116,7 @@ import sys
 from edge_rag.decision.labels import Labels
 labels = Labels(sys.argv[1])
 for i in range(int(sys.argv[3])):
-    labels.set(f"{sys.argv[2]} question {i}?", "answer", f"answer {i}", 1)
+    labels.set(f"{sys.argv[2]} question {i}?", "answer", f"answer {i}", ("a", 1))
     print(i, flush=True)  # printed once the save returned: committed
 """
 
@@ -112,12 +133,12 @@ def test_a_damaged_label_is_left_out_to_label_again_and_the_others_stay(tmp_path
     raised a bare JSONDecodeError (/admin: HTTP 500), or exported a label no one gave, until the file was deleted
     with every label in it. Now that question is unlabelled, with a warning naming it; the others stay."""
     labels = Labels(tmp_path / "labels.sqlite")
-    labels.set(LOGGED[0][0], "answer", ["10:00"], 1)
-    labels.set(LOGGED[3][0], "answer", ["Fresnel"], 1)
+    labels.set(LOGGED[0][0], "answer", ["10:00"], ("a", 1))
+    labels.set(LOGGED[3][0], "answer", ["Fresnel"], ("a", 1))
     labels.db.execute(f"UPDATE labels SET {column} = ? WHERE question = ?", (value, LOGGED[0][0]))
     assert [x.question for x in labels.all().values()] == [LOGGED[3][0]]
     assert "When does the museum open?" in caplog.text and "label it again" in caplog.text
-    labels.set(LOGGED[0][0], "answer", ["10:00"], 1)
+    labels.set(LOGGED[0][0], "answer", ["10:00"], ("a", 1))
     assert sorted(x.question for x in labels.all().values()) == sorted([LOGGED[0][0], LOGGED[3][0]])
 
 

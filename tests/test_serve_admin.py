@@ -280,7 +280,7 @@ def test_a_calibration_evicted_while_it_is_applied_is_applied_or_not_found(sampl
     (the sixth kept) made the request a 500 (5 of 5 with the window widened); one look now, and the content it
     found is applied."""
     with _admin(sample_db, tmp_path) as (rag, admin, client, content):
-        admin._candidates = _EvictedOnLookup(job=(content, rag.store.version))
+        admin._candidates = _EvictedOnLookup(job=(content, rag.store.stamp))
         applied = client.post("/api/admin/apply", json={"calibration": "job", "max_error_rate": 0.1}, headers=AUTH)
         assert applied.status_code == 200, applied.text
         assert applied.json()["decision"]["certificate"]["source"] == "operator"
@@ -294,7 +294,7 @@ def test_no_commit_lands_between_the_version_check_and_the_swap(sample_db, tmp_p
     window widened). It now holds the writers' lock from the check to the swap, without waiting for it: while an
     indexing run holds it (here: this test, as a run does) apply is refused at once and the certificate stays."""
     with _admin(sample_db, tmp_path) as (rag, admin, client, content):
-        admin._candidates = {"job": (content, rag.store.version)}
+        admin._candidates = {"job": (content, rag.store.stamp)}
         body = {"calibration": "job", "max_error_rate": 0.1}
         writing, done = threading.Event(), threading.Event()
 
@@ -314,6 +314,6 @@ def test_no_commit_lands_between_the_version_check_and_the_swap(sample_db, tmp_p
         assert rag.certified.calibration_path != admin.files.certificate
         stale = client.post("/api/admin/apply", json=body, headers=AUTH)
         assert stale.status_code == 409 and "documents changed" in stale.json()["error"]
-        admin._candidates = {"job": (content, rag.store.version)}
+        admin._candidates = {"job": (content, rag.store.stamp)}
         assert client.post("/api/admin/apply", json=body, headers=AUTH).status_code == 200
         assert rag.certified.calibration_path == admin.files.certificate

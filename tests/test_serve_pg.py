@@ -31,3 +31,58 @@ def test_the_kiosk_page_is_served_from_a_postgresql_store(sample_rag, pg_url, bu
         # an id PostgreSQL text cannot hold is no stored document: 404 as on the embedded store (was a 500)
         gone = httpx.delete(f"{url}/api/documents/a%00b", headers=serving.WRITE, timeout=60)
         assert gone.status_code == 404, gone.text
+
+
+def test_labels_and_a_calibration_of_a_store_made_again_at_its_url_are_stale(pg_url, bundle_dir, tmp_path):
+    """/admin keyed labels and a calibration to apply on the store's version alone: a PostgreSQL store dropped and
+    made again at its URL (the pool reconnects; versions from 1 again) took the old corpus's label as current (0 of
+    1 stale), calibrated on it, and applied a calibration measured on the old store (200). They key on the store's
+    stamp (identity and version) now: the label is stale, calibrating and applying are refused, the certificate in
+    force stays."""
+    import time
+
+    import psycopg
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.serve.admin import Admin
+    from edge_rag.serve.config import ServeConfig
+    from edge_rag.serve.errors import HANDLERS
+    from edge_rag.serve.jobs import Jobs
+    from edge_rag.serve.pages import STATIC
+
+    auth, question = serving.WRITE, "Who founded the Harbourlight Science Museum?"
+    with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        rag.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+        jobs = Jobs(rag)
+        admin = Admin(rag, ServeConfig(port=0, token=serving.TOKEN, question_log=str(tmp_path / "q.jsonl"),
+                                       min_labels=1), jobs, STATIC, {})
+        try:
+            client = TestClient(Starlette(routes=admin.routes(), exception_handlers=HANDLERS),
+                                raise_server_exceptions=False)
+            label = {"question": question, "label": "answer", "answers": ["Ada Lovelace"]}
+            assert client.post("/api/admin/labels", json=label, headers=auth).status_code == 200
+            job = jobs.get(client.post("/api/admin/calibrate", headers=auth).json()["id"])
+            deadline = time.monotonic() + 600  # a bound on a hung job, not a timing assertion
+            while not job.finished:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert job.state == "done", job.to_dict()
+            in_force = rag.certified.calibration_path
+            with psycopg.connect(pg_url, autocommit=True) as conn:  # the operator starts the corpus over
+                conn.execute("DROP TABLE edge_rag_passages, edge_rag_documents, edge_rag_meta")
+            with EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0)) as operator:
+                operator.add_documents(["The Harbourlight Science Museum was founded in 1923 by Marie Curie."])
+            assert rag.store.version == job.result["store_version"] == 1
+            listing = client.get("/api/admin/questions", headers=auth).json()
+            assert listing["stale"] == listing["labelled"] == 1, listing
+            calibrating = client.post("/api/admin/calibrate", headers=auth)
+            assert calibrating.status_code == 409 and "documents last changed" in calibrating.json()["error"]
+            applied = client.post("/api/admin/apply", json={"calibration": job.id, "max_error_rate": 0.1},
+                                  headers=auth)
+            assert applied.status_code == 409 and "documents changed" in applied.json()["error"], applied.text
+            assert rag.certified.calibration_path == in_force
+        finally:
+            jobs.close()
+            admin.close()

@@ -4,8 +4,10 @@ A certificate covers questions drawn like its calibration questions, and the kio
 distinct question (compared as ``check_question`` normalises it, ignoring case) gets one label: the answer text the
 documents give (one or more acceptable wordings), "the documents do not say", or "off-topic". ``edge-rag
 calibrate`` reads both refusals alike, as ``"answer": null`` (the documents hold no answer: the question should be
-refused); the kind is kept beside it as ``"label"``, which calibrate ignores. Each label records the store's
-version when it was made: a label made before the documents changed may no longer be true.
+refused); the kind is kept beside it as ``"label"``, which calibrate ignores. Each label records the store's stamp
+when it was made, its identity and version (``PassageStore.stamp``): a label made before the documents changed may no
+longer be true, nor one made on another store at this place (dropped and made again, its versions from 1 again). A
+label from before identities were kept has none (''): stale on a store that has one, to be checked and saved again.
 
 Labels live in SQLite (``labels.sqlite`` beside the store): every change is one transaction, journalled in WAL
 mode with ``synchronous=FULL``, so a crash or power cut keeps every label whose save was answered; writers in
@@ -37,7 +39,9 @@ MAX_ANSWER_CHARS = 1000
 BUSY_S = 30.0  # how long a writer waits for another process's transaction
 SCHEMA = """CREATE TABLE IF NOT EXISTS labels (
     key TEXT PRIMARY KEY, question TEXT NOT NULL, kind TEXT NOT NULL, answers TEXT NOT NULL,
-    labelled TEXT NOT NULL, store_version INTEGER NOT NULL, occurrences INTEGER NOT NULL DEFAULT 0)"""
+    labelled TEXT NOT NULL, store_version INTEGER NOT NULL, occurrences INTEGER NOT NULL DEFAULT 0,
+    store_id TEXT NOT NULL DEFAULT '')"""
+STORE_ID = "ALTER TABLE labels ADD COLUMN store_id TEXT NOT NULL DEFAULT ''"  # a file from before it: its labels ''
 
 
 def key_of(question: str) -> str:
@@ -53,7 +57,7 @@ class Label:
     kind: str
     answers: tuple[str, ...]
     labelled: str  # UTC, ISO 8601
-    store_version: int
+    store: tuple[str, int]  # the store's stamp when it was saved: its identity and version
     occurrences: int = 0
 
     @property
@@ -63,7 +67,7 @@ class Label:
 
     def to_dict(self) -> dict:
         return {"question": self.question, "label": self.kind, "answer": self.answer, "labelled": self.labelled,
-                "store_version": self.store_version}
+                "store_version": self.store[1]}
 
 
 def checked(kind: object, answers: object) -> tuple[str, tuple[str, ...]]:
@@ -97,13 +101,16 @@ class Labels:
             wal_mode(self.db, BUSY_S)
             self.db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the save is answered
             self.db.execute(SCHEMA)
+            with self._transaction() as db:  # a file from before identities (another process may add it too)
+                if "store_id" not in {r[1] for r in db.execute("PRAGMA table_info(labels)")}:
+                    db.execute(STORE_ID)
         except (OSError, sqlite3.Error) as exc:
             raise EdgeRAGError(f"cannot open the label file {self.path}: {exc}") from exc
 
-    def set(self, question: str, kind: object, answers: object, store_version: int) -> Label:
-        """Label ``question`` (replacing its label), as of the store's ``store_version``."""
+    def set(self, question: str, kind: object, answers: object, store: tuple[str, int]) -> Label:
+        """Label ``question`` (replacing its label), as of the store's stamp ``store``."""
         kind, texts = checked(kind, answers)
-        label = Label(check_question(question), kind, texts, _now(), store_version)
+        label = Label(check_question(question), kind, texts, _now(), store)
         self._write([label])
         return label
 
@@ -117,23 +124,24 @@ class Labels:
         warning, so its question shows unlabelled and is labelled again; before, every listing, export and
         calibration failed with a bare JSONDecodeError (HTTP 500) until the file, every label in it, was deleted."""
         with self._lock:
-            rows = self.db.execute("SELECT key, question, kind, answers, labelled, store_version, occurrences "
-                                   "FROM labels").fetchall()
+            rows = self.db.execute("SELECT key, question, kind, answers, labelled, store_id, store_version, "
+                                   "occurrences FROM labels").fetchall()
         out = {}
-        for key, question, kind, answers, labelled, version, occurrences in rows:
+        for key, question, kind, answers, labelled, identity, version, occurrences in rows:
             try:
-                out[key] = Label(question, *checked(kind, json.loads(answers)), labelled, version, occurrences)
+                out[key] = Label(question, *checked(kind, json.loads(answers)), labelled, (identity, version),
+                                 occurrences)
             except (ValueError, RecursionError) as exc:  # InputError is a ValueError
                 log.warning("the label of %r in %s is damaged (%s): label it again", str(question)[:80], self.path,
                             str(exc)[:80])
         return out
 
-    def import_file(self, path: Path, store_version: int) -> int:
+    def import_file(self, path: Path, store: tuple[str, int]) -> int:
         """Take every label of a questions file (``edge-rag calibrate``'s format, as ``export`` writes it), all or
         none; a question's last entry wins. Returns the questions labelled."""
-        return self.take(load_questions(path), store_version)
+        return self.take(load_questions(path), store)
 
-    def take(self, questions: Sequence[LabelledQuestion], store_version: int) -> int:
+    def take(self, questions: Sequence[LabelledQuestion], store: tuple[str, int]) -> int:
         """``import_file`` of questions already read."""
         counts = Counter(key_of(q.question) for q in questions)
         made: dict[str, Label] = {}
@@ -142,8 +150,7 @@ class Labels:
             if (kind == "answer") != bool(q.answers):
                 raise InputError(f"{q.question[:60]!r}: label {kind!r} does not fit answer {list(q.answers)}")
             kind, texts = checked(kind, list(q.answers))
-            made[key_of(q.question)] = Label(q.question, kind, texts, _now(), store_version,
-                                             counts[key_of(q.question)])
+            made[key_of(q.question)] = Label(q.question, kind, texts, _now(), store, counts[key_of(q.question)])
         self._write(made.values())
         return len(made)
 
@@ -153,9 +160,9 @@ class Labels:
 
     def _write(self, labels: Iterable[Label]) -> None:
         with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
+            db.executemany("INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            [(key_of(x.question), x.question, x.kind, json.dumps(x.answers), x.labelled,
-                             x.store_version, x.occurrences) for x in labels])
+                             x.store[1], x.occurrences, x.store[0]) for x in labels])
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -196,9 +203,10 @@ def export(labels: dict[str, Label], logged: Sequence[tuple[str, str]]) -> list[
     return out
 
 
-def groups(labels: dict[str, Label], logged: Sequence[tuple[str, str]], store_version: int) -> list[dict]:
+def groups(labels: dict[str, Label], logged: Sequence[tuple[str, str]], store: tuple[str, int]) -> list[dict]:
     """The questions to label, the most recently asked first: each distinct question once, as last typed, with how
-    often and when last it was asked, its label, and whether the store changed since (``stale``); then labelled
+    often and when last it was asked, its label, and whether the store (its stamp ``store``) changed since
+    (``stale``); then labelled
     questions never asked here (imported)."""
     seen: dict[str, dict] = {}
     for question, asked in logged:
@@ -213,7 +221,7 @@ def groups(labels: dict[str, Label], logged: Sequence[tuple[str, str]], store_ve
     for group in out:
         label = labels.get(group["key"])
         group["label"] = label.to_dict() if label else None
-        group["stale"] = label is not None and label.store_version != store_version
+        group["stale"] = label is not None and label.store != store
     return out
 
 

@@ -49,7 +49,7 @@ class Admin:
         self.rag, self.config, self.jobs, self.static, self.headers = rag, config, jobs, static, headers
         self.files: Files | None = files_of(rag, config.question_log)
         self._labels: Labels | None = None
-        self._candidates: dict[str, tuple[dict, int]] = {}  # job id → (calibration content, store version)
+        self._candidates: dict[str, tuple[dict, tuple[str, int]]] = {}  # job id → (calibration content, store stamp)
         self._applying = asyncio.Lock()
         restore(rag, self.files)
 
@@ -81,8 +81,7 @@ class Admin:
         labels = self.labels(request)
 
         def listing() -> dict:
-            version = self.rag.store.version
-            shown = groups(labels.all(), question_log.read(self._log), version)
+            shown = groups(labels.all(), question_log.read(self._log), self.rag.store.stamp)
             return {"questions": shown, "question_log": self.config.question_log is not None,
                     "labelled": sum(g["label"] is not None for g in shown), "stale": sum(g["stale"] for g in shown),
                     "least": self.config.min_labels}
@@ -96,9 +95,9 @@ class Admin:
             raise HTTPException(400, 'send {"question": "...", "label": "answer", "answers": ["..."]}')
         if body.get("label") is None:
             return JSONResponse({"removed": await asyncio.to_thread(labels.remove, body["question"])})
-        # the store's version too off the event loop: it waits for the store's lock, as long as a commit step holds it
+        # the store's stamp too off the event loop: it waits for the store's lock, as long as a commit step holds it
         saved = await asyncio.to_thread(lambda: labels.set(body["question"], body["label"], body.get("answers", []),
-                                                           self.rag.store.version))
+                                                           self.rag.store.stamp))
         return JSONResponse(saved.to_dict())
 
     async def search(self, request: Request) -> Response:
@@ -128,7 +127,7 @@ class Admin:
                 path = Path(tmp) / f"labels{suffix}"
                 path.write_bytes(data)
                 try:
-                    return labels.import_file(path, self.rag.store.version)
+                    return labels.import_file(path, self.rag.store.stamp)
                 except InputError as exc:  # it names the temporary file: name the upload instead
                     raise InputError(str(exc).replace(str(path), "the file")) from None
 
@@ -137,14 +136,14 @@ class Admin:
     async def calibrate(self, request: Request) -> Response:
         labels = self.labels(request)
         entries, labelled = await asyncio.to_thread(
-            lambda: ready(labels.all(), question_log.read(self._log), self.rag.store.version,
+            lambda: ready(labels.all(), question_log.read(self._log), self.rag.store.stamp,
                           self.config.min_labels))
         files = self.files
         assert files is not None  # self.labels() made sure
 
         def work(job: Job) -> dict:
             content, result = calibrate(self.rag, files, entries, labelled, job)
-            self._candidates[job.id] = (content, result["store_version"])
+            self._candidates[job.id] = (content, (result["store_id"], result["store_version"]))
             while len(self._candidates) > KEEP_CANDIDATES:
                 self._candidates.pop(next(iter(self._candidates)))
             return result

@@ -62,14 +62,16 @@ def files_of(rag: EdgeRAG, question_log: str | None) -> Files | None:
     return Files(Path(question_log).parent, Path(question_log).stem + ".") if question_log else None
 
 
-def ready(labels: dict[str, Label], logged: list[tuple[str, str]], store_version: int,
+def ready(labels: dict[str, Label], logged: list[tuple[str, str]], store: tuple[str, int],
           least: int) -> tuple[list[dict], str]:
     """The labelled questions file's entries and when the last of their labels was saved, or NotReady saying
-    plainly why not."""
-    stale = sum(x.store_version != store_version for x in labels.values())
+    plainly why not (a label saved at another stamp than the store's ``store``: its documents changed since, or the
+    store was made again)."""
+    stale = sum(x.store != store for x in labels.values())
     if stale:
-        raise NotReady(f"{stale} label(s) were saved before the documents last changed: check them and save them "
-                       "again (a label may no longer be true); the certificate in force stays")
+        raise NotReady(f"{stale} label(s) were saved before the documents last changed (or on a store made again "
+                       "since): check them and save them again (a label may no longer be true); the certificate in "
+                       "force stays")
     entries = export(labels, logged)
     if len(entries) < least:
         raise NotReady(f"{len(entries)} labelled question(s); calibrating needs at least {least} (a few hundred "
@@ -81,7 +83,7 @@ def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, jo
     """Measure ``entries`` (written to the labelled questions file) as ``edge-rag calibrate`` does: (the
     calibration file's content, the job's result: the table per alpha, the risk–coverage curve, what it was
     measured on)."""
-    version = rag.store.version
+    stamp = rag.store.stamp
     with atomic_path(files.questions) as tmp:  # what visitors typed: readable by the server's user alone
         tmp.chmod(0o600)
         tmp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries), encoding="utf-8")
@@ -98,12 +100,12 @@ def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, jo
         out = Path(scratch) / "calibration.json"
         cal = run(rag, questions, files.questions, out, progress, base=rag.certified.shipped, made_by=MADE_BY)
         content = json.loads(out.read_text(encoding="utf-8"))
-    if rag.store.version != version:
+    if rag.store.stamp != stamp:
         raise NotReady("the documents changed while calibrating; calibrate again")
     reader, delta = rag.config.reader, rag.config.delta
     table = cal.reader(reader).table
     result = {"questions": table.n_cal, "without_answer": cal.source["n_without_answer"], "delta": delta,
-              "store_version": version, "labelled": labelled,
+              "store_id": stamp[0], "store_version": stamp[1], "labelled": labelled,
               "table": rows(cal, reader, delta),
               "curve": [{"threshold": t, "answered": a, "error": e}
                         for t, (a, e) in zip(table.thresholds, table.curve())]}
@@ -111,10 +113,11 @@ def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, jo
     return content, result
 
 
-def apply(rag: EdgeRAG, files: Files, content: dict, measured_version: int, alpha: object) -> None:
+def apply(rag: EdgeRAG, files: Files, content: dict, measured: tuple[str, int], alpha: object) -> None:
     """Put the calibration ``content`` in force at ``alpha``: refused (InputError) for an alpha Config refuses,
-    NotReady when the documents changed since it was measured; else written atomically (a restart keeps it), then
-    swapped in."""
+    NotReady when the documents changed since it was measured (the store's stamp is no longer ``measured``: a commit,
+    or a store made again at this place, its versions from 1 again); else written atomically (a restart keeps it),
+    then swapped in."""
     if not isinstance(alpha, int | float) or isinstance(alpha, bool):
         raise InputError("send the chosen alpha as \"max_error_rate\": a number")
     try:
@@ -127,7 +130,7 @@ def apply(rag: EdgeRAG, files: Files, content: dict, measured_version: int, alph
         except StoreError as exc:
             raise NotReady(f"the documents are being changed ({exc}): apply when that is done; the certificate in "
                            "force stays") from None
-        if rag.store.version != measured_version:
+        if rag.store.stamp != measured:
             raise NotReady("the documents changed since this calibration was measured: calibrate again; the "
                            "certificate in force stays")
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
