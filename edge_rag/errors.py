@@ -3,6 +3,7 @@ import contextlib
 import errno
 import functools
 import inspect
+import math
 import re
 import shutil
 import sqlite3
@@ -90,6 +91,15 @@ def check_kinds(what: str, **arguments: tuple) -> None:
         if not (value is None and None in kinds or isinstance(value, tuple(k for k in kinds if k is not None))):
             expected = " or ".join("None" if k is None else k.__name__ for k in kinds)
             raise InputError(f"{what}'s {name} must be {expected}, not {type(value).__name__}: {value!r:.80}")
+
+
+def check_seconds(value: object, what: str) -> float:
+    """``value`` as a wait in seconds: an int or float, finite, 0 or more; else an InputError naming ``what``, at the
+    constructor, not at the first write that waits (NaN and inf waited forever for a PostgreSQL store's writer, a
+    negative number not at all; True waited one second)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise InputError(f"{what} must be a finite number of seconds, 0 or more, not {value!r:.80}")
+    return float(value)
 
 
 def ascii_width(text: str) -> str:

@@ -20,7 +20,7 @@ from .decision.outcome import Decision, Stages
 from .decision.policy import decide
 from .documents.files import read_files
 from .documents.indexing import Progress, Todo, as_document, held_bytes, index, plan_changes, plan_files
-from .errors import BudgetError, InputError, check_kinds, check_question, one_or_many, open_only
+from .errors import BudgetError, InputError, check_kinds, check_question, check_seconds, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, stored_passages
 from .memory.hold import admit, hold, swap
@@ -59,6 +59,7 @@ class EdgeRAG:
         check_kinds("EdgeRAG", db=(db, str, os.PathLike), bundle=(bundle, str, os.PathLike, B.Bundle, None),
                     config=(config, Config, None), profile=(profile, str), lock_timeout=(lock_timeout, int, float),
                     calibration=(calibration, str, os.PathLike, None))  # a kiosk app's settings come from JSON
+        check_seconds(lock_timeout, "EdgeRAG's lock_timeout")
         self.bundle = bundle if isinstance(bundle, B.Bundle) else B.Bundle.load(bundle or default_bundle(profile))
         # Plan the whole process into the memory budget before loading anything large: the plan picks
         # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.

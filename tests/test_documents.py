@@ -119,11 +119,15 @@ def test_an_empty_path_is_named_not_read_as_the_working_folder(rag, tmp_path, bu
 @pytest.mark.parametrize("given, named", [({"config": {"k": 3}}, "config must be Config or None, not dict"),
                                           ({"lock_timeout": "5"}, "lock_timeout must be int or float, not str"),
                                           ({"db": b"db"}, "db must be str or PathLike, not bytes"),
-                                          ({"calibration": 1}, "calibration must be str or PathLike or None, not int")])
+                                          ({"calibration": 1}, "calibration must be str or PathLike or None, not int"),
+                                          *(({"lock_timeout": t}, f"lock_timeout must be a finite .* not {t}")
+                                            for t in (float("nan"), float("inf"), -1.0, True))])
 def test_an_argument_of_the_wrong_type_is_named_at_once(tmp_path, bundle_dir, given, named):
     """Settings a kiosk app read from JSON: a dict for the Config raised AttributeError ('dict' object has no attribute
     'reader') deep inside, bytes for the folder a TypeError of pathlib, and a str timeout passed until the first
-    write. Each is one InputError naming the argument and the type expected, before anything is loaded."""
+    write; so did a NaN, infinite or negative one (a PostgreSQL store's writer waited forever for NaN or inf), and
+    True waited a second. Each is one InputError naming the argument and what it must be, before anything is
+    loaded."""
     with pytest.raises(InputError, match=f"EdgeRAG's {named}"):
         EdgeRAG(**{"db": tmp_path / "db", "bundle": bundle_dir, **given})
     assert not (tmp_path / "db").exists()

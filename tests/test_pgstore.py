@@ -692,6 +692,15 @@ def test_a_writer_whose_device_vanished_frees_the_writers_lock_within_a_minute(p
     other.close()
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, True])
+def test_a_lock_timeout_that_is_no_finite_wait_is_refused_when_the_store_opens(pg_url, timeout):
+    """A PostgreSQL store took any lock_timeout: with another device writing, NaN and inf waited forever (still
+    waiting after 3 s, no deadline passes them), -1 did not wait, True waited a second. Refused at the constructor,
+    as EdgeRAG and the embedded store refuse it, before anything connects."""
+    with pytest.raises(InputError, match=f"lock_timeout must be a finite number of seconds, 0 or more, not {timeout}"):
+        PgStore(pg_url, DIM, "enc-1", lock_timeout=timeout)
+
+
 def _make_again(url: str, database: bool) -> None:
     """What an operator does to start a fleet's corpus over, devices still running: drop the store's tables, or the
     whole database (its devices' connections cut), and make it again at the same URL (``edge-rag index --db``)."""

@@ -203,11 +203,15 @@ def test_a_store_from_before_the_record_stays_unrecorded(tmp_path, encoder):
     store.close()
 
 
-@pytest.mark.parametrize("timeout", [float("nan"), -1.0, float("inf")])
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, float("inf"), True])
 def test_a_lock_timeout_that_is_no_finite_wait_is_refused(tmp_path, timeout) -> None:
-    """``EdgeRAG(lock_timeout=nan)`` (or ``--wait nan``) waited forever for a busy store: no time passes NaN."""
+    """``EdgeRAG(lock_timeout=nan)`` (or ``--wait nan``) waited forever for a busy store: no time passes NaN. The store
+    refuses it when it opens (it did at its first write), before it makes its folder."""
     with pytest.raises(InputError, match="lock_timeout"):
         writer_lock.acquire(tmp_path, timeout)
+    with pytest.raises(InputError, match="lock_timeout"):
+        Store(tmp_path / "db", 8, lock_timeout=timeout)
+    assert not (tmp_path / "db").exists()
 
 
 @pytest.mark.parametrize("where", ["file", "file/db"])

@@ -23,7 +23,7 @@ from functools import partial
 
 import numpy as np
 
-from ..errors import StoreError
+from ..errors import StoreError, check_seconds
 from ..retrieval.lexical import POSTINGS_BUDGET, Postings, rarest
 from ..types import Passage, in_order
 from . import hnsw, reachability
@@ -45,9 +45,9 @@ class PgStore:
     def __init__(self, url: str, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, pool_size: int = Q.POOL_MAX, create: bool = True,
                  lock_timeout: float = 0.0, passage_kind: str = "") -> None:
+        self.lock_timeout, self.passage_kind = check_seconds(lock_timeout, "lock_timeout"), passage_kind
         self._psycopg, pool_mod, self._register = Q.client()
-        self._url, self.location = check_url(url), mask_url(url)
-        self.dim, self.ef_search, self.lock_timeout, self.passage_kind = dim, ef_search, lock_timeout, passage_kind
+        self._url, self.location, self.dim, self.ef_search = check_url(url), mask_url(url), dim, ef_search
         self._write_lock = threading.RLock()
         self._writer = None  # the connection holding the writers' session lock during ``writing()``
         self._writer_thread: int | None = None

@@ -37,7 +37,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from ..errors import full_disk_is_an_error
+from ..errors import check_seconds, full_disk_is_an_error
 from ..retrieval.lexical import POSTINGS_BUDGET
 from ..types import Passage, in_order
 from . import hnsw, reachability, store_db, store_load, writer_lock
@@ -58,7 +58,7 @@ ADD_CHUNK = 32  # vectors inserted per hold of the search lock (~20-30 ms at 25k
 class Store:
     """The store in ``folder`` for vectors of ``dim`` floats from encoder ``encoder_id``. ``create=False`` opens an
     existing store only (a mistyped path is an error, not a new empty store). ``lock_timeout`` is how long a writer
-    waits for another process's write to finish (0: fail at once)."""
+    waits for another process's write to finish (0: fail at once); ``passage_kind``: the kind of the passages it adds."""
 
     commit_growth = hnsw.COMMIT_GROWTH  # indexing commits in steps of this share of the store (index file rewrites)
     graph_misses = reachability.misses  # PassageStore
@@ -67,7 +67,7 @@ class Store:
                  ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self.folder = Path(folder).expanduser()
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
-        self.lock_timeout, self.passage_kind = lock_timeout, passage_kind  # the kind of the passages it adds
+        self.lock_timeout, self.passage_kind = check_seconds(lock_timeout, "lock_timeout"), passage_kind
         self.fault_hook: Callable[[str], None] | None = None
         self.admit: Callable[[int], None] | None = None  # told another process's commit's passages before they load
         self._lock = FairLock()  # index + connection: held briefly by readers and by steps of a commit

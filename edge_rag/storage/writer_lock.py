@@ -15,15 +15,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import InputError, StoreError
+from ..errors import StoreError, check_seconds
 
 LOCK_FILE = "writer.lock"
 
 
 def acquire(folder: Path, timeout: float) -> int:
     """The locked file's descriptor; waits up to ``timeout`` s, then StoreError naming the holder."""
-    if not 0 <= timeout < float("inf"):  # NaN never ends a wait
-        raise InputError(f"lock_timeout must be a finite number of seconds, 0 or more, not {timeout!r}")
+    check_seconds(timeout, "lock_timeout")  # NaN never ends a wait
     try:
         fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:  # another user's file, a folder in its place: was a bare traceback
