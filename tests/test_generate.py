@@ -8,7 +8,7 @@ import pytest
 from edge_rag.documents.text import whole_sentences
 from edge_rag.errors import InputError
 from edge_rag.models import bundle as B
-from edge_rag.reading.generate import Generator, RepetitionDetector
+from edge_rag.reading.generate import Generator, RepetitionDetector, room
 
 NORMANDY = (
     "The Normans (Norman: Nourmands; French: Normands; Latin: Normanni) were the people who in the 10th and "
@@ -174,6 +174,29 @@ def test_a_budget_below_one_token_is_a_clear_error(gemma, budget):
     """It generated one token and called the answer cut off."""
     with pytest.raises(InputError, match="max_new_tokens must be at least 1"):
         gemma.generate("Where is Normandy?", NORMANDY, max_new_tokens=budget)
+
+
+def test_an_n_ctx_that_cannot_hold_the_prompt_template_fails_when_the_model_loads(gemma, bundle, tmp_path):
+    """Config(n_ctx=1, cgr=False) was taken, its llama.cpp loaded (the kiosk's warm-up too), and every generated
+    question then failed with an InputError, a 400 at the kiosk as if the visitor's question were at fault: n_ctx 1
+    cannot hold the prompt template (72 tokens for Gemma). Loading the model (warm_up, a kiosk's start), where the
+    template is first known, is a ConfigError naming n_ctx; the smallest n_ctx every tier's answer fits still loads."""
+    from edge_rag.config import Config
+    from edge_rag.errors import ConfigError
+    from edge_rag.pipeline import EdgeRAG
+
+    with EdgeRAG(tmp_path / "db", bundle=bundle.root, config=Config(n_ctx=1, cgr=False)) as rag:
+        with pytest.raises(ConfigError, match=f"n_ctx 1 cannot hold the generator's prompt template \\({gemma.fixed} "):
+            rag.warm_up()
+    config = Config()
+    longest = max(spec.max_new_tokens for spec in config.tiers.values())
+    least = next(n for n in range(1, N_CTX) if room(n, gemma.fixed, longest)[1] > 0)
+    generator = Generator.of(bundle.require(B.ROLE_GENERATOR), bundle.generator, config.with_(n_ctx=least))
+    out = generator.generate("Who was Rollo?", NORMANDY, longest, temperature=0.0)
+    assert out.prompt_tokens + out.completion_tokens <= least
+    generator.n_ctx = least - 1  # one token less: every generation of the longest tier would fail (as it checks)
+    with pytest.raises(InputError, match="cannot hold the prompt template"):
+        generator.fit("Who was Rollo?", NORMANDY, longest)
 
 
 FULL_CONTEXT = """

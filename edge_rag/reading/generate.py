@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..config import Config, default_threads
 from ..documents.text import whole_sentences
-from ..errors import BundleError, InputError, check_str
+from ..errors import BundleError, ConfigError, InputError, check_str
 from .prompt import Template
 
 # End-of-turn pieces of the common chat templates (Gemma, ChatML, Llama 3, GPT-2 style): a bundle's profile may add
@@ -80,6 +80,13 @@ def _llama_errors_only() -> None:
         _log_callback = errors_only
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
+def room(n_ctx: int, fixed: int, max_new_tokens: int) -> tuple[int, int]:
+    """(the answer's budget, the tokens ``n_ctx`` leaves beside it and a template of ``fixed`` tokens for the question
+    and the evidence)."""
+    answer = min(max_new_tokens, n_ctx // 4)  # the room the evidence never takes
+    return answer, n_ctx - max(1, answer) - fixed
+
+
 class Generator:
     """A GGUF model loaded once; ``generate`` answers a question from a context."""
 
@@ -110,14 +117,22 @@ class Generator:
         # the template's tokens before the first field: two prompts that differ in every field share exactly these
         a, b = self.template.tokens("a", "a"), self.template.tokens("b", "b")
         self.prefix = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]
+        self.fixed = len(self.template.tokens("", ""))  # the template's own tokens, with no question nor evidence
         self._prefix_cached = False  # the KV cache holds the prefix as evaluated alone
         self._lock = threading.Lock()  # one decode at a time on the one context
 
     @classmethod
     def of(cls, gguf: Path, facts: dict, config: Config) -> Generator:
-        """The bundle's model at ``gguf`` (``facts``: the bundle's generator entry) at ``config``'s n_ctx, threads, seed."""
-        return cls(gguf, facts.get("prompt_style", "one-shot"), config.n_ctx, config.threads, config.seed,
-                   tuple(facts.get("stop", ())))
+        """The bundle's model at ``gguf`` (``facts``: the bundle's generator entry) at ``config``'s n_ctx, threads, seed;
+        ConfigError if that n_ctx cannot hold its prompt template and the answer of a tier: every generation would
+        fail so (an InputError at each question, as if the visitor's), the template's length is known once it loads."""
+        generator = cls(gguf, facts.get("prompt_style", "one-shot"), config.n_ctx, config.threads, config.seed,
+                        tuple(facts.get("stop", ())))
+        answer, left = room(config.n_ctx, generator.fixed, max(spec.max_new_tokens for spec in config.tiers.values()))
+        if left <= 0:
+            raise ConfigError(f"n_ctx {config.n_ctx} cannot hold the generator's prompt template ({generator.fixed} "
+                              f"tokens) and an answer ({max(1, answer)}): set Config(n_ctx) higher (default 1024)")
+        return generator
 
     def serves(self, gguf: Path | None, n_ctx: int) -> bool:
         """Whether this is the model at ``gguf`` loaded for ``n_ctx`` (so an EdgeRAG planned for it may use it)."""
@@ -227,13 +242,11 @@ class Generator:
             raise InputError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
         question, context = check_str(question, "the question"), check_str(context, "the context")
         q_tokens = self.llm.tokenize(question.encode("utf-8"), add_bos=False, special=False)
-        fixed = len(self.template.tokens("", ""))
-        answer = min(max_new_tokens, self.n_ctx // 4)  # the room the evidence never takes
-        room = self.n_ctx - max(1, answer) - fixed
-        if room <= 0:
-            raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({fixed} tokens) and an answer")
-        if len(q_tokens) > room // 2:  # keep at least half of the room for evidence
-            question = self.llm.detokenize(q_tokens[: room // 2]).decode("utf-8", errors="ignore")
+        answer, left = room(self.n_ctx, self.fixed, max_new_tokens)
+        if left <= 0:
+            raise InputError(f"n_ctx {self.n_ctx} cannot hold the prompt template ({self.fixed} tokens) and an answer")
+        if len(q_tokens) > left // 2:  # keep at least half of the room for evidence
+            question = self.llm.detokenize(q_tokens[: left // 2]).decode("utf-8", errors="ignore")
         bare = len(self.template.tokens(question, ""))
         while True:
             tokens = self.template.tokens(question, context)
