@@ -156,11 +156,12 @@ def open_only(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[
 def store_damage_is_an_error(location: str) -> Iterator[None]:
     """SQLite's own error for a damaged file read at run time (a card failing under a running kiosk, after the
     quick_check at open passed) as a StoreError naming the store: was sqlite3's DatabaseError, HTTP 500 "internal
-    error" at the kiosk. SQLITE_CORRUPT and SQLITE_NOTADB raise DatabaseError itself; an unreadable sector, I/O error."""
+    error" at the kiosk. SQLITE_CORRUPT and SQLITE_NOTADB raise DatabaseError itself; an unreadable sector, I/O error;
+    a file removed meanwhile, a new connection's "unable to open" (store_db.second_connection makes none)."""
     try:
         yield
     except sqlite3.DatabaseError as exc:
-        if type(exc) is not sqlite3.DatabaseError and "disk I/O error" not in str(exc):
+        if type(exc) is not sqlite3.DatabaseError and not any(s in str(exc) for s in ("disk I/O", "unable to open")):
             raise
         raise StoreError(f"the store {location} cannot be read ({exc}): its file is damaged; {REINDEX}") from exc
 

@@ -277,6 +277,23 @@ def test_a_flipped_passage_is_caught_by_its_checksum(rag, tmp_path):
     reopened.close()
 
 
+def test_a_database_removed_under_a_running_store_is_a_store_error_and_not_made_again(rag):
+    """passages.sqlite removed while the store runs (a card swapped, a clean-up script): the next question's full-text
+    search opened a new connection, which made a new empty database, and failed with sqlite3's OperationalError 'no
+    such table: passages_fts' (the kiosk: 500 "internal error"); a write did the same on its own connection. Each is
+    now the StoreError naming the store, and no file is made: the folder still holds the index and no database."""
+    rag.add_documents([PRICES.format(price=16)])
+    folder = rag.store.folder
+    rag.close()
+    with EdgeRAG(folder, bundle=rag.bundle.root) as reopened:  # connections made from here on are new ones
+        (folder / DB_FILE).unlink()
+        for call in (lambda: reopened.decide("How much does an adult ticket cost?"),
+                     lambda: reopened.add_documents(["The lift is by the stairs."])):
+            with pytest.raises(StoreError, match="cannot be read .*unable to open database file"):
+                call()
+            assert not (folder / DB_FILE).exists()
+
+
 def test_a_corrupt_database_page_is_caught_when_the_store_opens(rag, tmp_path):
     rag.add_documents([f"Sentence number {i} about the harbour museum and its ships." for i in range(300)])
     folder = rag.store.folder

@@ -228,20 +228,22 @@ def _add_fts(db: sqlite3.Connection) -> None:
         raise
 
 
-def second_connection(folder: Path) -> sqlite3.Connection:
+def second_connection(folder: Path, create: bool = False) -> sqlite3.Connection:
     """One more connection to the store ``connect`` opened (checked, schema as it found or made it), with the
     same durable settings: a writer's own, so that searches keep theirs while it commits, or a full-text
-    search's (``store_fts.Readers``)."""
+    search's (``store_fts.Readers``). Only ``create`` makes the file: one removed under a running store made a
+    new empty database ("no such table", and the folder's passages lost at the next open)."""
     # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
     # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
-    db = sqlite3.connect(folder / DB_FILE, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+    db = sqlite3.connect(f"{(folder / DB_FILE).absolute().as_uri()}?mode={'rwc' if create else 'rw'}", uri=True,
+                         check_same_thread=False, timeout=BUSY_TIMEOUT_S)
     db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
     db.execute("PRAGMA foreign_keys=ON")
     return db
 
 
 def _open(path: Path) -> sqlite3.Connection:
-    db = second_connection(path.parent)
+    db = second_connection(path.parent, create=True)
     try:
         db.execute("PRAGMA journal_mode=WAL")  # a race with another opening process: connect opens again
         check = db.execute("PRAGMA quick_check").fetchall()
