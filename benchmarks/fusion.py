@@ -38,7 +38,6 @@ TRAIN_SET = "squad11-train"
 GRID_K = (1, 2, 5, 10, 20, 60)
 GRID_WEIGHT = {"blend": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0),  # BM25's first place adds w / (k + 1)
                "rrf": (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)}  # BM25's weight beside dense's 1
-TUNING_PARTS = ("reader_train", "reader_val")
 
 
 def ranked_lists(rag: EdgeRAG, items: Sequence, width: int) -> list[dict]:
@@ -124,7 +123,7 @@ def question_sets(args: argparse.Namespace, bundle: Bundle, config: Config) -> l
     for name, path in sets:
         db, items = data.pooled_index("squad" if name == TRAIN_SET else name, path, bundle, config, args.index_cache)
         picked = (data.sample(items, args.train_questions, args.seed) if name == TRAIN_SET
-                  else [q for part in args.parts.split(",") for q in splits.select(items, part)])
+                  else [q for part in args.parts for q in splits.select(items, part)])
         out.append((name, db, picked))
     return out
 
@@ -146,7 +145,8 @@ def choose(result: dict, suffix: str = "") -> str:
 def arguments(prog: str, description: str) -> argparse.ArgumentParser:
     """The options every train/val retrieval benchmark shares (this one and benchmarks.context_index)."""
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("--parts", default=",".join(TUNING_PARTS), help="splits.json parts whose questions are used")
+    p.add_argument("--parts", type=splits.tuning_parts, default=list(splits.TUNING_PARTS),
+                   help=f"splits.json parts whose questions are used, of {','.join(splits.TUNING_PARTS)}")
     p.add_argument("--width", type=int, default=20, help="passages per list (the pipeline's search width)")
     p.add_argument("--profile", default="gemma")
     p.add_argument("--index-cache", type=Path, default=home() / "bench")

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.reader_sweep", description=__doc__.splitlines()[0])
     ap.add_argument("--passages", type=ints, default=[1, 2])
     ap.add_argument("--windows", type=ints, default=[1, 2, 3])
-    ap.add_argument("--part", default="reader_val", choices=[*(p for p in splits.PARTS if p != "test"), "select"])
+    ap.add_argument("--part", default="reader_val", choices=[*splits.TUNING_PARTS, "select"])
     ap.add_argument("--alpha", type=float, default=0.3, help="error among answered the coverage column is read at")
     ap.add_argument("--n", type=int, default=None, help="a seeded sample of the split's SQuAD questions")
     ap.add_argument("--threads", type=int, default=0)

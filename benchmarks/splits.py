@@ -5,6 +5,7 @@ model selection, rule re-tuning. reader_train: training. OOD articles are asked 
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 from functools import cache
@@ -14,6 +15,7 @@ from evaluation.datasets import QAItem, load_squad
 
 SPLITS_FILE = Path(__file__).resolve().parent.parent / "edge_rag" / "assets" / "splits.json"
 PARTS = ("test", "calibration", "reader_val", "reader_train")
+TUNING_PARTS = ("reader_train", "reader_val")  # the parts a tool may choose a setting on: never test or calibration
 
 
 @cache
@@ -53,6 +55,15 @@ def select(items: list[QAItem], part: str) -> list[QAItem]:
     if part not in PARTS:
         raise ValueError(f"unknown split {part!r}; choose from {', '.join(PARTS)}")
     return [q for q in items if part_of(q) == part]
+
+
+def tuning_parts(text: str) -> list[str]:
+    """An argparse type: comma-separated parts of TUNING_PARTS. A setting chosen on the test split is tuned on what
+    is reported, one chosen on the calibration split spends what the certificate is counted on."""
+    parts = [p for p in text.split(",") if p]
+    if not parts or not set(parts) <= set(TUNING_PARTS):
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(TUNING_PARTS)} (never test or calibration)")
+    return parts
 
 
 def ood_questions(part: str, path: Path) -> list[QAItem]:

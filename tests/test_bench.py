@@ -252,6 +252,24 @@ def test_reader_sweep_precision_is_cross_fitted():
     assert abs(cross_fitted_precision(noise, list(right), 400) - right.mean()) < 0.15
 
 
+@pytest.mark.parametrize("argv", [["--parts", "test"], ["--parts", "reader_train,calibration"], ["--parts", ""]])
+def test_the_tools_that_choose_a_setting_refuse_the_test_and_calibration_splits(argv: list[str], capsys):
+    """benchmarks.fusion and benchmarks.context_index print the fusion setting their rule chooses, reader_sweep the
+    numbers a reader default is chosen by: on the test split that is tuning on what is reported, on the calibration
+    split it spends the questions the certificate is counted on. They are refused before anything loads."""
+    from benchmarks import fusion, reader_sweep, splits
+
+    parse = fusion.arguments("fusion", "").parse_args
+    with pytest.raises(SystemExit):
+        parse(argv)
+    assert "never test or calibration" in capsys.readouterr().err
+    assert parse([]).parts == ["reader_train", "reader_val"] and parse(["--parts", "reader_val"]).parts == ["reader_val"]
+    for part in ("test", "calibration"):
+        with pytest.raises(SystemExit):
+            reader_sweep.main(["--part", part])
+    assert set(splits.TUNING_PARTS).isdisjoint({"test", "calibration"})
+
+
 def test_coverage_at_is_the_most_permissive_prefix_within_alpha():
     """Questions answered best-scored first; the share of all questions answered at the last prefix whose error
     among answered is <= alpha (a later prefix counts even when an earlier one went over)."""
