@@ -16,10 +16,12 @@ from edge_rag.models.bundle import Bundle
 from evaluation.datasets import QAItem
 from evaluation.tiers import label, open_tiers, tier_contexts
 
-from .systems import preset
+from .systems import SYSTEMS, preset
 
-ROUTED = ("full", "routing_compression", "routing")  # systems whose tier is the router's choice
 LABEL_SYSTEM = "full"
+# systems whose tier is the router's choice, the label system first: every one with the router on (the certified
+# default too, which a run of it alone reported as "No routed system ran")
+ROUTED = tuple(sorted((s for s, flags in SYSTEMS.items() if flags.get("router")), key=lambda s: s != LABEL_SYSTEM))
 
 
 def router_confusion(db: Path, bundle: Path | Bundle, base: Config, items: list[QAItem],

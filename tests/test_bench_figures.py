@@ -100,6 +100,19 @@ def test_ood_refusal_is_reported_only_where_measured(small_run):
     assert fixed_k[4] == "–"  # the OOD-test refused column
 
 
+def test_the_routers_table_is_of_a_routed_system_that_ran(small_run):
+    """The default system routes every question by the router too: a run of it without `full` (as `--systems
+    certified`) reported "No routed system ran" under tier choices the router had made."""
+    results, out = small_run
+    router = results["datasets"]["squad"]["router"]
+    rows = [json.loads(line) for line in (out / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    answerable = [r for r in rows if r["system"] == "certified" and r["answerable"]]
+    assert router["system"] == "certified" and router["answerable"] == len(answerable) > 0
+    assert sum(map(sum, router["confusion"])) == router["labelled"] <= len(answerable)
+    table = (out / "report.md").read_text(encoding="utf-8").split("### Router")[1].split("###")[0]
+    assert "Router tiers of `certified`" in table and "No routed system ran" not in table
+
+
 def test_an_interrupted_run_leaves_the_last_complete_one_whole(small_run, bundle_dir: Path, tmp_path: Path):
     """A run into a folder holding a complete one, stopped after its first dataset (here: the second dataset's file
     does not parse), leaves that folder's questions.jsonl, results.json and report.md as they were, and its own rows
