@@ -4,6 +4,7 @@ Uses matplotlib's object API (Figure, rendered by the Agg canvas): no pyplot, no
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,7 +68,9 @@ def _tokens(ax: Axes, systems: dict[str, dict]) -> None:
 
 
 def _f1_tokens(ax: Axes, systems: dict[str, dict]) -> None:
-    for (name, s), marker in zip(systems.items(), "osD^vP*X"):  # a legend, not labels: points often coincide
+    # a legend, not labels: points often coincide. Markers cycle: zip with 8 of them dropped the 9th system of a
+    # full run, certified, the default
+    for (name, s), marker in zip(systems.items(), itertools.cycle("osD^vP*Xh")):
         ax.scatter(s["prompt_tokens"] or 0.0, s["f1"] or 0.0, label=name, marker=marker, s=60, alpha=0.8)
     ax.set_xlabel("mean input (prompt) tokens")
     ax.legend(fontsize=8)

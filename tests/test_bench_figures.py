@@ -41,6 +41,20 @@ def test_risk_coverage_judges_each_candidate_by_its_own_answer():
     assert (answered["n_answered"], answered["n_errors"], answered["coverage"]) == (1, 0, 0.25)
 
 
+def test_every_system_of_a_full_run_is_on_the_f1_against_tokens_plot():
+    """A `make bench` runs all nine systems; the plot drew one per marker of eight, so the last, certified (the
+    default), was missing from f1_vs_tokens.png."""
+    from matplotlib.figure import Figure
+
+    from benchmarks import plots
+    from benchmarks.systems import SYSTEMS
+
+    systems = {name: {"prompt_tokens": 10.0 * i, "f1": 0.1 * i} for i, name in enumerate(SYSTEMS)}
+    ax = Figure().subplots()
+    plots._f1_tokens(ax, systems)
+    assert ax.get_legend_handles_labels()[1] == list(SYSTEMS) and len(SYSTEMS) > 8
+
+
 @pytest.fixture(scope="module")
 def small_run(bundle_dir: Path, squad_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     """fixed_k (llama.cpp on every question) then certified (never generates) on 4 questions of a tiny SQuAD file."""
