@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import random
 
 import pytest
 from tokenizers import Tokenizer
 
+from benchmarks.splits import SPLITS_FILE
 from convert import reader_data as D
 from edge_rag.models import bundle as B
 from edge_rag.reading.reader import CONTEXT_SEQUENCE, Windows, passage_context
@@ -120,6 +122,22 @@ def test_the_model_selection_articles_are_in_no_training_source():
     assert kinds["answerable"] > 2000 and kinds["impossible"] > 1000
     recovered = [q for q in train if q.answer_start < 0 and q.plausible]
     assert len(recovered) > 15000  # the recovered real unanswerables train, less the held-out articles'
+
+
+@pytest.mark.skipif(not D.SQUAD2_RECOVERED.is_file(), reason=f"{D.SQUAD2_RECOVERED} not found (../shared/data)")
+def test_no_reported_question_is_on_an_article_or_paragraph_the_reader_learnt_or_was_chosen_on():
+    """The test split's figures and the calibration split's counts hold only for paragraphs the reader never saw:
+    none of theirs is in its training, validation or model-selection sources (SQuAD 1.1 and SQuAD 2.0 share
+    paragraphs under other ids and titles, so paragraphs are compared by text, not only articles by title)."""
+    seen = D.reader_train() + D.reader_val() + D.reader_select(None)
+    parts = json.loads(SPLITS_FILE.read_text(encoding="utf-8"))
+    for part in ("test", "calibration"):
+        reported = (D.squad_questions(D.SQUAD_DEV, tuple(parts["squad"][part]))
+                    + D.hotpot_questions(D.HOTPOT, tuple(parts["hotpotqa"][part])))
+        assert len(reported) > 400, part
+        assert not {q.context for q in reported} & {q.context for q in seen}, part
+        assert not {q.article for q in reported if q.source == "squad"} & {q.article for q in seen}, part
+        assert not {q.id for q in reported} & {q.id for q in seen}, part
 
 
 @pytest.mark.skipif(not D.SQUAD2_RECOVERED.is_file(), reason=f"{D.SQUAD2_RECOVERED} not found (../shared/data)")
