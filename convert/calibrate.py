@@ -161,17 +161,20 @@ def choose_floor(ood: list[dict], val: list[dict], combiner: Combiner) -> float:
 
 def measure_gpt(rag: EdgeRAG, rows: list[dict], items: dict[str, QAItem], ood: list[dict], val: list[dict],
                 n: int) -> tuple[int, int]:
-    """Generate for up to n generative calibration questions within a loose floor (the OOD median); (n, errors)."""
+    """Generate for up to n generative calibration questions within a loose floor (the OOD median); (answered,
+    errors). An empty generation is a refusal on the device (decision.outcome), so it is not counted as answered:
+    counted, it lowered the error rate the certificate reads (3 of 40 samples were empty, 40 / 33 for 37 / 33)."""
     floor = float(np.median([r["d_min"] for r in ood]))
     picked = [r for r in rows if r["generative"] and r["d_min"] <= floor]
     picked = [picked[i] for i in sorted(np.random.default_rng(SEED).permutation(len(picked))[:n])]
-    c, errors = rag.config, 0
+    c, answered, errors = rag.config, 0, 0
     for r in tqdm(picked, desc="gpt", unit="q"):
         spec = c.tier(Tier(r["tier"]))
         gen = rag.generator.generate(items[r["id"]].question, r["context"], spec.max_new_tokens, 0.0, c.top_k,
                                      c.seed, c.repeat_ngram, c.repeat_window)
+        answered += bool(gen.text)
         errors += wrong(gen.text or None, items[r["id"]])
-    return len(picked), errors
+    return answered, errors
 
 
 def selection_file(cache: Path) -> Path:
@@ -266,7 +269,7 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
                 with EdgeRAG(db, bundle=bundle.root, config=config.with_(certified=False)) as generating:
                     measure = partial(measure_gpt, generating, rows["calibration"], by_id, rows["ood"],
                                       rows["reader_val"], args.gpt_sample)
-                    gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}", bundle, measure, args.backend))
+                    gpt = tuple(cached_rows(args.rows_cache, f"gpt{args.gpt_sample}-answered", bundle, measure, args.backend))
         validation = rows["reader_val"] + rows["select"]
         fit = [r for r in validation if r["candidate"]]
         combiner = fit_combiner(_matrix(fit), np.array([not r["wrong"] for r in fit], dtype=float))

@@ -1,12 +1,14 @@
 """`edge-rag calibrate`: the decision certified on the device's own questions, end to end on the real bundle."""
 import json
 import random
+from dataclasses import replace
 
 import pytest
+from conftest import SAMPLE_DOCS
 
 from benchmarks import splits
 from edge_rag.cli.commands import SAMPLE_DIR, main
-from edge_rag.config import Config
+from edge_rag.config import DEFAULT_TIERS, Config, Tiers
 from edge_rag.decision import calibrate
 from edge_rag.decision.certify import CALIBRATION_ASSET, Calibration
 from edge_rag.errors import BundleError, InputError
@@ -74,6 +76,24 @@ def test_generation_is_never_certified_by_an_own_calibration(sample_rag, own):
     question, nothing = "Why is the museum called Harbourlight?", Candidate(None, None, 0.0, 0.0, 0.0)
     path = CertifiedPath(sample_rag.bundle, Config(temperature=0.0, max_error_rate=0.99), out)
     assert path.gpt_allowed is False and path.decide(question, 0.0, nothing, []).route is Route.REFUSE
+
+
+def test_an_empty_generation_is_no_answer_in_the_gpt_route_s_counts(bundle_dir, tmp_path):
+    """On the device an empty generation (here: cut before its first sentence ended) is a refusal, so the GPT
+    route's calibration counts must not take it for an answer; counted as one that was not wrong, it lowered the
+    error rate the route's certificate reads (3 of the 40 samples of `make calibrate`)."""
+    from convert.calibrate import measure_gpt
+    from evaluation.datasets import QAItem
+
+    question = "Describe Big Mary and what she did."
+    tiers = Tiers({t: replace(s, max_new_tokens=4) for t, s in DEFAULT_TIERS.items()})
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0, cgr=False, tiers=tiers)) as rag:
+        rag.add_files([SAMPLE_DOCS / "10-engine-hall-big-mary.md"])
+        context = rag.decide(question).context
+        row = {"id": "q", "generative": True, "d_min": 0.0, "tier": "EASY", "context": context}
+        item = QAItem("q", question, ["a steam engine"], "squad")
+        assert rag.generator.generate(question, context, 4, 0.0).text == ""  # what the sample generates
+        assert measure_gpt(rag, [row], {"q": item}, [{"d_min": 1.0}], [], 1) == (0, 0)
 
 
 def test_an_own_calibration_certifies_only_the_config_it_was_measured_with(sample_rag, own, tmp_path):
