@@ -22,6 +22,7 @@ from lexical_cases import (
     check_a_long_question_keeps_its_rarest_words,
     check_numbers_match_as_written,
     check_rarest_terms_pick_the_candidates,
+    check_words_match_in_every_script,
 )
 from store_cases import check_the_kinds_of_passages_are_recorded, check_titles_in_the_order_added
 
@@ -425,6 +426,12 @@ def test_rarest_terms_pick_the_candidates(pg_url):
 def test_numbers_match_as_written(pg_url):
     store = PgStore(pg_url, DIM, "enc-1")
     check_numbers_match_as_written(store, DIM)
+    store.close()
+
+
+def test_words_match_whole_in_every_script(pg_url):
+    store = PgStore(pg_url, DIM, "enc-1")
+    check_words_match_in_every_script(store, DIM)
     store.close()
 
 

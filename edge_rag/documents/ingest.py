@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import InputError
-from .text import path_text
+from .text import INVISIBLE, path_text
 
 PDF_SUFFIXES = (".pdf",)
 HTML_SUFFIXES = (".html", ".htm")
@@ -30,11 +30,6 @@ INLINE = frozenset("a abbr acronym b bdi bdo big br cite code data del dfn em fo
                    "rtc ruby s samp small span strike strong sub sup time tt u var wbr".split())
 NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
-# Invisible marks inside words (Unicode word segmentation ignores them): soft hyphen, zero-width space, word joiner,
-# zero-width no-break space. PDFs and web pages carry them; the full-text index cut words at them, so no question found
-# "infor\u00admation" by "information". Dropped here only: ZWJ/ZWNJ spell Persian and Indic words, and the calibration's
-# SQuAD passages (JSON) hold zero-width spaces as chunked.
-_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"))
 # lexbor's parse time grows with the square of the nesting depth (1,000,000 nested <div> never finish), so the
 # depth is counted before parsing; Chromium's own HTML parser nests no deeper than 512 either.
 MAX_HTML_DEPTH = 512
@@ -140,7 +135,7 @@ def _check_depth(path: Path, raw: str) -> None:
 def _pdf_paragraphs(text: str) -> str:
     """PDF text lines re-joined into paragraphs. PDFium already joins a word broken by a line-end hyphen
     and marks the join with U+FFFE, which is dropped."""
-    text = text.replace("\ufffe", "").replace("\x00", "").translate(_INVISIBLE)
+    text = text.replace("\ufffe", "").replace("\x00", "").translate(INVISIBLE)
     paragraphs = re.split(r"\n\s*\n", text)
     return "\n\n".join(_LINE_BREAK.sub(" ", p).strip() for p in paragraphs if p.strip())
 
@@ -177,7 +172,7 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
 
 
 def _clean(text: str) -> str:
-    return " ".join(text.translate(_INVISIBLE).split())
+    return " ".join(text.translate(INVISIBLE).split())
 
 
 def title_from_name(path: Path) -> str:

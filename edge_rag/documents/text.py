@@ -16,6 +16,11 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Invisible marks inside words (Unicode word segmentation ignores them): soft hyphen, zero-width space, word joiner,
+# zero-width no-break space. Files and pages carry them; the full-text indexes cut words at them (PostgreSQL glues
+# the word to the mark), so no question found "infor\u00admation" by "information". ZWJ/ZWNJ spell Persian and Indic
+# words: kept.
+INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"))
 # A sentence ends at . ! ? (optionally followed by a closing quote/bracket) before whitespace and an
 # upper-case letter, digit or opening quote. Common abbreviations do not end a sentence.
 _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")

@@ -3,8 +3,8 @@
 Both stores index each passage's title, text and context (its neighbours' text, store_db.CONTEXT_NEIGHBOURS, at a
 lower weight) with an English stemmer (SQLite FTS5 ``porter unicode61``,
 PostgreSQL ``to_tsvector('english', ...)``) and rank by their own term statistics (BM25, ``ts_rank_cd``). A
-question is reduced to its content words (``text.keywords``: lower-case word characters, stop words dropped) and
-any of them may match: questions paraphrase, so requiring every word would miss. A number written with a decimal
+question is reduced to its content words (``query_words``: lower-case words, stop words dropped, as
+``text.keywords`` but whole in every script) and any of them may match: questions paraphrase, so requiring every word would miss. A number written with a decimal
 point or thousands separators ("3.7", "26,000") is also a term of its own, which each engine reads as it read the
 passages (FTS5: the phrase "3 7"; PostgreSQL: the number 3.7): its digits alone, "3" OR "7", matched any 3 and any 7
 in SQLite, and never a "3.7" in PostgreSQL, which indexes the number whole. Only word characters and those
@@ -24,9 +24,10 @@ Each store remembers its words' postings (``Postings``) until its next commit: a
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Hashable
 
-from ..documents.text import keywords
+from ..documents.text import INVISIBLE, STOPWORDS
 
 MAX_TERMS = 32  # terms one full-text query holds at most: a long question's rarest (``rarest``)
 POSTINGS_BUDGET = 2_000  # passages a lexical search scores at most, roughly (benchmarks/lexical_budget.py)
@@ -37,7 +38,19 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)+")  # "3.7", "26,000", "1,000,000": one te
 def query_terms(question: str) -> list[str]:
     """The question's content words, and its numbers written with separators, in a fixed order (sorted, so one
     question always makes one query). All of them: a store keeps the ``rarest`` once it has counted them."""
-    return sorted(keywords(question) | set(_NUMBER.findall(question)))
+    content = {w for w in query_words(question) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
+    return sorted(content | set(_NUMBER.findall(question)))
+
+
+def query_words(question: str) -> list[str]:
+    r"""Lower-case words of the question in NFC, each whole with its combining marks, as the engines read a passage's
+    words: ``\w`` holds no mark, so "संग्रहालय" (Devanagari, Thai, Tamil, Arabic with vowel marks) was the fragments
+    "रह" and "लय", which PostgreSQL's index never holds. Invisible marks in a word (a pasted "cloak\u200broom") are
+    dropped, as in passages, and "İ" is "i" (Python lower-cases it to "i" and a combining dot, no word PostgreSQL's
+    index holds; SQLite drops the dot)."""
+    text = unicodedata.normalize("NFC", question.translate(INVISIBLE))
+    kept = (c if c.isalnum() or c == "_" or unicodedata.category(c)[0] == "M" else " " for c in text)
+    return "".join(kept).lower().replace("i\u0307", "i").split()
 
 
 def rarest(terms: list[str], postings: list[int], n: int = MAX_TERMS) -> tuple[list[str], list[int]]:
