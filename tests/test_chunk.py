@@ -1,5 +1,6 @@
 import json
 import time
+import unicodedata
 
 import pytest
 
@@ -101,6 +102,21 @@ def test_a_soft_hyphen_does_not_cut_a_word_of_a_passage(tmp_path):
     (tmp_path / "desk.jsonl").write_text(json.dumps({"text": "The cloak\u00adroom is by the door."}))
     units = [u for f in ("desk.txt", "desk.jsonl") for d in read_documents(tmp_path / f) for u in chunk(d)]
     assert units == ["Ask the information desk.", "The planetarium opens at noon.", "The cloakroom is by the door."]
+
+
+def test_files_are_indexed_in_nfc_without_invisible_marks(tmp_path):
+    """A text file exported by macOS writes "Café" as "Cafe" and a combining accent (NFD), which PostgreSQL's index
+    held apart from the "café" a visitor types; a zero-width space or word joiner inside a word cut "cloakroom" in two
+    for both indexes. Text, Markdown and JSON files are read in NFC without them, titles from file names too."""
+    nfd = unicodedata.normalize("NFD", "Café Lumière")
+    (tmp_path / f"{nfd}.txt").write_text(f"The {nfd} is by the cloak\u200broom.")
+    (tmp_path / "shop.md").write_text(f"# Gift\u200bshop\n\nPosters at the {nfd}.")
+    (tmp_path / "shop.json").write_text(json.dumps([{"title": nfd, "text": "The plane\u2060tarium opens at noon."}]))
+    docs = [d for f in (f"{nfd}.txt", "shop.md", "shop.json") for d in read_documents(tmp_path / f)]
+    assert [(d.title, d.text) for d in docs] == [
+        ("Café Lumière", "The Café Lumière is by the cloakroom."), ("Giftshop", "Posters at the Café Lumière."),
+        ("Café Lumière", "The planetarium opens at noon.")]
+    assert all(unicodedata.is_normalized("NFC", d.title + d.text) for d in docs)
 
 
 def test_typographic_ligatures_are_spelled_out_in_passages(tmp_path):

@@ -18,7 +18,7 @@ from ..errors import InputError, check_str
 from ..types import Document
 from . import ingest
 from .parse_child import PARSE_TEXT_MB, Parser
-from .text import path_text, split_sentences
+from .text import path_text, plain, split_sentences
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 JSON_SUFFIXES = (".json", ".jsonl")
@@ -87,9 +87,9 @@ def read_documents(path: Path, parser: Parser = PARSER) -> list[Document]:
     if suffix in JSON_SUFFIXES:
         docs = _json_documents(path, raw, source)
     elif suffix in (".md", ".markdown"):
-        docs = [_markdown_document(path, raw, source)]
+        docs = [_markdown_document(path, plain(raw), source)]
     else:
-        docs = [make_document(raw.strip(), ingest.title_from_name(path), source=source)]
+        docs = [make_document(plain(raw).strip(), ingest.title_from_name(path), source=source)]
     kept = [d for d in docs if readable(d.text)]
     if len(kept) < len(docs):
         log.warning("%s: skipped %d document(s) with no readable text (empty, NULs or control characters)",
@@ -123,7 +123,7 @@ def _markdown_document(path: Path, raw: str, source: str) -> Document:
         else:
             lines.append(line)
     body = _MD_MARKUP.sub("", _MD_LINK.sub(r"\1", "\n".join(lines))).strip()
-    return make_document(body, title or path_text(path.stem).replace("-", " "), source=source)
+    return make_document(body, title or plain(path_text(path.stem)).replace("-", " "), source=source)
 
 
 def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
@@ -162,7 +162,7 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
         title = str(row.get("title") or "")
         for field, value in (("text", text), ("title", title), ("id", doc_id or "")):
             check_str(value, f"{path}: record {n}'s {field}")  # "\ud800" is valid JSON but no text
-        doc = make_document(text.strip(), title, doc_id, source)
+        doc = make_document(plain(text).strip(), plain(title), doc_id, source)
         other = docs.get(doc.doc_id)
         if other is not None and (other.title, other.text) != (doc.title, doc.text):
             raise InputError(f"{path}: record {n} reuses id {doc.doc_id!r} with a different text")

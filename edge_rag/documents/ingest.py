@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import InputError
-from .text import INVISIBLE, path_text
+from .text import path_text, plain
 
 PDF_SUFFIXES = (".pdf",)
 HTML_SUFFIXES = (".html", ".htm")
@@ -77,7 +77,7 @@ def _pdf_title(pdf) -> str:
     """The PDF's Title, or "" when it has none or one that is not UTF-16 (pypdfium2 decodes it strictly): a broken
     title is no reason to refuse the pages' text."""
     try:
-        return (pdf.get_metadata_value("Title") or "").strip()
+        return plain(pdf.get_metadata_value("Title") or "").strip()
     except UnicodeDecodeError:
         return ""
 
@@ -135,7 +135,7 @@ def _check_depth(path: Path, raw: str) -> None:
 def _pdf_paragraphs(text: str) -> str:
     """PDF text lines re-joined into paragraphs. PDFium already joins a word broken by a line-end hyphen
     and marks the join with U+FFFE, which is dropped."""
-    text = text.replace("\ufffe", "").replace("\x00", "").translate(INVISIBLE)
+    text = plain(text.replace("\ufffe", "").replace("\x00", ""))
     paragraphs = re.split(r"\n\s*\n", text)
     return "\n\n".join(_LINE_BREAK.sub(" ", p).strip() for p in paragraphs if p.strip())
 
@@ -172,12 +172,12 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
 
 
 def _clean(text: str) -> str:
-    return " ".join(text.translate(INVISIBLE).split())
+    return " ".join(plain(text).split())
 
 
 def title_from_name(path: Path) -> str:
     """The title of a file without one: its name, "_" and "-" as spaces."""
-    return path_text(path.stem).replace("_", " ").replace("-", " ")
+    return plain(path_text(path.stem)).replace("_", " ").replace("-", " ")
 
 
 def _require(module: str, path: Path):

@@ -41,6 +41,14 @@ def path_text(path: str | os.PathLike[str]) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
+def plain(text: str) -> str:
+    """A file's text as a question spells it, for the full-text indexes: in NFC (a file exported by macOS writes
+    "Cafe" and a combining accent, which PostgreSQL's index never matched with a typed "Café") and without invisible
+    marks (a zero-width space cut "cloakroom" in two). Documents given as strings are indexed as given: the
+    calibration's SQuAD passages hold zero-width spaces."""
+    return unicodedata.normalize("NFC", text.translate(INVISIBLE))
+
+
 def normalize(text: str) -> str:
     """Lower-case and collapse white space (cache keys, dedupe prefixes)."""
     return " ".join(text.lower().split())
