@@ -78,6 +78,18 @@ def test_a_wbr_inside_a_word_does_not_cut_it(tmp_path):
     assert read_documents(path)[0].text == "Lockers: cloakroom, leveltwo. Ask staff."
 
 
+def test_inline_markup_inside_a_word_does_not_cut_it(tmp_path):
+    """A page's inline elements run on as a browser shows them: "<b>Mu</b>seum" was indexed as "Mu seum" and
+    "<span>Har</span><span>bour</span>" as "Har bour", found by neither "museum" nor "harbour". Spaces the page writes
+    stay, a <br> and block elements still part words."""
+    path = tmp_path / "visit.html"
+    path.write_text("<title>Visit</title><p>The <b>Mu</b>seum of <span>Har</span><span>bour</span> Life.</p>"
+                    "<p>a</p><p>b</p><div><b>Open</b> <i>daily</i>\n<em>now</em><br>Closed<br/>Mondays</div>"
+                    "<table><tr><td>Adults</td><td>12</td></tr></table>", encoding="utf-8")
+    assert read_documents(path)[0].text == ("The Museum of Harbour Life.\n\na\n\nb\n\nOpen daily now Closed Mondays"
+                                            "\n\nAdults\n\n12")
+
+
 def test_invisible_marks_inside_words_do_not_hide_them_from_the_full_text_index(tmp_path):
     """A soft hyphen, zero-width space, word joiner or zero-width no-break space inside a word (web pages, and PDFs
     whose fonts map glyphs to them) cut it in two for the full-text index: "information" did not find the passage."""

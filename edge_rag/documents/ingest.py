@@ -144,30 +144,29 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
     """(is a heading, text) of each paragraph under ``root``, in order: the text that one element holds outside the
     elements of its own inside it (INLINE ones aside), all of a heading's text as one. Only the text of p, li, td and
     other such blocks was read: a page that wrote its opening hours or prices in a <div> had them indexed nowhere.
-    One pass: each element's paragraph is known from its parent's (traverse visits a parent first). A <wbr> (a line
-    break allowed inside a word) joins the text around it: "cloak<wbr>room" was the words "cloak" and "room"."""
+    One pass: each element's paragraph is known from its parent's (traverse visits a parent first). A paragraph's text
+    runs on as a browser shows it, its spaces its own, a <br> a space: "<b>Mu</b>seum" was "Mu seum" and
+    "cloak<wbr>room" "cloak room", words no question holds."""
     owner: dict[int, tuple[int, bool]] = {}  # element -> (the element its text belongs to, is a heading)
     run: list[str] = []
-    current, glue = (0, False), False
+    current = (0, False)
     for node in root.traverse(include_text=True):
         parent = node.parent
         above = owner.get(parent.mem_id, (parent.mem_id, False)) if parent is not None else (0, False)
         if node.tag != "-text":
             inherit = above[1] or node.tag in INLINE
             owner[node.mem_id] = above if inherit else (node.mem_id, node.tag in HEADINGS)
-            glue = glue or node.tag == "wbr"
+            if node.tag == "br" and above == current:
+                run.append(" ")
             continue
         text = node.text(deep=False)
         if above != current and text.strip():
-            if paragraph := _clean(" ".join(run)):
+            if paragraph := _clean("".join(run)):
                 yield current[1], paragraph
             run, current = [], above
-        if glue and run and not text[:1].isspace():
-            run[-1] += text
-        elif text.strip():
+        if above == current:
             run.append(text)
-        glue = False
-    if paragraph := _clean(" ".join(run)):
+    if paragraph := _clean("".join(run)):
         yield current[1], paragraph
 
 
