@@ -11,9 +11,11 @@ import pytest
 from conftest import ROOT
 
 from edge_rag.config import Config
-from edge_rag.documents.chunk import read_documents
+from edge_rag.documents import chunk, indexing
+from edge_rag.documents.chunk import doc_id_for, read_documents
 from edge_rag.errors import InputError, StoreError
 from edge_rag.pipeline import EdgeRAG
+from edge_rag.retrieval.lexical import query_terms
 from edge_rag.storage.store import DB_FILE
 from edge_rag.types import Route
 
@@ -49,6 +51,25 @@ def test_reindexing_an_edited_file_replaces_its_passages(rag, tmp_path):
     assert rag.remove(cafe.doc_id) == 2 and rag.store.count == 3
     with pytest.raises(InputError, match="no document with id"):
         rag.remove("no-such-id")
+
+
+def test_a_file_indexed_before_its_passages_were_respelt_is_cut_again(rag, tmp_path, monkeypatch):
+    """A file indexed before passages spelled out ligatures (or dropped soft hyphens) kept its old passages at every
+    re-index, the file being unchanged: "\ufb01rst \ufb02oor" stayed, no word of "first floor". Re-indexing now cuts
+    such a document again, once; a document without such characters is left alone."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "office.txt").write_text("The \ufb01nance o\ufb03ce is on the \ufb01rst \ufb02oor.")
+    (docs / "cafe.txt").write_text("The cafe serves soup and sandwiches.")
+    with monkeypatch.context() as old:  # the code before passages spelled ligatures out
+        old.setattr(chunk, "_TYPESET", {})
+        old.setattr(indexing, "content_sha", lambda doc: doc_id_for(doc.title, doc.text), raising=False)
+        assert rag.add_files([docs]) == 2
+    assert "The \ufb01nance o\ufb03ce is on the \ufb01rst \ufb02oor." in _texts(rag)
+    assert not rag.store.search_text(query_terms("floor?"), 3)
+    assert rag.add_files([docs]) == 1
+    assert _texts(rag) == ["The cafe serves soup and sandwiches.", "The finance office is on the first floor."]
+    assert rag.store.search_text(query_terms("floor?"), 3) and rag.add_files([docs]) == 0
 
 
 def test_json_record_with_a_known_id_and_new_text_replaces_it(rag, tmp_path, caplog):

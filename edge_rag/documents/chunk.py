@@ -36,6 +36,10 @@ _BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")  # LRE RLE PDF LRO R
 # Typesetting in a word that no question writes: a soft hyphen, and the Latin ligatures U+FB00-FB06 (their NFKC).
 _TYPESET = str.maketrans({"\u00ad": "", "\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
                           "\ufb05": "st", "\ufb06": "st"})
+# Characters whose spelling in passages (_clean) changed since stores were first written: a document holding one is
+# cut again when indexed under a newer spelling (content_sha). Add what a change to _clean respells, and bump.
+_RESPELT = re.compile("[\u00ad\ufb00-\ufb06]")
+UNITS_VERSION = 1
 _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not white space or a control
 # A paragraph longer than this is cut (at a sentence end if there is one) before it is split, so a
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
@@ -59,6 +63,14 @@ def doc_id_for(title: str, text: str) -> str:
     for i in range(0, len(text), _HASH_SLICE_CHARS):
         digest.update(text[i : i + _HASH_SLICE_CHARS].encode())
     return digest.hexdigest()[:16]
+
+
+def content_sha(doc: Document) -> str:
+    """The content hash a store keeps of a document: ``doc_id_for`` of its title and text, and the passages' spelling
+    version if _clean respells some of its text. An unchanged file indexed before the spelling changed kept its old
+    passages at every re-index ("\ufb01rst \ufb02oor" was no word of "first floor"); now they are replaced."""
+    sha = doc_id_for(doc.title, doc.text)
+    return f"{sha}.{UNITS_VERSION}" if _RESPELT.search(doc.text) else sha
 
 
 def make_document(text: str, title: str = "", doc_id: str | None = None, source: str = "") -> Document:
@@ -236,5 +248,6 @@ def _cut(text: str, lo: int, hi: int) -> int:
 def _clean(piece: str) -> str:
     """White space collapsed, controls and soft hyphens dropped, ligatures spelled out: the full-text index cut
     "infor\u00admation" (text copied from a web page or PDF) in two, and held "\ufb01nance" as no word a visitor types.
-    Zero-width spaces stay: the calibration's SQuAD passages hold them."""
+    Zero-width spaces stay: the calibration's SQuAD passages hold them. A change here that respells some text goes
+    into _RESPELT, so stores written before cut it again."""
     return " ".join(_CONTROL.sub("", piece).translate(_TYPESET).split())

@@ -30,7 +30,7 @@ from ..retrieval.encode import Encoder
 from ..storage.store_db import Part
 from ..storage.stores import PassageStore
 from ..types import Document
-from .chunk import MAX_TITLE_CHARS, doc_id_for, iter_units, make_document
+from .chunk import MAX_TITLE_CHARS, content_sha, iter_units, make_document
 from .files import warn_skip
 from .text import path_text
 
@@ -104,7 +104,7 @@ class Plan:
         fresh: dict[str, tuple[Document, str]] = {}
         for doc in docs:
             check_document(doc)
-            sha = doc_id_for(doc.title, doc.text)
+            sha = content_sha(doc)
             known = self.seen.get(doc.doc_id)
             if known is None and doc.doc_id in fresh:
                 known = (fresh[doc.doc_id][1], doc.source)
