@@ -87,6 +87,7 @@ class PgServer:
             for path in (self.root, data, pwfile):
                 os.chown(path, self.user.pw_uid, self.user.pw_gid)
         self._run("initdb", "-D", str(data), "-U", SUPERUSER, f"--pwfile={pwfile}", "--encoding=UTF8",
+                  "--locale=C.UTF-8",  # not the environment's: under LANG=C full-text search reads only A-Z as letters
                   "--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync")
         pwfile.unlink()
         self.port = _free_port()

@@ -144,12 +144,13 @@ def pg_admin_url():
 
 
 @contextlib.contextmanager
-def fresh_database(admin_url: str):
-    """The URL of a new database on the server ``admin_url`` reaches, dropped on exit."""
+def fresh_database(admin_url: str, options: str = ""):
+    """The URL of a new database on the server ``admin_url`` reaches (made with CREATE DATABASE ``options``), dropped
+    on exit."""
     psycopg = pytest.importorskip("psycopg", reason="the pg extra is not installed: pip install 'edge-rag[pg]'")
     name = f"edge_rag_test_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
+        conn.execute(f"CREATE DATABASE {name} {options}")
     parts = urlsplit(admin_url)
     yield urlunsplit(parts._replace(path=f"/{name}"))
     with psycopg.connect(admin_url, autocommit=True) as conn:

@@ -423,6 +423,22 @@ def test_rarest_terms_pick_the_candidates(pg_url):
     store.close()
 
 
+def test_a_database_that_reads_only_ascii_letters_is_named(pg_admin_url, caplog):
+    """A database made with LC_CTYPE C lower-cases only A-Z in full-text search and glues typographic quotes to words:
+    "Москва" and "“Harbour”" are never found by the words typed. Opening a store there warns, naming the fix."""
+    texts = ["Москва is twinned with the city.", "The “Harbour” café opens at nine."]
+    for locale, found in (("C", 0), ("C.UTF-8", 2)):
+        caplog.clear()
+        with fresh_database(pg_admin_url, f"TEMPLATE template0 ENCODING 'UTF8' LOCALE '{locale}'") as url:
+            store = PgStore(url, DIM, "enc-1")
+            docs = [make_document(t, f"doc{i}") for i, t in enumerate(texts)]
+            store.add([Part(d, 0, [t], last=True, sha=d.doc_id) for d, t in zip(docs, texts)],
+                      np.eye(DIM, dtype=np.float32)[:2])
+            assert len(store.search_text(query_terms("москва harbour?"), 5)) == found
+            assert ("LC_CTYPE is C" in caplog.text) == (found == 0)
+            store.close()
+
+
 def test_numbers_match_as_written(pg_url):
     store = PgStore(pg_url, DIM, "enc-1")
     check_numbers_match_as_written(store, DIM)

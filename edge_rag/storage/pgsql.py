@@ -4,6 +4,7 @@ Kept apart from the store class so the SQL reads in one place (and benchmarks ca
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
@@ -182,6 +183,18 @@ def upgrade(conn) -> bool:
                 if not done(conn):
                     conn.execute(step)
     return has_full_text(conn)
+
+
+def check_locale(conn, location: str) -> None:
+    """Warn when the database's LC_CTYPE is C or POSIX: PostgreSQL's text search then lower-cases A-Z alone and reads
+    every other character as a letter, so "Москва", "Émile" or "İstanbul" are never found by the word a visitor types,
+    nor "museum" in "museum’s" or "“Harbour”" (0 of 5 such passages found where C.UTF-8 finds 5)."""
+    ctype = conn.execute("SELECT datctype FROM pg_database WHERE datname = current_database()").fetchone()[0]
+    if ctype in ("C", "POSIX"):
+        logging.getLogger("edge_rag").warning(
+            "%s: the database's LC_CTYPE is %s, so full-text search finds no word written with capitals outside A-Z "
+            "or beside typographic quotes; make the database with a UTF-8 locale (LC_CTYPE C.UTF-8, en_US.UTF-8)",
+            location, ctype)
 
 
 def vectors_out_of_line(conn, passages: int, dim: int) -> bool:

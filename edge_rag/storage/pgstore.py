@@ -254,6 +254,7 @@ class PgStore:
                     conn.execute(Q.SCHEMA.format(dim=int(dim), m=int(m), ef_construction=int(ef_construction)))
                     self._set_meta(conn, dim=dim, encoder=encoder_id, count=0, version=0, **{STORE_ID: new_identity()})
         self.full_text = Q.upgrade(conn)
+        Q.check_locale(conn, self.location)
         return self._meta(conn)
 
     def _lock(self, conn) -> dict[str, str]:
