@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -437,6 +438,19 @@ def test_a_database_that_reads_only_ascii_letters_is_named(pg_admin_url, caplog)
             assert len(store.search_text(query_terms("москва harbour?"), 5)) == found
             assert ("LC_CTYPE is C" in caplog.text) == (found == 0)
             store.close()
+
+
+def test_a_passage_given_in_nfd_is_found_by_the_typed_word(pg_url):
+    """A document given as a string in NFD ("Cafe" and a combining accent, as macOS writes it) is indexed as given:
+    PostgreSQL's index held "café" in NFD, and the typed (NFC) "café", "Zürich" or "Núñez" found none of it."""
+    texts = [unicodedata.normalize("NFD", t) for t in ("The Café Lumière serves crêpes.", "Señora Núñez leads the Zürich tour.")]
+    store = PgStore(pg_url, DIM, "enc-1")
+    docs = [make_document(t, f"doc{i}") for i, t in enumerate(texts)]
+    store.add([Part(d, 0, [t], last=True, sha=d.doc_id) for d, t in zip(docs, texts)], np.eye(DIM, dtype=np.float32)[:2])
+    for question, holding in (("Café?", 0), ("crêpes?", 0), ("Zürich?", 1), ("Núñez?", 1)):
+        hits = store.passages([i for i, _ in store.search_text(query_terms(question), 2)])
+        assert [p.text for p in hits] == [texts[holding]], question
+    store.close()
 
 
 def test_numbers_match_as_written(pg_url):

@@ -104,5 +104,7 @@ def fts5_query(terms: list[str]) -> str:
 
 
 def tsquery(terms: list[str]) -> str:
-    """PostgreSQL to_tsquery syntax: every term quoted, OR-ed."""
-    return " | ".join(f"'{t}'" for t in terms)
+    """PostgreSQL to_tsquery syntax: every term quoted, OR-ed, a term with an accent in NFD too. PostgreSQL's index
+    holds a word as written, and a document given as a string ("Cafe" and a combining accent, as macOS writes it) is
+    indexed as given (files are read in NFC): "café" found none of them; SQLite's FTS5 drops the accents either way."""
+    return " | ".join(f"'{v}'" for t in terms for v in dict.fromkeys((t, unicodedata.normalize("NFD", t))))
