@@ -52,10 +52,25 @@ def test_markdown_title_and_markup(tmp_path):
     assert "Closed on Mondays." in doc.text
 
 
+def test_html_in_markdown_is_read_as_a_browser_shows_it(tmp_path):
+    """Markdown may hold HTML tags and entities: "<b>Mu</b>seum" was indexed as the words "b", "mu", "b", "seum" and
+    "infor&shy;mation" held "shy", so "museum" and "information" found nothing. Only HTML's own elements are tags: an
+    autolink, an address or a comparison stays text."""
+    path = tmp_path / "visit.md"
+    path.write_text("# The <b>Mu</b>seum &amp; Caf&eacute;\n\nThe <b>Mu</b>seum<br>opens at <kbd>10</kbd>. Ask the "
+                    "infor&shy;mation desk.\n\nSee <https://example.org> or <desk@example.org>; x<y and z>w, 3 < 4.\n\n"
+                    "<div align=center><p>Fish &amp; chips</p></div>")
+    [doc] = read_documents(path)
+    assert doc.title == "The Museum & Café"
+    assert chunk(doc) == ["The Museum opens at 10.", "Ask the information desk.",
+                          "See <https://example.org> or <desk@example.org>; x<y and z>w, 3 < 4.", "Fish & chips"]
+
+
 @pytest.mark.parametrize("text, title", [
     ("# Notes\n\nSee below." + "\n" * 40000 + "End.", "Notes"),  # ^\s* across lines: 51 s before (quadratic)
     ("# a" + " " * 3000 + "b #\n\nBody.", "a" + " " * 999),  # a lazy title before \s*#*\s*$: 63 s (cubic); cut
     ("# Links\n\n" + "[" * 40000 + "[a](" * 10000, "Links"),  # each "[" scanning to the end: 14 s
+    ("# Tags\n\n<a" + "a" * 40000 + " <b" * 10000, "Tags"),  # a tag name giving back letters: 8 s (quadratic)
 ])
 def test_markdown_patterns_take_linear_time(tmp_path, text, title):
     """A hostile or odd Markdown file is read in milliseconds: the patterns cannot backtrack over a whole file."""

@@ -7,6 +7,7 @@ extractive answers and tight context budgets) or whole paragraphs.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import logging
 import os
@@ -30,6 +31,12 @@ SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + (".pdf", ".html", ".htm")  # PDF and 
 _MD_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*)")  # closing #s are stripped after the match
 _MD_MARKUP = re.compile(r"(\*\*|__|`|^[ \t]*[-*+][ \t]+|^[ \t]*\d+\.[ \t]+|^[ \t]*>[ \t]?)", re.MULTILINE)
 _MD_LINK = re.compile(r"!?\[([^\[\]]*)\]\([^\[)]*\)")
+# An HTML tag in Markdown (linear: the name ends where the lookahead says, and no attempt scans past the next "<" or
+# ">"); only HTML's own elements are markup, so an autolink "<https://...>", "<a@b.org>" or "x<y and z>" stays text.
+# Text elements run on; the others part words.
+_MD_TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9]*)(?=[\s/>])[^<>]*>")
+_MD_BLOCKS = frozenset("blockquote center dd details div dl dt figcaption figure hr li ol p pre section summary table "
+                       "tbody td th thead tr ul".split())
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but tab/newline/CR, and DEL
 _BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")  # LRE RLE PDF LRO RLO, LRI RLI FSI PDI
@@ -135,7 +142,17 @@ def _markdown_document(path: Path, raw: str, source: str) -> Document:
         else:
             lines.append(line)
     body = _MD_MARKUP.sub("", _MD_LINK.sub(r"\1", "\n".join(lines))).strip()
-    return make_document(body, title or plain(path_text(path.stem)).replace("-", " "), source=source)
+    return make_document(_html_text(body), _html_text(title) or plain(path_text(path.stem)).replace("-", " "),
+                         source=source)
+
+
+def _html_text(text: str) -> str:
+    """Markdown's HTML tags and entities as a browser shows them: "<b>Mu</b>seum" was the words "b", "mu", "b",
+    "seum", and "infor&shy;mation" held "shy"."""
+    def tag(m: re.Match[str]) -> str:
+        name = m.group(1).lower()
+        return m.group() if name not in ingest.INLINE | _MD_BLOCKS else "" if name in ingest.INLINE - {"br"} else " "
+    return plain(html.unescape(_MD_TAG.sub(tag, text)))
 
 
 def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
