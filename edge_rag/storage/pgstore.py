@@ -258,8 +258,7 @@ class PgStore:
         return self._meta(conn)
 
     def _lock(self, conn) -> dict[str, str]:
-        """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: another
-        device may have created the store meanwhile)."""
+        """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: made meanwhile?)."""
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
         check_meta(meta := self._meta(conn), self.dim, self.encoder_id, self.location, "database")
         return meta
