@@ -158,6 +158,22 @@ def test_long_paragraphs_are_planned_from_their_length(tmp_path: Path, bundle: B
     assert all(d == count for d, count in out["calls"]), out  # each batch held the commit's bytes: committed
 
 
+def test_a_markdown_list_is_read_in_the_memory_its_text_takes(tmp_path: Path, bundle_dir: Path) -> None:
+    """A 6 MB Markdown file of 1.2M short list items (55 passages of a paragraph window each) in a budget 40 MB above
+    the smallest plan: reading it held a str per line and a match per list marker at once, where the plan prices the
+    document's text once: peak RSS rose 190 MB, past the plan's total (the plan prices 102 MB for indexing: the index
+    part and the encoder's activations). Read a block of lines at a time it rose 61 MB, as for a text file."""
+    path = tmp_path / "list.md"
+    path.write_text("# Shop\n\n" + "- ab\n" * 1_200_000, encoding="utf-8")
+    run = subprocess.run([sys.executable, "-c", RUN_LONG, str(tmp_path / "db"), str(bundle_dir), "40", "3", str(path)],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["refused"] is None, out
+    assert out["peak"] - out["before"] <= out["index"] + out["activations"], out
+    assert out["peak"] <= out["total"] <= out["budget"], out
+
+
 def test_files_too_long_for_the_budget_are_refused_before_all_are_read(tmp_path: Path, bundle: B.Bundle,
                                                                         bundle_dir: Path) -> None:
     """Three 4 MB files of 60k-character paragraphs (200 passages, priced 0.1 MB of texts before) in a budget that
