@@ -174,6 +174,24 @@ def test_a_markdown_list_is_read_in_the_memory_its_text_takes(tmp_path: Path, bu
     assert out["peak"] <= out["total"] <= out["budget"], out
 
 
+@pytest.mark.parametrize("name", ["empty.jsonl", "empty.json"])
+def test_json_records_that_make_no_document_are_not_all_held_at_once(tmp_path: Path, bundle_dir: Path,
+                                                                    name: str) -> None:
+    """An 8 MB JSON or JSON Lines file of 650,000 records with an empty text (and one that makes a document) in a budget
+    40 MB above the smallest plan: every record was parsed into a dict and all were held at once, though none makes a
+    document the plan prices: peak RSS rose 217 MB (JSONL: 380 MB in a 363 MB budget) and 133 MB (JSON), past the 76 MB
+    the plan prices for indexing (the index part and the encoder's activations). Read record by record: 15 MB."""
+    records = ['{"text": ""}'] * 650_000 + ['{"text": "The museum opens at ten."}']
+    path = tmp_path / name
+    path.write_text("\n".join(records) if name.endswith(".jsonl") else "[" + ", ".join(records) + "]", encoding="utf-8")
+    run = subprocess.run([sys.executable, "-c", RUN_LONG, str(tmp_path / "db"), str(bundle_dir), "40", "3", str(path)],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["refused"] is None and out["calls"] == [[1, 0]], out
+    assert out["peak"] - out["before"] <= out["index"] + out["activations"], out
+
+
 def test_files_too_long_for_the_budget_are_refused_before_all_are_read(tmp_path: Path, bundle: B.Bundle,
                                                                         bundle_dir: Path) -> None:
     """Three 4 MB files of 60k-character paragraphs (200 passages, priced 0.1 MB of texts before) in a budget that

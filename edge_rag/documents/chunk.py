@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import logging
 import os
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 from ..errors import InputError, check_str
 from ..types import Document
 from . import ingest
+from .jsonfile import json_type, records
 from .parse_child import PARSE_TEXT_MB, Parser
 from .text import path_text, plain, split_sentences
 
@@ -178,31 +178,11 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
     Each object needs ``text`` (or ``content``); ``title`` and ``id`` are optional. A file of another
     shape, or two records with one id and different texts, is an InputError naming the file.
     """
-    shape = 'a list of objects or {"documents": [...]}'
-    rows: list | None  # {"documents": ...} may hold anything, or nothing
-    try:
-        if path.suffix.lower() == ".jsonl":
-            rows = []
-            for n, line in enumerate(raw.split("\n"), 1):  # JSON Lines: U+2028 and U+0085 may sit in a string
-                try:
-                    rows.append(json.loads(line)) if line.strip() else None
-                except (ValueError, RecursionError) as exc:  # + too deep, or a number too long to convert
-                    raise InputError(f"{path}: line {n} is not valid JSON: {_json_error(exc)}") from None
-        else:
-            data = json.loads(raw)
-            rows = data.get("documents") if isinstance(data, dict) else data
-            if not isinstance(rows, list):
-                found = f"an object with keys {sorted(data)[:5]}" if isinstance(data, dict) else _json_type(data)
-                raise InputError(f"{path}: expected {shape}, found {found}")
-    except InputError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"{path} is not valid JSON: {_json_error(exc)}") from None
     docs: dict[str, Document] = {}
-    for n, row in enumerate(rows):
+    for n, row in enumerate(records(path, raw)):  # each dropped once read: only the documents stay
         text = row.get("text", row.get("content")) if isinstance(row, dict) else None
         if not isinstance(text, str):
-            what = "has no 'text' string" if isinstance(row, dict) else f"is {_json_type(row)}, not an object"
+            what = "has no 'text' string" if isinstance(row, dict) else f"is {json_type(row)}, not an object"
             raise InputError(f"{path}: record {n} {what}")
         doc_id = str(row["id"]) if row.get("id") not in (None, "") else None
         title = str(row.get("title") or "")
@@ -214,14 +194,6 @@ def _json_documents(path: Path, raw: str, source: str) -> list[Document]:
             raise InputError(f"{path}: record {n} reuses id {doc.doc_id!r} with a different text")
         docs.setdefault(doc.doc_id, doc)
     return list(docs.values())
-
-
-def _json_error(exc: Exception) -> str:
-    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-
-
-def _json_type(value: object) -> str:
-    return "null" if value is None else f"a JSON {type(value).__name__.replace('dict', 'object').replace('str', 'string')}"
 
 
 def chunk(doc: Document, mode: str = "sentence", min_chars: int = 20) -> list[str]:
