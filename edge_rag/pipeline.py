@@ -9,6 +9,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
@@ -22,7 +23,7 @@ from .documents.files import read_files
 from .documents.indexing import Progress, Todo, as_document, held_bytes, index, plan_changes, plan_files
 from .errors import BudgetError, InputError, check_kinds, check_question, check_seconds, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
-from .memory import plan, stored_passages
+from .memory import plan, runtime_base_estimate, stored_passages
 from .memory.hold import admit, hold, swap
 from .models import bundle as B
 from .models.registry import default_bundle
@@ -61,16 +62,16 @@ class EdgeRAG:
                     calibration=(calibration, str, os.PathLike, None))  # a kiosk app's settings come from JSON
         check_seconds(lock_timeout, "EdgeRAG's lock_timeout")
         self.bundle = bundle if isinstance(bundle, B.Bundle) else B.Bundle.load(bundle or default_bundle(profile))
-        # Plan the whole process into the memory budget before loading anything large: the plan picks
-        # n_ctx and the encoder batch that fit, or raises BudgetError naming the component that does not.
-        # llama.cpp is in it only if a question may be generated, as the certified decision's calibration says
-        # (the shipped one, or one made on this device's own questions). It prices the encoder file chosen here.
+        # Plan the process into the memory budget before loading anything large (BudgetError names what does not fit),
+        # its base measured before the encoder is verified: a first run loads it, and the RSS kept of that counted.
         config = config or Config()
         remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
         certified = CertifiedPath(self.bundle, config, Path(calibration) if calibration else None, remote)
+        sized = partial(plan, self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote,
+                        generator=certified.may_generate, base_mb=runtime_base_estimate().mb)
+        sized()  # refused before verifying: the fp32 twin verify may choose instead is larger
         self._encoder_path = select_encoder(self.bundle, config.threads)  # verified here
-        self.plan = plan(self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote,
-                         generator=certified.may_generate, encoder=self._encoder_path)
+        self.plan = sized(encoder=self._encoder_path)  # it prices the encoder file chosen
         self.config = self.plan.apply(config)
         self.certified, c = certified.planned(self.config), self.config
         self.plan_lock = threading.Lock()  # the plan and the certified path it sizes change together (memory.hold)

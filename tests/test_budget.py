@@ -516,6 +516,49 @@ def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, b
     assert result["stored"] == 0
 
 
+FIRST_RUN = """
+import json, math, os, sys
+from edge_rag import BudgetError, Config, EdgeRAG
+from edge_rag.memory import peak_rss_mb, plan
+from edge_rag.models.bundle import Bundle
+db, bundle, first, second = sys.argv[1:5]
+out = {}
+os.environ["EDGE_RAG_HOME"] = first  # where the encoder's verdict is cached: none yet
+tight = Config(memory_budget_mb=100_000, encode_batch_tokens=256)
+smallest = plan(Bundle.load(bundle), tight, generator=False).total_mb  # priced from this process's own base
+try:
+    out["opened"] = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=math.ceil(smallest) + 10)).plan.total_mb
+except BudgetError as exc:
+    out["opened"] = str(exc)
+out["verified"], out["peak"] = os.path.isdir(os.path.join(first, "verify")), peak_rss_mb()
+os.environ["EDGE_RAG_HOME"] = second
+try:
+    EdgeRAG(db + "2", bundle=bundle, config=Config(memory_budget_mb=200))
+except BudgetError as exc:
+    out["error"] = str(exc)
+out["verified_before_refusal"] = os.path.isdir(os.path.join(second, "verify"))
+print(json.dumps(out))
+"""
+
+
+def test_a_first_run_verifying_its_encoder_is_planned_as_every_later_run(bundle_dir: Path, tmp_path: Path) -> None:
+    """On a device with no encoder verdict cached yet (a first run, a new bundle), EdgeRAG verifies the encoder in
+    this process. It did so before planning: the RSS glibc kept of that session counted as runtime base (129-167 MB,
+    not 75), so a budget 10 MB over the smallest plan was refused on the first run ("raise memory_budget_mb to at least
+    374") and met on the next; and a budget too small for anything loaded the encoder before it was refused (peak
+    175 MB, 69 with the verdict cached). The base is measured and the budget checked first: the first run opens at the
+    plan of every later run, and an impossible budget is refused before the encoder is verified."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    out = subprocess.run([sys.executable, "-c", FIRST_RUN, str(tmp_path / "db"), str(bundle_dir), str(first),
+                          str(second)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert isinstance(result["opened"], float) and result["verified"], result  # verified here, and opened
+    assert result["peak"] <= result["opened"], result
+    assert "raise memory_budget_mb to at least" in result["error"] and not result["verified_before_refusal"], result
+
+
 def test_the_certified_default_plans_no_generator_and_runs_where_it_would_not_fit(bundle: B.Bundle, bundle_dir: Path,
                                                                                   tmp_path: Path) -> None:
     """The shipped calibration certifies no generated answer at the default alpha, so the default never loads
