@@ -420,3 +420,29 @@ def _frozen_parses(psutil):
 def _saved_uploads() -> int:
     """Upload folders of this process holding their file (saved: its parse is next)."""
     return sum(1 for f in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}{os.getpid()}-*/000/*.html"))
+
+
+def test_uploads_waiting_for_their_job_hold_no_documents_in_memory(bundle_dir, sample_db, tmp_path):
+    """Uploads are parsed before their 202 and then wait for the one indexing thread; their documents waited in
+    memory, which no memory plan prices (it prices those of the upload being indexed), however many were queued: an
+    operator's script sending a folder file by file while a long one is indexed held every file's text (here 2.5M
+    characters of 4 waiting uploads; 20 uploads of 2 MB raised RSS by 120 MB, 92 with them on disk). They now wait in
+    the upload's folder beside its files: none is in memory while the long one is indexed, and the folders of the jobs
+    a shutdown drops are removed with it."""
+    import gc
+
+    from edge_rag.types import Document
+
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(index_threads=1))
+    words = "museum harbour light ship engine crew ticket gallery planet star lens tower steam pump visitor".split()
+    long = ". ".join(" ".join(words[(i + j) % 15] for j in range(9)).capitalize() for i in range(40_000)) + "."
+    with running_server(rag) as url:
+        first = httpx.post(f"{url}/api/documents", files={"file": ("long.txt", long)}, headers=WRITE, timeout=T)
+        waiting = [httpx.post(f"{url}/api/documents", files={"file": (f"wait{i}.txt", f"Room {i} opens in May. " * 30_000)},
+                              headers=WRITE, timeout=T) for i in range(4)]
+        assert [r.status_code for r in [first, *waiting]] == [202] * 5
+        states = [httpx.get(url + r.headers["location"], timeout=T).json()["state"] for r in [first, *waiting]]
+        held = sum(len(o.text) for o in gc.get_objects() if isinstance(o, Document) and o.source.startswith("upload:wait"))
+        assert states == ["running"] + ["queued"] * 4 and held == 0, (states, held)
+    assert not list(Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}{os.getpid()}-*")), "the dropped jobs' folders"

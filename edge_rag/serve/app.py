@@ -54,7 +54,7 @@ from .origin import SameOrigin
 from .pages import PAGE_HEADERS, STATIC, PageFiles
 from .question_log import QuestionLog
 from .suggest import suggestions
-from .uploads import parse, remove_stale_folders, save_files, source_of, upload_folder
+from .uploads import Folders, remove_stale_folders, source_of, unstash
 
 log = logging.getLogger("edge_rag")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -73,6 +73,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     # default executor, 6 threads on 2 cores, parses filled it and every logged question waited for a free thread.
     parsing = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-parse")
     remove_stale_folders()
+    folders = Folders()  # the uploads' files and documents, waiting for their jobs
     deep_check = asyncio.Lock()  # one recall measurement at a time: it reads every stored vector
     admin = Admin(rag, config, jobs, STATIC, PAGE_HEADERS)  # the operator's certificate, if one was applied
 
@@ -86,6 +87,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         parser.stop()  # a parse in progress does not hold the shutdown
         parsing.shutdown(wait=True, cancel_futures=True)
         jobs.close()
+        folders.remove_all()  # of the uploads whose jobs it dropped
         admin.close()
         lanes.close()
         rag.close()
@@ -179,22 +181,20 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         files = [f for f in form.getlist("file") if isinstance(f, UploadFile)]
         if not files:
             raise HTTPException(400, "send the documents as multipart form field 'file'")
-        with upload_folder() as tmp:
-            saved = await save_files(files, tmp)
-            # Parse every file before adding any (one bad file adds nothing), off the fast lane.
-            parsed = await asyncio.get_running_loop().run_in_executor(
-                parsing, lambda: [parse(name, path, parser) for name, path in saved])
-        names = [name for name, _ in saved]
+        # Every file parsed before any is added, off the fast lane; the documents wait for their job on disk.
+        tmp, saved = await folders.save_and_parse(files, parser, parsing)
 
         def work(job: Job) -> dict:
-            for name, docs in zip(names, parsed):
-                job.check()
-                added = rag.add_documents(docs, progress_of(job), source_of(name), jobs.encoder())
-                job.files.append({"file": name, "documents": len(docs), "passages": added})
-                job.changes += 1
-            return {"corpus_passages": rag.store.count}
+            with folders.done(tmp):
+                for name, path in saved:
+                    job.check()
+                    docs = unstash(path)
+                    added = rag.add_documents(docs, progress_of(job), source_of(name), jobs.encoder())
+                    job.files.append({"file": name, "documents": len(docs), "passages": added})
+                    job.changes += 1
+                return {"corpus_passages": rag.store.count}
 
-        job = jobs.submit("upload", len(names), work)
+        job = jobs.submit("upload", len(saved), work)
         if "text/event-stream" in request.headers.get("accept", ""):
             return StreamingResponse(_job_events(jobs, job), media_type="text/event-stream", headers=SSE_HEADERS)
         return _accepted(job)
