@@ -4,9 +4,10 @@ Why: the parsers are native code that a hostile file can steer. A 0.6 MB PDF who
 to 420 MB took a server past 6 GB (its budget: 2 GB); 1,000,000 nested ``<div>`` kept lexbor busy for
 hours, and a running parse kept the server from stopping. The child gets ``PARSE_MEMORY_MB`` of address
 space (RLIMIT_AS: the allocation past it fails and the child dies, the parent does not notice), writes at
-most ``PARSE_TEXT_MB`` of sections (RLIMIT_FSIZE on its output file), may use ``PARSE_SECONDS`` +
-``PARSE_SECONDS_PER_MB`` per MB of the file of CPU time (RLIMIT_CPU) and is killed after ``WALL_FACTOR``
-times that (a child blocked, not computing; a parse that waits for the CPU of a busy device is no attack).
+most ``PARSE_TEXT_MB`` of sections (RLIMIT_FSIZE on its output file: a JSON line each, read back one at a time),
+may use ``PARSE_SECONDS`` + ``PARSE_SECONDS_PER_MB`` per MB of the file of CPU time (RLIMIT_CPU) and is killed
+after ``WALL_FACTOR`` times that (a child blocked, not computing; a parse that waits for the CPU of a busy device is
+no attack).
 Past any limit the file is refused with an InputError naming it and the limit, so folder indexing skips
 it and an upload answers 422.
 ``Parser.stop`` kills the running children (a server shutting down does not wait for them).
@@ -52,9 +53,9 @@ class Parser:
             child = subprocess.Popen([sys.executable, "-c", _CHILD, _ROOT, *args], stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=err)
             code = self._wait(child, WALL_FACTOR * cpu_s)
-            if code == 0:
+            if code == 0:  # a section a line: the whole output held at once, bytes and text, was twice the sections
                 out.seek(0)
-                return [(title, text) for title, text in json.load(out)]
+                return [(title, text) for title, text in map(json.loads, out)]
             err.seek(0)
             raise InputError(self._refusal(path, code, cpu_s, err.read(2000).decode("utf-8", "replace")))
 
@@ -97,7 +98,8 @@ class Parser:
 
 
 def main(argv: list[str]) -> int:
-    """The child: set the limits, parse, write the sections as JSON to stdout (exit 0) or why not to stderr."""
+    """The child: set the limits, parse, write the sections to stdout, a JSON line each (exit 0), or why not to
+    stderr."""
     path, memory_mb, text_mb, cpu_s = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_FSIZE, (text_mb << 20, text_mb << 20))
@@ -109,5 +111,6 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - InputError, or the parser's own error on a malformed file
         sys.stderr.write(str(exc) if isinstance(exc, InputError) else f"{path} cannot be parsed: {exc!r}"[:500])
         return EXIT_REFUSED
-    json.dump(sections, sys.stdout)
+    for section in sections:
+        sys.stdout.write(json.dumps(section) + "\n")
     return 0
