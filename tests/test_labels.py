@@ -164,6 +164,33 @@ def test_writers_in_two_processes_wait_for_each_other(tmp_path):
     assert len(Labels(path).all()) == 80
 
 
+LOG_PEAK = """
+import contextlib, json, sys
+from pathlib import Path
+from edge_rag.memory import peak_rss_mb, rss_mb
+from edge_rag.serve import question_log
+with contextlib.suppress(OSError):
+    Path("/proc/self/clear_refs").write_text("5")  # the high-water mark from here on (Linux)
+before = rss_mb()
+entries = question_log.read(Path(sys.argv[1]))
+print(json.dumps({"entries": len(entries), "peak": peak_rss_mb() - before, "held": rss_mb() - before}))
+"""
+
+
+def test_a_full_question_log_is_read_a_line_at_a_time(tmp_path):
+    """Every /admin listing, export and calibration reads the whole question log (up to MAX_BYTES, 32 MB). It was read
+    whole, decoded and split, beside the entries it returns: a full log rose peak RSS by 160 MB for 83 MB of entries.
+    A line at a time, the peak is what it returns (80 MB for 80). Here 8 MB: +40 MB for 22 before, +20 for 20 after."""
+    path = tmp_path / "q.jsonl"
+    line = '{{"question": "When does the museum open on day {}?", "asked": "2026-11-29T23:00:00+00:00"}}\n'
+    path.write_text("".join(line.format(i) for i in range(85_000)), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-c", LOG_PEAK, str(path)], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["entries"] == 85_000 and out["peak"] <= 1.25 * out["held"], out
+
+
 def test_the_question_log_is_read_back_skipping_a_line_cut_by_a_crash(tmp_path):
     log = question_log.QuestionLog(tmp_path / "q.jsonl")
     log.add("When does the museum open?")

@@ -61,21 +61,24 @@ def read(path: Path | None) -> list[tuple[str, str]]:
     a question, is skipped); nothing when there is no log yet. Read up to MAX_BYTES, as far as the log grows."""
     if path is None:
         return []
+    out: list[tuple[str, str]] = []
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1_000_000)
+            left = MAX_BYTES + 1_000_000
+            # A line at a time ("\n" only: U+2028 is inside a string): read whole, then decoded and split, a full log
+            # rose peak RSS by 160 MB, twice the 83 MB of what it returns (every /admin listing reads it).
+            while left > 0 and (line := f.readline(left)):
+                left -= len(line)
+                try:
+                    entry = json.loads(line.decode("utf-8", errors="replace"))
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("question"), str):
+                    out.append((entry["question"], str(entry.get("asked", ""))))
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise EdgeRAGError(f"cannot read the question log {path}: {exc}") from exc
-    out = []
-    for line in data.decode("utf-8", errors="replace").split("\n"):  # not splitlines: U+2028 is inside a string
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("question"), str):
-            out.append((entry["question"], str(entry.get("asked", ""))))
     return out
 
 
