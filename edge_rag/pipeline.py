@@ -64,8 +64,7 @@ class EdgeRAG:
         self.bundle = bundle if isinstance(bundle, B.Bundle) else B.Bundle.load(bundle or default_bundle(profile))
         # Plan the process into the memory budget before loading anything large (BudgetError names what does not fit),
         # its base measured before the encoder is verified: a first run loads it, and the RSS kept of that counted.
-        config = config or Config()
-        remote = is_remote(db)  # a PostgreSQL store keeps its index off the device: the plan leaves it out
+        config, remote = config or Config(), is_remote(db)  # a PostgreSQL store's index is off the device: not planned
         certified = CertifiedPath(self.bundle, config, Path(calibration) if calibration else None, remote)
         sized = partial(plan, self.bundle, config, passages=0 if remote else stored_passages(db), remote_index=remote,
                         generator=certified.may_generate, base_mb=runtime_base_estimate().mb)
