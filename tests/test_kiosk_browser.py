@@ -5,6 +5,7 @@ go to tests/.artifacts/ (git-ignored) for a person to look at.
 """
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -202,3 +203,32 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
                 shot(page, f"800x480-footer-{n}-refusal")
             assert not errors, errors
             context.close()
+
+
+def test_an_open_page_shows_the_certificate_and_suggestions_in_force(browser, sample_db, tmp_path):
+    """The operator applies another certificate (what /admin's Apply does) while the kiosk page is open: the footer
+    beside the next answer names it, and the next visitor's suggestions are the ones it answers. The page read
+    /api/kiosk once, at its load: it went on claiming the old certificate, and suggesting questions now refused."""
+    from edge_rag.config import Config
+    from edge_rag.decision.certify import CALIBRATION_ASSET
+    from edge_rag.pipeline import EdgeRAG
+
+    own = tmp_path / "own.json"
+    shutil.copy(CALIBRATION_ASSET, own)
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", config=Config(temperature=0.0, index_threads=1))
+    with running_server(rag) as url:
+        context, page, errors = open_page(browser, url, "800x480")
+        before = httpx.get(f"{url}/api/kiosk", timeout=60).json()
+        rag.use_calibration(own, 0.2)
+        after = httpx.get(f"{url}/api/kiosk", timeout=60).json()
+        assert after["decision"] != before["decision"] and after["questions"] != before["questions"]
+        summary, first = (json.dumps(x, ensure_ascii=False) for x in (after["decision"]["summary"],
+                                                                       after["questions"][0]))
+        ask(page, OFF_TOPIC)  # the footer is fetched again beside the answer (not before it: waited for)
+        page.wait_for_selector(f"#certificate[title={summary}]", timeout=30_000)
+        page.click("#reset")
+        page.wait_for_selector(f"#suggestion-list button:text-is({first})", timeout=30_000)
+        assert page.locator("#suggestion-list button").all_text_contents() == after["questions"]
+        assert not errors, errors
+        context.close()

@@ -47,6 +47,7 @@ function resetPage() {
   clearResult();
   $("question").value = "";
   $("suggestions").hidden = false;
+  loadKiosk();  // the next visitor sees the certificate and the suggestions in force now, not those of the page's load
 }
 
 function touched() {
@@ -115,6 +116,7 @@ function ask(question) {
   text($("status"), "Looking it up…");
   let finished = false;
   let streamed = "";
+  loadKiosk();  // the footer beside this answer names the certificate deciding it (the operator may have applied one)
   stream = new EventSource("/api/ask/stream?q=" + encodeURIComponent(question));
   const on = (name, fn) => stream.addEventListener(name, (e) => { touched(); fn(JSON.parse(e.data)); });
   on("route", (d) => {
@@ -139,12 +141,13 @@ function ask(question) {
   };
 }
 
-async function init() {
-  $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
-  $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
-  for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
+async function loadKiosk() {
+  // Title, settings, suggestions and certificate, fetched again at each reset and question: an operator's Apply,
+  // an upload or a removal, or a server restarted with another certificate, changes them under an open page.
   try {
-    const k = await (await fetch("/api/kiosk")).json();
+    const response = await fetch("/api/kiosk");
+    if (!response.ok) throw new Error(response.status);  // a JSON error, not the page's settings
+    const k = await response.json();
     text($("title"), k.title);
     document.title = k.title;
     idleMs = k.idle_reset_s * 1000;
@@ -152,22 +155,29 @@ async function init() {
     // Which certificate decides, in a discreet footer; a server's text, so textContent only, never markup.
     text($("certificate"), k.decision.summary);
     $("certificate").title = k.decision.summary;  // whole, where the small panel shows two lines of it
-    $("certificate").addEventListener("click", () => $("certificate").classList.toggle("open"));  // and on a tap
     $("certificate").classList.toggle("uncertified", !k.decision.certified);
-    const list = $("suggestion-list");
-    for (const q of k.questions) {
+    const items = k.questions.map((q) => {
       const li = document.createElement("li");
       const b = document.createElement("button");
       b.type = "button";
       text(b, q);
       b.addEventListener("click", () => { $("question").value = q; ask(q); });
       li.append(b);
-      list.append(li);
-    }
-    $("suggestions").hidden = k.questions.length === 0;
-  } catch (err) {
-    $("suggestions").hidden = true;
+      return li;
+    });
+    $("suggestion-list").replaceChildren(...items);
+    if (items.length === 0) $("suggestions").hidden = true;
+  } catch (err) {  // the server is down or restarting: the page keeps what it showed, and tries again later
+    if ($("suggestion-list").children.length === 0) $("suggestions").hidden = true;
   }
+}
+
+function init() {
+  $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
+  $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
+  for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
+  $("certificate").addEventListener("click", () => $("certificate").classList.toggle("open"));  // and on a tap
+  loadKiosk();
   touched();
 }
 
