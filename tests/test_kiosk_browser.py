@@ -232,3 +232,33 @@ def test_an_open_page_shows_the_certificate_and_suggestions_in_force(browser, sa
         assert page.locator("#suggestion-list button").all_text_contents() == after["questions"]
         assert not errors, errors
         context.close()
+
+
+def test_long_unbroken_words_never_widen_the_page(browser, sample_db, tmp_path):
+    """A URL or a long compound in the page's title, a suggested document title, a question typed, an answer or its
+    passage wraps inside the 800 px panel: a 300-letter question made the page 3,053 px wide, to be panned
+    sideways on a touch screen (a 90-character URL, 1,118 px)."""
+    from serving import TOKEN, WRITE, test_config, wait_job
+
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.serve.config import ServeConfig
+
+    url_text = "https://harbourlight.example/" + "booking" * 12
+    compound = "Museumspädagogikabteilungsleitung" * 3
+    shutil.copytree(sample_db, tmp_path / "db")
+    config = ServeConfig(port=0, token=TOKEN, title=compound, question_timeout_s=900)
+    with running_server(EdgeRAG(tmp_path / "db", config=test_config()), config) as url:
+        doc = f"# {compound}\n\nTickets for the {compound} tour are booked at {url_text} only.\n".encode()
+        sent = httpx.post(f"{url}/api/documents", files={"file": ("tour.md", doc)}, headers=WRITE, timeout=60)
+        assert wait_job(url, sent)["state"] == "done"
+        context, page, errors = open_page(browser, url, "800x480", ready="#certificate:not(:empty)")
+        wide = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        assert page.inner_text("#title") == compound and page.evaluate(wide) <= 0
+        for question in ("x" * 300, f"Where are tickets for the {compound} tour booked?"):
+            ask(page, question)
+            for summary in page.locator("#sources summary").all():
+                summary.tap()
+            assert page.evaluate(wide) <= 0, question
+        assert url_text in page.inner_text("#result")  # the answer or its passage held the URL
+        assert not errors, errors
+        context.close()
