@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import queue
 import select
@@ -190,6 +191,34 @@ def test_slow_header_clients_are_cut_off(edge):
     assert not open_, f"{len(open_)} of {len(socks)} slow connections still open after {sent} bytes each"
     assert sent < len(trickle)  # none of them ever completed its headers
     assert httpx.get(f"{url}/api/health", timeout=T).status_code == 200
+
+
+def test_a_request_cut_off_mid_body_logs_no_error(edge):
+    """A client that closes the connection halfway through its body (a question, an upload) failed nothing on the
+    server, and is not logged as if it had: each one was "Exception in ASGI application" and a 48-line
+    ClientDisconnect traceback at ERROR, for anyone to fill the kiosk's log with, no token needed."""
+    url, _, _ = edge
+    host, port = url.removeprefix("http://").split(":")
+    records: queue.Queue = queue.Queue()
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.put  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        heads = [f"POST /api/ask HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                 "Content-Length: 100\r\n\r\n{\"question\": ",
+                 f"POST /api/documents HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+                 "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n--b\r\n"
+                 'Content-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nLockers are by the door.']
+        for head in heads:
+            with socket.create_connection((host, int(port)), timeout=30) as client:
+                client.sendall(head.encode())
+                time.sleep(0.3)  # the handler is reading the body when the client leaves
+        time.sleep(1.5)
+        assert httpx.get(f"{url}/api/health", timeout=T).status_code == 200
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    logged = [records.get().getMessage() for _ in range(records.qsize())]
+    assert not logged, logged
 
 
 def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db, tmp_path):
