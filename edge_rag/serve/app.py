@@ -38,10 +38,8 @@ from starlette.routing import Mount, Route
 
 from ..documents.parse_child import Parser
 from ..errors import EdgeRAGError, check_question
-from ..events import Final
 from ..pipeline import EdgeRAG
 from ..storage.doctor import check_recall
-from ..types import Answer
 from .admin import Admin
 from .auth import require_writer
 from .bodies import limited, parse_json, read_body
@@ -49,7 +47,7 @@ from .config import ServeConfig
 from .errors import HANDLERS, error
 from .health import decision, health_report
 from .jobs import Job, Jobs, progress_of
-from .lanes import Busy, Failed, Lanes
+from .lanes import Answered, Busy, Failed, Lanes
 from .origin import SameOrigin
 from .pages import PAGE_HEADERS, STATIC, PageFiles
 from .question_log import QuestionLog
@@ -142,8 +140,8 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
             async for event in lanes.ask(question):
                 if isinstance(event, Failed):
                     return error(event.status, event.message)
-                if isinstance(event, Final):
-                    return JSONResponse(await lanes.fast(_answer_json, rag, event.answer))
+                if isinstance(event, Answered):
+                    return JSONResponse(event.answer)
         except Busy as exc:
             return error(503, str(exc))
         return error(500, "the question ended without an answer")
@@ -157,10 +155,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
                     if event is None:
                         yield ": keepalive\n\n"  # an SSE comment: keeps idle connections open while waiting
                         continue
-                    data = event.data()
-                    if isinstance(event, Final):
-                        data = await lanes.fast(_answer_json, rag, event.answer)
-                    yield _sse(event.name, data)
+                    yield _sse(event.name, event.data())
             except Busy as exc:
                 yield _sse("failed", {"error": str(exc), "status": 503})
             except EdgeRAGError as exc:
@@ -286,14 +281,6 @@ def _question(text: str, config: ServeConfig) -> str:
     if len(text) > config.max_question_chars:
         raise HTTPException(413, f"the question is {len(text)} characters; the limit is {config.max_question_chars}")
     return check_question(text)
-
-
-def _answer_json(rag: EdgeRAG, answer: Answer) -> dict:
-    """The Answer's JSON plus the text of the passages it used (for the page's tappable sources)."""
-    data = answer.to_dict()
-    texts = {p.id: p.text for p in rag.store.passages([p.id for p in answer.passages])}
-    data["sources"] = [{"id": p.id, "title": p.title, "text": texts.get(p.id, "")} for p in answer.passages]
-    return data
 
 
 def _sse(event: str, data: dict) -> str:
