@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -191,7 +192,8 @@ def test_an_upload_past_the_limit_is_refused_whatever_length_it_declares(servers
 
 def test_files_are_known_by_their_path_and_a_reupload_in_another_case_replaces(servers):
     """Issue #43: a/same.txt and b/same.txt in one upload: "2 files done", one stored. Tours.TXT, then tours.txt:
-    both price versions stayed and the kiosk answered the old one. One name sent twice in one upload: refused."""
+    both price versions stayed and the kiosk answered the old one; so did Crêpes.txt sent decomposed (as a Mac may),
+    then composed. One name sent twice in one upload: refused."""
     url, rag, _, _ = servers
     before = rag.store.count
     same = [("file", ("a/same.txt", b"The east wing lift is out of order today.")),
@@ -201,16 +203,22 @@ def test_files_are_known_by_their_path_and_a_reupload_in_another_case_replaces(s
                                                                                             ("b/same.txt", 1)]
     assert rag.store.count == before + 2
     assert [len(rag.store.documents_from(f"upload:{name}")) for name in ("a/same.txt", "b/same.txt")] == [1, 1]
-    for name, price in (("Tours.TXT", 12), ("tours.txt", 15)):
-        body = f"A guided tour of the clock tower costs {price} pounds.".encode()
+    # and a name a Mac sends decomposed ('e' + U+0302), sent again composed from another machine: replaced too
+    crepes = unicodedata.normalize("NFD", "Crêpes.txt"), unicodedata.normalize("NFC", "crêpes.txt")
+    for (name, price), what in zip([("Tours.TXT", 12), ("tours.txt", 15), (crepes[0], 6), (crepes[1], 8)],
+                                   ["guided tour of the clock tower"] * 2 + ["crepe on the roof terrace"] * 2):
+        body = f"A {what} costs {price} pounds.".encode()
         job = wait_job(url, httpx.post(f"{url}/api/documents", files={"file": (name, body)}, headers=WRITE, timeout=T))
         assert job["state"] == "done", job
-    assert rag.store.count == before + 3 and len(rag.store.documents_from("upload:tours.txt")) == 1
-    hit = rag.store.search(rag.encoder.encode_one("guided tour of the clock tower"), 1)
-    assert "15 pounds" in rag.store.passages([hit[0].id])[0].text
-    twice = [("file", ("Map.txt", b"The map is at the entrance.")), ("file", ("./map.TXT", b"Another map."))]
-    r = httpx.post(f"{url}/api/documents", files=twice, headers=WRITE, timeout=T)
-    assert r.status_code == 400 and "same file" in r.json()["error"] and rag.store.count == before + 3
+    assert rag.store.count == before + 4 and len(rag.store.documents_from("upload:tours.txt")) == 1
+    assert len(rag.store.documents_from(f"upload:{crepes[1]}")) == 1
+    for what, price in (("guided tour of the clock tower", 15), ("crepe on the roof terrace", 8)):
+        hit = rag.store.search(rag.encoder.encode_one(what), 1)
+        assert f"{price} pounds" in rag.store.passages([hit[0].id])[0].text
+    for twice in ([("file", ("Map.txt", b"The map is at the entrance.")), ("file", ("./map.TXT", b"Another map."))],
+                  [("file", (name, b"Crepes all day.")) for name in crepes]):
+        r = httpx.post(f"{url}/api/documents", files=twice, headers=WRITE, timeout=T)
+        assert r.status_code == 400 and "same file" in r.json()["error"] and rag.store.count == before + 4
 
 
 def test_upload_folders_left_by_killed_servers_are_removed_at_start(servers, tmp_path, monkeypatch):

@@ -2,10 +2,10 @@
 folder for the upload's job, not in memory), known by the client's path.
 
 Identity: the documents of an uploaded file have the source ``upload:`` + the path the client sent (a
-browser's folder upload sends ``a/same.txt``), in lower case. Two files of one name in different folders are
-two files; ``Tours.TXT`` uploaded again as ``tours.txt`` replaces it, as on the case-insensitive file systems
-such files come from (the kiosk must not answer from the old price list). One upload naming a file twice
-is refused.
+browser's folder upload sends ``a/same.txt``), in lower case and composed form (NFC). Two files of one name in
+different folders are two files; ``Tours.TXT`` uploaded again as ``tours.txt`` replaces it, as on the
+case-insensitive file systems such files come from (the kiosk must not answer from the old price list). One upload
+naming a file twice is refused.
 
 Temporary folders carry the server's pid: a server killed mid-upload leaves its folder behind, and the next
 start removes every folder whose process is gone.
@@ -21,6 +21,7 @@ import re
 import shutil
 import tempfile
 import threading
+import unicodedata
 from collections.abc import Iterator
 from concurrent.futures import Executor
 from dataclasses import replace
@@ -135,8 +136,9 @@ async def save_files(files: list[UploadFile], folder: Path) -> list[tuple[str, P
 
 
 def client_path(filename: str) -> str:
-    """The client's relative path, '/'-separated, without empty, '.' or '..' parts; 4xx for a bad name."""
-    parts = [p for p in _SEPARATORS.split(filename) if p not in ("", ".", "..")]
+    """The client's relative path, '/'-separated, without empty, '.' or '..' parts, in Unicode's composed form (NFC:
+    a Mac may send 'é' as 'e' + accent, where another machine sends one character); 4xx for a bad name."""
+    parts = [p for p in _SEPARATORS.split(unicodedata.normalize("NFC", filename)) if p not in ("", ".", "..")]
     base = parts[-1] if parts else ""
     if Path(base).suffix.lower() not in UPLOAD_SUFFIXES:
         raise HTTPException(415, f"{base[:80] or 'a file'}: only {' '.join(UPLOAD_SUFFIXES)} files are indexed")
