@@ -85,6 +85,34 @@ def test_the_operator_page_refuses_without_the_token_and_from_another_origin(bro
         assert labels(url) == {}  # nothing was saved from the other site
 
 
+def test_a_visitor_going_back_from_the_kiosk_page_finds_the_operator_page_locked(browser, sample_db, tmp_path):
+    """The operator unlocks /admin in the kiosk's own tab (the server listens on loopback: the kiosk's browser is the
+    one that reaches it), then opens the kiosk page and leaves. A visitor swiping back found the operator page open:
+    the logged questions, Calibrate and Apply (from Chromium's back/forward cache, or loaded again with the token the
+    tab kept); typing /admin did too. Chromium with its back/forward cache on, as a kiosk runs it."""
+    from browsing import CHROMIUM, CHROMIUM_ARGS
+
+    kiosk_browser = browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                                                ignore_default_args=["--disable-back-forward-cache"])
+    try:
+        rag, running = logged_server(sample_db, tmp_path)
+        with running as url:
+            page = kiosk_browser.new_context(has_touch=True).new_page()
+            page.goto(f"{url}/admin")
+            unlock(page, TOKEN)
+            page.wait_for_selector("#questions li")
+            page.goto(url)
+            page.wait_for_selector("#suggestion-list button")
+            page.go_back(wait_until="commit")  # a page restored from the cache fires no load event
+            page.wait_for_selector("#unlock:not([hidden])", timeout=10_000)
+            assert page.is_hidden("#work") and page.locator("#questions li").count() == 0
+            page.goto(f"{url}/admin")
+            page.wait_for_selector("#token")
+            assert page.is_visible("#unlock") and page.is_hidden("#work")
+    finally:
+        kiosk_browser.close()
+
+
 def test_label_calibrate_apply_and_ask(browser, sample_db, tmp_path):
     """A kiosk whose visitors asked each question three times: enough askings that some alpha certifies answers."""
     rag, running = logged_server(sample_db, tmp_path, times=ASKED)

@@ -206,3 +206,8 @@ $("apply").addEventListener("click", apply);
 $("export").addEventListener("click", exportLabels);
 $("import").addEventListener("change", importLabels);
 if (sessionStorage.getItem("token")) load();
+// Back from the kiosk page, which forgot the token: a page kept in the browser's back/forward cache would show the
+// questions as the operator left them; it starts afresh instead.
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted && !sessionStorage.getItem("token")) location.reload();
+});

@@ -173,6 +173,9 @@ async function loadKiosk() {
 }
 
 function init() {
+  // The operator may have unlocked /admin in this tab: the kiosk page is a visitor's, whose swipe back must not
+  // find the operator's page open (admin.js keeps the token for its tab).
+  sessionStorage.removeItem("token");
   $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
   $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
   for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
