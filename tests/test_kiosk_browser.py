@@ -262,3 +262,23 @@ def test_long_unbroken_words_never_widen_the_page(browser, sample_db, tmp_path):
         assert url_text in page.inner_text("#result")  # the answer or its passage held the URL
         assert not errors, errors
         context.close()
+
+
+def test_an_idle_reset_longer_than_a_browser_timer_never_resets_the_page(browser, sample_db, tmp_path):
+    """``--idle-reset`` of 30 days (a kiosk that should never clear itself): past setTimeout's 24.8 days the timer
+    fired at once, so every touch reset the page and no answer ever showed."""
+    from edge_rag.config import Config
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.serve.config import ServeConfig
+
+    shutil.copytree(sample_db, tmp_path / "db")
+    config = ServeConfig(port=0, idle_reset_s=30 * 86400)
+    with running_server(EdgeRAG(tmp_path / "db", config=Config(temperature=0.0)), config) as url:
+        context, page, errors = open_page(browser, url, "800x480")
+        page.fill("#question", OFF_TOPIC)
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#meta:not(:empty)", timeout=60_000)
+        page.wait_for_timeout(500)  # a reset would follow the answer's last event at once
+        assert page.is_visible("#result") and page.inner_text("#answer") == "I don't know."
+        assert not errors, errors
+        context.close()

@@ -150,7 +150,9 @@ async function loadKiosk() {
     const k = await response.json();
     text($("title"), k.title);
     document.title = k.title;
-    idleMs = k.idle_reset_s * 1000;
+    // setTimeout takes 2^31 - 1 ms (24.8 days) at most and fires at once past it: a longer --idle-reset ("never")
+    // reset the page as soon as it was touched, and no answer ever showed
+    idleMs = Math.min(k.idle_reset_s * 1000, 2 ** 31 - 1);
     $("question").maxLength = k.max_question_chars;
     // Which certificate decides, in a discreet footer; a server's text, so textContent only, never markup.
     text($("certificate"), k.decision.summary);
