@@ -35,7 +35,10 @@ from serving import TOKEN, WRITE, running_server  # noqa: E402
 from edge_rag.config import Config  # noqa: E402
 from edge_rag.models import bundle as B  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
+from edge_rag.serve import _bind  # noqa: E402
+from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
+from edge_rag.serve.http import server as http_server  # noqa: E402
 from edge_rag.serve.question_log import QuestionLog, read  # noqa: E402
 from edge_rag.storage.store import Store  # noqa: E402
 
@@ -295,6 +298,60 @@ def test_sigterm_ends_a_running_generation_at_its_next_token(bundle_dir, sample_
         whole = events[-1][0] == "answer" and len(pieces) == 1 and events[-1][1]["answer"] == pieces[0]
         assert whole or (events[-1][0] == "failed" and events[-1][1]["status"] == 503), events[-3:]
         _exited(proc, stopping, "while generating")
+
+
+def test_questions_waiting_for_the_generator_when_the_server_stops_are_not_generated(bundle_dir, sample_db, tmp_path):
+    """SIGTERM while questions wait behind a running generation: each one in turn was told "generating now", had its
+    first sentence generated, and only then heard 503 (4 waiting: the CLI server took 6.0 s to exit, a sentence
+    each; minutes on a Pi, past the shutdown grace). Now they hear 503 when their turn comes, with nothing generated.
+    The test holds the generator's context meanwhile, as a long generation would."""
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=serving.test_config())
+    running, *waiting = serving.gpt_questions(rag, 3)
+    config = ServeConfig(port=0, question_timeout_s=900, shutdown_grace_s=60)
+    sock = _bind("127.0.0.1", 0)
+    server = http_server(create_app(rag, config), config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    events: dict[str, list] = {q: [] for q in [running, *waiting]}
+
+    def ask(question: str) -> None:
+        with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": question}, timeout=T) as r:
+            events[question].extend(serving.iter_sse(r))
+
+    def line_holds(n: int) -> None:
+        for _ in range(600):
+            if httpx.get(f"{url}/api/health", timeout=T).json()["generation"]["waiting"] == n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the generation line never held {n}")
+
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the server did not start"
+            time.sleep(0.05)
+        askers = [threading.Thread(target=ask, args=(q,)) for q in events]
+        with rag.generator._lock:
+            for n, asker in enumerate(askers, 1):
+                asker.start()
+                line_holds(n)
+            server.should_exit = True  # as SIGTERM: the lanes are told first (http.Server.shutdown)
+            for _ in range(600):
+                try:
+                    socket.create_connection(sock.getsockname(), timeout=1).close()
+                    time.sleep(0.05)
+                except OSError:  # no longer listening: the lanes have been told
+                    break
+        for asker in askers:
+            asker.join(300)
+        for question in waiting:
+            assert events[question][-1] == ("failed", {"error": "the server is shutting down", "status": 503})
+            assert [e for e, d in events[question] if e == "token" or d == {"position": 0}] == [], events[question]
+    finally:
+        server.should_exit = True
+        thread.join(120)
+        sock.close()
 
 
 @contextmanager

@@ -14,7 +14,8 @@ A queued or running generation is a ``Job`` that no client owns: a client that d
 running generation to finish and its Answer lands in the answer cache (asking again returns it at
 once); a job that has not started when its client leaves is dropped from the line at once (those behind it move up). Each question has a deadline
 (``ServeConfig.question_timeout_s``) counted from its arrival, waiting included. When the server stops, a running
-generation ends at its next token (its client hears 503), so shutdown never waits for a long answer.
+generation ends at its next token and the waiting ones are not started (their clients hear 503), so shutdown never
+waits for a long answer.
 """
 from __future__ import annotations
 
@@ -161,6 +162,9 @@ class Lanes:
                 if job.abandoned:
                     return
                 job.started = True
+            if self._stopping:  # its turn came after the server began to stop: nothing is generated for it
+                job.push(Failed(503, "the server is shutting down"))
+                return
             if time.monotonic() > job.deadline:
                 job.push(Failed(504, f"timed out after {self.timeout_s:.0f} s waiting for the generator"))
                 return
