@@ -52,6 +52,7 @@ READER_TRAIN_HOTPOT = tuple(_SPLITS["hotpotqa"]["reader_train"])
 READER_VAL_HOTPOT = tuple(_SPLITS["hotpotqa"]["reader_val"])
 READER_SELECT_ARTICLES = frozenset(_SPLITS["reader_select"]["articles"])  # of SQUAD2_RECOVERED
 SELECT_SAMPLE = 800  # per kind (answerable, real unanswerable): what a training checkpoint is scored on
+SOURCES = ("answerable", "window", "impossible", "other_article", "same_article", "swapped")  # build_examples' kinds
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,9 @@ def source_mix(text: str) -> dict[str, float]:
         mix = {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(","))}
     except ValueError:
         raise argparse.ArgumentTypeError(f"--mix {text!r}: expected source=share,source=share,...") from None
+    if unknown := sorted(set(mix) - set(SOURCES)):  # a typo is named now, not after minutes of building examples
+        raise argparse.ArgumentTypeError(f"--mix {text!r}: no source {', '.join(map(repr, unknown))} "
+                                         f"(sources: {', '.join(SOURCES)})")
     if any(v < 0 for v in mix.values()) or abs(sum(mix.values()) - 1) > 1e-6:
         raise argparse.ArgumentTypeError(f"--mix {text!r}: shares must be >= 0 and sum to 1")
     return mix

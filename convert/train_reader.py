@@ -29,6 +29,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -192,7 +193,11 @@ def checkpoint(model: M.SpanReader, tok, args: argparse.Namespace, history: dict
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.mix and not args.examples:
+        raise SystemExit("error: --mix needs --examples N > 0 (the windows the shares are of)")
     args.run = run_dir(args)
+    if args.skip_train and not (args.run / "history.json").is_file():
+        raise SystemExit(f"error: --skip-train: {args.run} holds no scored checkpoint of a run with these settings")
     args.run.mkdir(parents=True, exist_ok=True)
     if not args.skip_train:
         train(args)
@@ -201,17 +206,37 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def at_least(low: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type: a number >= ``low``, so a nonsense value is a usage error before minutes of building
+    examples (``--examples -5`` was a ValueError traceback of random.sample there)."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"{text} is below {low}")
+        return value
+    return parse
+
+
+def existing_file(text: str) -> Path:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return Path(text)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-reader", help="fine-tune the extractive reader, export reader.onnx, write its report",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=int, default=EPOCHS)
-    p.add_argument("--checkpoints", type=int, default=CHECKPOINTS, help="equally spaced checkpoints (each scored on reader-val)")
-    p.add_argument("--lr", type=float, default=LR)
-    p.add_argument("--examples", type=int, default=EXAMPLES, help="train on a seeded subset of this many windows (0 = all)")
-    p.add_argument("--swaps", type=float, default=SWAPS_PER_ANSWERABLE,
+    p.add_argument("--epochs", type=at_least(1), default=EPOCHS)
+    p.add_argument("--checkpoints", type=at_least(1), default=CHECKPOINTS, help="equally spaced checkpoints (each scored on reader-val)")
+    p.add_argument("--lr", type=at_least(0.0, float), default=LR)
+    p.add_argument("--examples", type=at_least(0), default=EXAMPLES, help="train on a seeded subset of this many windows (0 = all)")
+    p.add_argument("--swaps", type=at_least(0.0, float), default=SWAPS_PER_ANSWERABLE,
                    help="share of answerable SQuAD questions also trained with a swapped name/number as no-answer")
-    p.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights (a second stage)")
-    p.add_argument("--skip-subset", type=int, default=0,
+    p.add_argument("--init", type=existing_file, default=None, help="start from this checkpoint's weights (a second stage)")
+    p.add_argument("--skip-subset", type=at_least(0), default=0,
                    help="leave out the seeded subset of this many windows (a first stage's --examples, same seed)")
     p.add_argument("--mix", type=D.source_mix, default=None,
                    help="train on --examples windows with these shares of sources, e.g. impossible=0.2,answerable=0.8")

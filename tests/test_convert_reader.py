@@ -57,3 +57,20 @@ def test_the_hard_negative_hinge_counts_only_while_the_plausible_span_is_within_
     assert span_loss(start, end, marked, ce) > span_loss(start, end, plain, ce)
     start[0, 0] = end[0, 0] = 2.0 + HARD_MARGIN  # [CLS] ahead by 2 x the margin: nothing left to push
     assert torch.isclose(span_loss(start, end, marked, ce), span_loss(start, end, plain, ce))
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--skip-train"], "holds no scored checkpoint"),  # a FileNotFoundError traceback of history.json before
+    (["--examples", "-5"], "below 0"),  # a ValueError of random.sample after minutes of building examples
+    (["--checkpoints", "0"], "below 1"),  # trained, then no checkpoint to export
+    (["--mix", "answerabel=1"], "no source 'answerabel'"),  # named only after minutes of building examples
+    (["--mix", "answerable=1", "--examples", "0"], "--mix needs --examples"),  # 0 windows of each share
+    (["--init", "no-such-reader.pt"], "no such file"),
+])
+def test_train_reader_refuses_nonsense_arguments_before_any_work(tmp_path, capsys, argv, why):
+    from convert.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train-reader", "--work", str(tmp_path), *argv])
+    assert why in f"{exc.value.code} {capsys.readouterr().err}" and exc.value.code != 0
+    assert not any(tmp_path.iterdir())  # nothing started
