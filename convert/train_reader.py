@@ -17,9 +17,10 @@ impossible=0.2,answerable=0.45,...`` of ``--examples`` windows; a source with fe
 repeated): SQuAD 1.1 teaches spans, the real unanswerables teach SQuAD-2's look-alike questions apart from answerable
 ones, and a mix sets how much of each a stage sees.
 
-Resumable: the training state (weights, optimiser, schedule, step) is saved outside git in ``--work`` every few
-minutes and at each checkpoint, in a folder named by the run's settings; running the same command again continues
-where it stopped (the batch order is seeded, so the resumed run sees exactly the batches it had left).
+Resumable: the training state (weights, optimiser, schedule, step, torch's random state) is saved outside git in
+``--work`` every few minutes and at each checkpoint, in a folder named by the run's settings; running the same command
+again continues where it stopped (the batch order is seeded, so the resumed run sees exactly the batches it had left,
+with the dropout it would have drawn: the same weights as a run never stopped).
 """
 from __future__ import annotations
 
@@ -111,6 +112,8 @@ def train(args: argparse.Namespace) -> None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
+        if "rng" in state:  # dropout's stream where the run left it (older states: from the seed)
+            torch.set_rng_state(state["rng"])
         step, history = state["step"], {**state["history"], "counts": counts, "steps": steps}
         print(f"resuming {args.run} at step {step}/{steps}", flush=True)
     saves = {round(steps * k / args.checkpoints) for k in range(1, args.checkpoints + 1)}
@@ -154,10 +157,11 @@ def span_loss(start: torch.Tensor, end: torch.Tensor, batch: list, loss_fn: nn.M
 
 
 def save_state(path: Path, model, opt, sched, step: int, history: dict) -> None:
-    """Everything a resumed run needs, written atomically (a kill mid-write keeps the previous state)."""
+    """Everything a resumed run needs, written atomically (a kill mid-write keeps the previous state); torch's random
+    state too: dropout draws from it every step, and a resumed run that redrew from the seed trained another reader."""
     tmp = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "step": step, "history": history}, tmp)
+                "step": step, "history": history, "rng": torch.get_rng_state()}, tmp)
     os.replace(tmp, path)
 
 
