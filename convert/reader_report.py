@@ -1,5 +1,8 @@
 """After training: pick the checkpoint, export reader.onnx (int8 shipped), check parity, write the report.
 
+An export that fails its parity gates stays in the run's folder with its report and the command exits non-zero: the
+shipped reader is replaced (atomically) only by one that passed.
+
 Selection is on reader-val HasAns F1 (the checkpoints' in-process scores); every figure in the report
 is then re-measured on the shipped int8 ONNX through ``edge_rag.reading.reader.Reader``, the device path.
 The Haswell (AVX2-only) parity run uses ``qemu-x86_64 -cpu Haswell`` when it is installed.
@@ -26,6 +29,7 @@ from convert.quantize import quantize_int8
 from convert.report import write_report
 from edge_rag.reading.reader import MAX_SEQ_LEN, READER_ASSET, STRIDE, Reader, passage_context
 from edge_rag.retrieval.encode import load_session, pad_batch
+from edge_rag.storage.fileio import atomic_path
 from edge_rag.types import Passage
 
 ASSETS = READER_ASSET.parent
@@ -48,7 +52,12 @@ def finish(args: argparse.Namespace) -> None:
     fp32 = X.export_fp32(model, args.run / "reader.fp32.onnx")
     int8 = quantize_int8(fp32, args.run / "reader.int8.onnx", SCHEME)
     parity = check_parity(model, fp32, int8, tok_path, args)
-    shutil.copyfile(int8, READER_ASSET)
+    write_report(int8, {**parity, "checkpoint": chosen["checkpoint"]})
+    if not parity["passed"]:  # docs/guides/models.md: an export that fails its gates is not shipped, and says so
+        raise SystemExit(f"error: {int8} failed its parity check against torch ({int8}.parity.json); "
+                         f"{READER_ASSET} is kept")
+    with atomic_path(READER_ASSET) as tmp:  # a kill mid-copy leaves the old reader, not half a new one
+        shutil.copyfile(int8, tmp)
     write_report(READER_ASSET, {**parity, "checkpoint": chosen["checkpoint"], "file_bytes": READER_ASSET.stat().st_size})
     val = evaluate_onnx(READER_ASSET, tok_path, args.seed)
     (args.run / "val_onnx.json").write_text(json.dumps(val, indent=1))

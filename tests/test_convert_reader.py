@@ -76,10 +76,10 @@ def test_train_reader_refuses_nonsense_arguments_before_any_work(tmp_path, capsy
     assert not any(tmp_path.iterdir())  # nothing started
 
 
-def test_a_resumed_training_run_trains_the_reader_a_run_never_stopped_trains(tmp_path, monkeypatch):
-    """make reader is resumable and seeded: a run stopped after its last saved state and run again ends with the
-    same weights, bit for bit, as one never stopped (a tiny run: a 1-layer BERT of MiniLM's tokenizer, short
-    paragraphs, 4 windows a step, 3 steps)."""
+@pytest.fixture
+def tiny_reader(tmp_path, monkeypatch) -> None:
+    """make reader's code on a tiny run: a 1-layer BERT with MiniLM's tokenizer as the base, 11 short paragraphs
+    to train on (4 windows a step), 2 to score on and an answerable and an unanswerable one to choose by."""
     import shutil
 
     import torch
@@ -87,7 +87,6 @@ def test_a_resumed_training_run_trains_the_reader_a_run_never_stopped_trains(tmp
 
     from convert import reader_data as D
     from convert import train_reader as T
-    from convert.__main__ import main
 
     base = tmp_path / "base"
     torch.manual_seed(0)
@@ -95,14 +94,24 @@ def test_a_resumed_training_run_trains_the_reader_a_run_never_stopped_trains(tmp
               ).save_pretrained(base)
     shutil.copyfile(M.model_dir() / "tokenizer.json", base / "tokenizer.json")
     monkeypatch.setattr(M, "model_dir", lambda: base)
-
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
     questions = [D.Question(f"q{i}", f"Who is {w}?", "a", "A", f"{w} is the {i}th one. {w} came in {1900 + i}.",
                             (w,), 0, "squad") for i, w in enumerate(words)]
     monkeypatch.setattr(D, "reader_train", lambda: questions)
     monkeypatch.setattr(D, "reader_val", lambda: questions[:2])
-    monkeypatch.setattr(D, "reader_select", lambda sample=None, seed=0: questions[2:4])
+    unanswerable = D.Question("u", "Who is omega?", "a", "A", questions[3].context, (), -1, "squad")
+    monkeypatch.setattr(D, "reader_select", lambda sample=None, seed=0: [questions[2], unanswerable])
     monkeypatch.setattr(T, "BATCH", 4)
+
+
+def test_a_resumed_training_run_trains_the_reader_a_run_never_stopped_trains(tiny_reader, tmp_path, monkeypatch):
+    """make reader is resumable and seeded: a run stopped after its last saved state and run again ends with the
+    same weights, bit for bit, as one never stopped (3 steps)."""
+    import torch
+
+    from convert import train_reader as T
+    from convert.__main__ import main
+
     monkeypatch.setattr(T, "SAVE_EVERY_S", -1)  # the state after every step
     argv = ["train-reader", "--examples", "12", "--checkpoints", "1", "--no-export", "--swaps", "0"]
     main([*argv, "--work", str(tmp_path / "whole")])
@@ -121,3 +130,37 @@ def test_a_resumed_training_run_trains_the_reader_a_run_never_stopped_trains(tmp
     (whole,), (resumed,) = (list((tmp_path / run).glob("run-*/step3.pt")) for run in ("whole", "stopped"))
     a, b = torch.load(whole), torch.load(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a), max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_a_reader_export_that_fails_its_parity_check_is_not_shipped(tiny_reader, tmp_path, monkeypatch):
+    """The export is checked against torch before it replaces the shipped reader: a wrong export (its span head
+    flipped after torch was read) fails the gates, exits non-zero and leaves the shipped reader.onnx as it was."""
+    import copy
+
+    import torch
+
+    from convert import reader as X
+    from convert import reader_report as R
+    from convert.__main__ import main
+
+    shipped = tmp_path / "assets" / "reader.onnx"
+    shipped.parent.mkdir()
+    shipped.write_bytes(b"the shipped reader")
+    monkeypatch.setattr(R, "READER_ASSET", shipped)
+    monkeypatch.setattr(R, "ASSETS", shipped.parent)
+    monkeypatch.setattr(R, "QEMU_SAMPLE", 0)
+    export = X.export_fp32
+
+    def wrong_export(model, out):
+        wrong = copy.deepcopy(model)
+        with torch.no_grad():
+            wrong.head.weight.mul_(-3.0)
+        return export(wrong, out)
+    monkeypatch.setattr(X, "export_fp32", wrong_export)
+    argv = ["train-reader", "--examples", "8", "--checkpoints", "1", "--swaps", "0", "--work", str(tmp_path / "w")]
+    main([*argv, "--no-export"])
+    with pytest.raises(SystemExit, match="failed its parity check"):
+        main([*argv, "--skip-train"])
+    assert shipped.read_bytes() == b"the shipped reader" and not (shipped.parent / "reader.onnx.parity.json").exists()
+    (report,) = (tmp_path / "w").glob("run-*/reader.int8.onnx.parity.json")
+    assert '"passed": false' in report.read_text()
