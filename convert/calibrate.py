@@ -70,6 +70,7 @@ from edge_rag.models.bundle import Bundle
 from edge_rag.models.registry import default_bundle, home
 from edge_rag.reading.read import reader_path
 from edge_rag.reading.reader import READER_ASSET
+from edge_rag.storage.fileio import atomic_write_text
 from evaluation.datasets import QAItem
 
 OOD_REFUSE = 0.98  # share of OOD-calibration questions the decision (floor + score threshold) must refuse
@@ -122,8 +123,7 @@ def cached_rows(cache: Path | None, reader: str, bundle: Bundle, make: Callable[
     if path.is_file():
         return json.loads(path.read_text())
     rows = make()
-    cache.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows))
+    atomic_write_text(path, json.dumps(rows))  # a write cut short (disk full, a kill) is not read back next run
     return rows
 
 
@@ -196,9 +196,8 @@ def selection_file(cache: Path) -> Path:
     text = json.dumps({"version": "reader_select", "data": [
         {"title": a, "paragraphs": [{"context": c, "qas": qas} for c, qas in ps.items()]} for a, ps in paragraphs.items()]})
     path = cache / f"reader-select-{hashlib.sha256(text.encode()).hexdigest()[:10]}.json"
-    if not path.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    if not path.is_file():  # named by its content: written whole or not at all
+        atomic_write_text(path, text)
     return path
 
 
@@ -306,7 +305,7 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
             },
         }
     args.out = args.out or shipped_calibration(args.backend == "pgvector")
-    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(args.out, json.dumps(out, indent=1) + "\n")
     summary = report(out, args.out, ALPHAS, USEFUL_COVERAGE, DESIGN_ALPHA)
     print(summary)
     return 0

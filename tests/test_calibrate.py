@@ -277,3 +277,27 @@ def test_the_question_log_stops_growing_at_its_limit(tmp_path, monkeypatch, capl
     assert 1_900 < size <= 2_000 and all(json.loads(line)["question"] for line in lines)
     assert sum("no longer kept" in r.getMessage() for r in caplog.records) == 1
 
+
+
+def test_make_calibrates_row_cache_cut_short_by_a_failed_write_is_made_again(bundle_dir, tmp_path):
+    """`python -m convert calibrate --rows-cache`: hours of per-question rows are kept for re-fits. A write the disk
+    cut short (here the file-size limit: EFBIG part-way, as ENOSPC would) leaves no half file that every later run
+    reads back and dies on (JSONDecodeError before the fix); the rows are made again."""
+    import subprocess
+    import sys
+
+    from convert.calibrate import cached_rows
+    from edge_rag.models.bundle import Bundle
+
+    rows = {"calibration": [{"id": str(i), "candidate": "x" * 40} for i in range(5000)]}  # ~300 kB of JSON
+    made, cache = tmp_path / "made.json", tmp_path / "cache"
+    made.write_text(json.dumps(rows))
+    code = ("import json, resource, sys\nfrom pathlib import Path\nfrom convert.calibrate import cached_rows\n"
+            "from edge_rag.models.bundle import Bundle\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
+            "cached_rows(Path(sys.argv[1]), 'rules', Bundle.load(sys.argv[2]), lambda: json.loads(Path(sys.argv[3]).read_text()))\n")
+    failed = subprocess.run([sys.executable, "-c", code, str(cache), str(bundle_dir), str(made)],
+                            capture_output=True, text=True)
+    assert failed.returncode != 0 and "File too large" in failed.stderr, failed.stderr[-300:]
+    assert cached_rows(cache, "rules", Bundle.load(bundle_dir), lambda: rows) == rows
+    assert [p.suffix for p in cache.iterdir()] == [".json"]
