@@ -106,13 +106,18 @@ def encoder_facts(source: M.EncoderSource, onnx: Path, precision: str) -> dict:
 
 def assemble(out: Path, files: dict[str, Path], profile: str, encoder: dict, generator: M.GeneratorSource) -> Path:
     """Copy ``files`` (role → source) into ``out`` under their registry names, add the shipped assets
-    present in this package, and write ``manifest.json``: the one place a manifest is written."""
-    out.mkdir(parents=True, exist_ok=True)
+    present in this package, and write ``manifest.json``: the one place a manifest is written. A file whose parity
+    report (``<file>.parity.json``) says it failed against its torch original is refused, before anything is copied."""
     files = {role: path for role, path in M.SHIPPED_ASSETS.items() if path.is_file()} | dict(files)
     names = {r.name: r.file for r in M.ROLES}
-    for role, src in files.items():
+    for role, src in files.items():  # every file checked before any is copied
         if not src.is_file():
             raise SystemExit(f"convert bundle: {src} (role {role}) does not exist")
+        if (checked := read_report(src)) is not None and checked.get("passed") is not True:  # said "do not ship"
+            raise SystemExit(f"convert bundle: {src} (role {role}) failed its check against the torch original "
+                             f"({'; '.join(checked.get('failures') or ['see its report'])}: {src}.parity.json)")
+    out.mkdir(parents=True, exist_ok=True)
+    for role, src in files.items():
         if src.resolve() != (out / names[role]).resolve():
             shutil.copyfile(src, out / names[role])
     sections: dict[str, object] = {

@@ -261,3 +261,18 @@ def test_cli_reports_errors_and_missing_files(small, capsys):
         load_checkpoint(state)
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         load_checkpoint(tmp / "absent.pt")
+
+
+def test_a_bundle_refuses_an_export_that_failed_its_check(tiny, bundle, tmp_path):
+    """`convert gpt` marks an export good only when llama.cpp agrees with torch (here: not verified at all, so not
+    good); `convert bundle` of one's own exports packed it anyway, exit 0 (the encoder's 'do not ship these files'
+    likewise). It now refuses it, naming the file and why, and writes no bundle."""
+    from convert.__main__ import main
+    from edge_rag.models import bundle as B
+
+    gguf = tmp_path / "model.gguf"
+    assert not convert_gpt(tiny.nanogpt_ckpt, gguf, "f16")["passed"]
+    with pytest.raises(SystemExit, match=r"model\.gguf \(role generator\) failed its check.*not verified"):
+        main(["bundle", "--out", str(tmp_path / "bundle"), "--encoder", str(bundle.require(B.ROLE_ENCODER)),
+              "--tokenizer", str(bundle.require(B.ROLE_TOKENIZER)), "--gguf", str(gguf)])
+    assert not (tmp_path / "bundle").exists()
