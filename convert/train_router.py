@@ -54,6 +54,7 @@ from edge_rag.models.registry import ROUTER_ASSET, default_bundle, home
 from edge_rag.pipeline import EdgeRAG, check_question
 from edge_rag.retrieval import retrieve
 from edge_rag.retrieval.route import PROFILE, Router, columns, features, search_width
+from edge_rag.storage.fileio import atomic_write_text
 from evaluation.datasets import QAItem, load_hotpot, load_squad
 from evaluation.metrics import best_em, best_f1
 from evaluation.tiers import label, open_tiers, tier_contexts
@@ -148,7 +149,7 @@ def write_labels(path: Path, key: str, rows: list[dict]) -> None:
     lines = [f"# settings {key}", "id,part,dataset,served," + ",".join(f"chars_{t.value.lower()}" for t in TIERS)]
     lines += [",".join([r["id"], r["part"], r["dataset"], "".join("01"[s] for s in r["served"]),
                         *map(str, r["chars"])]) for r in rows]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")  # whole or absent: half a file read back as wrong labels
 
 
 def route_features(rag: EdgeRAG, question: str) -> np.ndarray:

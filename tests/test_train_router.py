@@ -83,6 +83,24 @@ def test_label_cache_round_trip_and_settings_key(tmp_path):
     assert read_labels(tmp_path / "absent.csv", "k1") == {}
 
 
+def test_a_label_cache_cut_short_by_a_failed_write_is_labelled_again(tmp_path):
+    """make router keeps its labels (minutes of decide() per question) in router_labels.csv. A write the disk cut
+    short (the file-size limit here: EFBIG part-way, as ENOSPC would) left half a file whose last row read back as
+    a wrong label or a ValueError; the cache is now whole or absent, so the questions are labelled again."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "labels.csv"
+    code = ("import resource, sys\nfrom pathlib import Path\nfrom convert.train_router import write_labels\n"
+            "rows = [{'id': f'q{i:05d}', 'part': 'train', 'dataset': 'squad', 'served': [False, True, True],"
+            " 'chars': [300 + i, 512, 700]} for i in range(20000)]\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (65536 + 17, 65536 + 17))\n"  # cut inside a row
+            "write_labels(Path(sys.argv[1]), 'k1', rows)\n")
+    failed = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    assert failed.returncode != 0 and "File too large" in failed.stderr, failed.stderr[-300:]
+    assert read_labels(path, "k1") == {}
+
+
 
 def test_shipped_labels_are_for_the_current_config(bundle, squad_path, hotpot_path):
     """`make router` re-labels nothing: the shipped cache was made with today's encoder, contexts and data.
