@@ -29,6 +29,7 @@ from convert.report import write_report
 from edge_rag.config import TIERS
 from edge_rag.errors import EdgeRAGError
 from edge_rag.retrieval.route import PROFILE
+from edge_rag.storage.fileio import atomic_path
 
 IN_DIM = len(PROFILE)  # the profile only: the embedding made the router worse (convert/train_router.py --cv)
 HIDDEN = (256, 64)
@@ -125,48 +126,51 @@ def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> d
     """Export with a dynamic batch axis, compare with torch on random unit vectors, write the report."""
     model = model.eval()
     out_path = Path(out_path)
-    with warnings.catch_warnings():  # the legacy exporter announces its own deprecation on every call
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            model,
-            (torch.zeros(1, model.shift.shape[0]),),
-            str(out_path),
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-            opset_version=OPSET,
-            dynamo=False,  # the TorchScript exporter gives a plain Gemm/Relu graph with a named dynamic axis
-        )
-    proto = onnx.load(str(out_path))
-    onnx.helper.set_model_props(proto, {LABELS_KEY: ",".join(LABELS)})
-    onnx.checker.check_model(proto)
-    onnx.save(proto, str(out_path))
-
-    session = ort.InferenceSession(str(out_path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(seed)
-    max_diff = 0.0
-    for batch in PARITY_BATCHES:
-        x = _parity_rows(rng, batch, model.shift.shape[0])
-        with torch.no_grad():
-            ref = model(torch.from_numpy(x)).numpy()
-        (got,) = session.run([OUTPUT_NAME], {INPUT_NAME: x})
-        if got.shape != ref.shape:
-            raise RouterError(
-                f"{out_path}: ONNX output shape {got.shape} for batch {batch}, expected {ref.shape}"
+    # Written and checked beside out_path, then renamed over it: a kill mid-write left half a router.onnx beside the
+    # previous export's passing report, which the bundle packed and the device could not load.
+    with atomic_path(out_path) as tmp:
+        with warnings.catch_warnings():  # the legacy exporter announces its own deprecation on every call
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.onnx.export(
+                model,
+                (torch.zeros(1, model.shift.shape[0]),),
+                str(tmp),
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                opset_version=OPSET,
+                dynamo=False,  # the TorchScript exporter gives a plain Gemm/Relu graph with a named dynamic axis
             )
-        max_diff = max(max_diff, float(np.abs(got - ref).max()))
-    report = {
-        "artifact": "router",
-        "opset": OPSET,
-        "input": INPUT_NAME,
-        "output": OUTPUT_NAME,
-        "labels": list(LABELS),
-        "batches": list(PARITY_BATCHES),
-        "max_abs_diff": max_diff,
-        "max_abs_diff_limit": MAX_ABS_DIFF,
-        "file_bytes": out_path.stat().st_size,
-        "passed": max_diff <= MAX_ABS_DIFF,
-    }
+        proto = onnx.load(str(tmp))
+        onnx.helper.set_model_props(proto, {LABELS_KEY: ",".join(LABELS)})
+        onnx.checker.check_model(proto)
+        onnx.save(proto, str(tmp))
+
+        session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(seed)
+        max_diff = 0.0
+        for batch in PARITY_BATCHES:
+            x = _parity_rows(rng, batch, model.shift.shape[0])
+            with torch.no_grad():
+                ref = model(torch.from_numpy(x)).numpy()
+            (got,) = session.run([OUTPUT_NAME], {INPUT_NAME: x})
+            if got.shape != ref.shape:
+                raise RouterError(
+                    f"{out_path}: ONNX output shape {got.shape} for batch {batch}, expected {ref.shape}"
+                )
+            max_diff = max(max_diff, float(np.abs(got - ref).max()))
+        report = {
+            "artifact": "router",
+            "opset": OPSET,
+            "input": INPUT_NAME,
+            "output": OUTPUT_NAME,
+            "labels": list(LABELS),
+            "batches": list(PARITY_BATCHES),
+            "max_abs_diff": max_diff,
+            "max_abs_diff_limit": MAX_ABS_DIFF,
+            "file_bytes": tmp.stat().st_size,
+            "passed": max_diff <= MAX_ABS_DIFF,
+        }
     write_report(out_path, report)
     return report
 

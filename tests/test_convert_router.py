@@ -141,3 +141,25 @@ def test_cli(tmp_path, capsys):
     torch.save({"net.0.weight": torch.zeros(1)}, tmp_path / "bad.pt")
     assert main(["router", "--checkpoint", str(tmp_path / "bad.pt"), "--out", str(tmp_path / "c.onnx")]) == 2
     assert "net.0.weight" in capsys.readouterr().err
+
+
+def test_an_export_cut_short_leaves_the_previous_router_whole(tmp_path):
+    """A write cut short (the file-size limit here: EFBIG part-way, as a full disk or a kill would) left half a
+    router.onnx beside the previous export's passing report, which `convert bundle` packed and the device's Router
+    could not load (INVALID_PROTOBUF); the previous router now stays whole."""
+    import subprocess
+    import sys
+
+    from edge_rag.retrieval.route import Router
+
+    out = tmp_path / "router.onnx"
+    assert main(["router", "--random-init", "--out", str(out)]) == 0
+    before = out.read_bytes()
+    code = ("import resource, sys\nfrom convert.__main__ import main\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({len(before) // 2}, {len(before) // 2}))\n"
+            "main(['router', '--random-init', '--seed', '1', '--out', sys.argv[1]])\n")
+    failed = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
+    assert failed.returncode != 0 and "File too large" in failed.stderr, failed.stderr[-300:]
+    assert out.read_bytes() == before and json.loads(out.with_name("router.onnx.parity.json").read_text())["passed"]
+    Router(out)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left behind
