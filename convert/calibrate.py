@@ -48,11 +48,12 @@ from benchmarks import data, splits
 from benchmarks.pgserver import admin_url
 from benchmarks.scale_backends import fresh_database
 from convert import reader_data
+from convert.args import at_least, existing_file
 from convert.calibrate_report import report
 from convert.logistic import fit_combiner
 from convert.question_kind import choose_cut, fit_kind_model, training_questions
 from edge_rag import Config, EdgeRAG
-from edge_rag.config import Tier
+from edge_rag.config import READERS, Tier
 from edge_rag.decision.calibrate import wrong as answer_wrong
 from edge_rag.decision.calibrated_config import encoder_identity
 from edge_rag.decision.certified import reader_sha256
@@ -311,18 +312,26 @@ def calibrate(args: argparse.Namespace, bundle: Bundle, base: Config, db: str, i
     return 0
 
 
+def readers(text: str) -> list[str]:
+    """--readers, checked when parsed: an unknown name was a ConfigError only after the stores were built."""
+    names = [r for r in text.split(",") if r]
+    if not names or set(names) - set(READERS):
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(READERS)} (comma-separated)")
+    return names
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="fit the answer score and certify its threshold (calibration.json)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--readers", default="rules,neural", type=lambda s: [r for r in s.split(",") if r])
-    p.add_argument("--squad", type=Path, default=data.FILES["squad"])
-    p.add_argument("--hotpotqa", type=Path, default=data.FILES["hotpotqa"])
+    p.add_argument("--readers", default="rules,neural", type=readers, help=f"comma-separated: {', '.join(READERS)}")
+    p.add_argument("--squad", type=existing_file, default=data.FILES["squad"])
+    p.add_argument("--hotpotqa", type=existing_file, default=data.FILES["hotpotqa"])
     p.add_argument("--backend", choices=("embedded", "pgvector"), default="embedded",
                    help="the store the calibration counts decisions on (pgvector: its full-text half ranks otherwise)")
     p.add_argument("--out", type=Path, default=None,
                    help="default: the shipped calibration of --backend (edge_rag/assets/calibration[-pgvector].json)")
-    p.add_argument("--ood-sample", type=int, default=600, help="OOD-calibration questions used (seeded sample)")
-    p.add_argument("--gpt-sample", type=int, default=40, help="generative calibration questions generated")
+    p.add_argument("--ood-sample", type=at_least(1), default=600, help="OOD-calibration questions used (seeded sample)")
+    p.add_argument("--gpt-sample", type=at_least(0), default=40, help="generative calibration questions generated")
     p.add_argument("--profile", default="gemma")
     p.add_argument("--bundle", type=Path, default=None)
     p.add_argument("--index-cache", type=Path, default=home() / "bench")

@@ -30,7 +30,6 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,7 @@ import torch.nn as nn
 
 from convert import reader_data as D
 from convert import reader_model as M
+from convert.args import at_least, existing_file
 from convert.reader_report import finish
 from edge_rag.models.registry import home
 
@@ -208,26 +208,6 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_export:
         finish(args)
     return 0
-
-
-def at_least(low: float, kind: type = int) -> Callable[[str], float]:
-    """An argparse type: a number >= ``low``, so a nonsense value is a usage error before minutes of building
-    examples (``--examples -5`` was a ValueError traceback of random.sample there)."""
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value >= low:
-            raise argparse.ArgumentTypeError(f"{text} is below {low}")
-        return value
-    return parse
-
-
-def existing_file(text: str) -> Path:
-    if not Path(text).is_file():
-        raise argparse.ArgumentTypeError(f"{text}: no such file")
-    return Path(text)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -301,3 +301,20 @@ def test_make_calibrates_row_cache_cut_short_by_a_failed_write_is_made_again(bun
     assert failed.returncode != 0 and "File too large" in failed.stderr, failed.stderr[-300:]
     assert cached_rows(cache, "rules", Bundle.load(bundle_dir), lambda: rows) == rows
     assert [p.suffix for p in cache.iterdir()] == [".json"]
+
+
+@pytest.mark.parametrize("argv", [["--readers", "neurall"], ["--readers", ","], ["--ood-sample", "-1"],
+                                  ["--ood-sample", "0"], ["--gpt-sample", "-3"], ["--squad", "no-such-file.json"]])
+def test_make_calibrate_refuses_nonsense_arguments_when_parsed(argv, capsys):
+    """`python -m convert calibrate`: a reader name it does not know was a ConfigError only after its three stores
+    were built (minutes), --ood-sample -1 kept all but one OOD question (a [:-1] slice) and --gpt-sample -3 generated
+    for all but three; each is now a usage error before anything is read."""
+    import argparse
+
+    from convert import calibrate as C
+
+    parser = argparse.ArgumentParser()
+    C.register(parser.add_subparsers())
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["calibrate", *argv])
+    assert exc.value.code == 2 and argv[0] in capsys.readouterr().err

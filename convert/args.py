@@ -1,0 +1,26 @@
+"""Argument types the convert sub-commands share: a nonsense value is refused when parsed, before any work."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+
+def at_least(low: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type: a number >= ``low``, so a nonsense value is a usage error before minutes of work
+    (train-reader's ``--examples -5`` was a ValueError traceback of random.sample after building its examples)."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"{text} is below {low}")
+        return value
+    return parse
+
+
+def existing_file(text: str) -> Path:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return Path(text)
