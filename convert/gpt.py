@@ -31,6 +31,7 @@ from convert.gguf_writer import (
 from convert.gpt_checkpoint import HF_CONV1D_WEIGHTS, GPTCheckpoint, load_checkpoint
 from convert.gpt_model import GPT, CheckpointError, GPTConfig
 from convert.report import write_report
+from edge_rag.storage.fileio import atomic_path
 
 # The converter's public API (the model and checkpoint reader live in gpt_model / gpt_checkpoint).
 __all__ = [
@@ -230,24 +231,27 @@ def convert_gpt(
     if out_type not in OUT_TYPES:
         raise CheckpointError(f"--type {out_type!r}: choose one of {', '.join(OUT_TYPES)}")
     ckpt = load_checkpoint(checkpoint, config=config, tokenizer=tokenizer)
-    tensor_types = write_gguf(ckpt, out, out_type)
-    report: dict = {
-        "artifact": "gguf",
-        "type": out_type,
-        "source": str(checkpoint),
-        "source_format": ckpt.source_format,
-        "tied_embeddings": ckpt.config.tie_embeddings,
-        "file_bytes": Path(out).stat().st_size,
-        "tensor_types": tensor_types,
-        "config": {f.name: getattr(ckpt.config, f.name) for f in fields(ckpt.config)},
-    }
-    if verify_text is None:
-        report.update(verified=False, passed=False, failures=["not verified: no held-back text given"])
-    else:
-        report.update(
-            verified=True,
-            **verify_gguf(out, ckpt, verify_text, out_type, max_tokens=verify_tokens, n_threads=n_threads),
-        )
+    # Written and verified beside ``out``, then renamed over it: a write cut short left half a GGUF beside the
+    # previous export's passing report, for the bundle to pack.
+    with atomic_path(out) as tmp:
+        tensor_types = write_gguf(ckpt, tmp, out_type)
+        report: dict = {
+            "artifact": "gguf",
+            "type": out_type,
+            "source": str(checkpoint),
+            "source_format": ckpt.source_format,
+            "tied_embeddings": ckpt.config.tie_embeddings,
+            "file_bytes": tmp.stat().st_size,
+            "tensor_types": tensor_types,
+            "config": {f.name: getattr(ckpt.config, f.name) for f in fields(ckpt.config)},
+        }
+        if verify_text is None:
+            report.update(verified=False, passed=False, failures=["not verified: no held-back text given"])
+        else:
+            report.update(
+                verified=True,
+                **verify_gguf(tmp, ckpt, verify_text, out_type, max_tokens=verify_tokens, n_threads=n_threads),
+            )
     write_report(out, report)
     return report
 

@@ -276,3 +276,21 @@ def test_a_bundle_refuses_an_export_that_failed_its_check(tiny, bundle, tmp_path
         main(["bundle", "--out", str(tmp_path / "bundle"), "--encoder", str(bundle.require(B.ROLE_ENCODER)),
               "--tokenizer", str(bundle.require(B.ROLE_TOKENIZER)), "--gguf", str(gguf)])
     assert not (tmp_path / "bundle").exists()
+
+
+def test_an_export_cut_short_leaves_the_previous_gguf_whole(tiny, tmp_path):
+    """A write cut short (the file-size limit here: EFBIG part-way, as a full disk or a kill would) left half a GGUF
+    beside the previous export's report, for `convert bundle` to pack; the previous GGUF now stays whole."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "model.gguf"
+    convert_gpt(tiny.nanogpt_ckpt, out, "f16")
+    before, report = out.read_bytes(), out.with_name("model.gguf.parity.json").read_text()
+    code = ("import resource, sys\nfrom convert.gpt import convert_gpt\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({len(before) // 2}, {len(before) // 2}))\n"
+            "convert_gpt(sys.argv[1], sys.argv[2], 'q8_0')\n")
+    failed = subprocess.run([sys.executable, "-c", code, str(tiny.nanogpt_ckpt), str(out)], capture_output=True, text=True)
+    assert failed.returncode != 0 and "OSError" in failed.stderr, failed.stderr[-300:]  # numpy: "N requested and M written"
+    assert out.read_bytes() == before and out.with_name("model.gguf.parity.json").read_text() == report
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf", "model.gguf.parity.json"]  # no temp left
