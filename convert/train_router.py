@@ -47,6 +47,7 @@ from tqdm import tqdm
 
 from benchmarks import data, splits
 from benchmarks.systems import bench_config, preset
+from convert.args import at_least, existing_file
 from convert.router import RouterMLP, export_router
 from edge_rag.config import TIERS, Config
 from edge_rag.models import bundle as B
@@ -477,6 +478,15 @@ def bench_mix(corpora: list[Corpus], dbs: dict[str, Path], bundle_dir: Path, con
     return mix
 
 
+def folds(text: str) -> int:
+    """--cv K: 0 (none) or at least 2 folds, checked when parsed (--cv 1 held every question out and divided by
+    zero; --epochs 0 kept no epoch: both only after the labelling, the slow part)."""
+    k = at_least(0)(text)
+    if k == 1:
+        raise argparse.ArgumentTypeError("1 fold trains on nothing: 0 (no cross-validation) or at least 2")
+    return int(k)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "train-router",
@@ -484,18 +494,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--squad", type=Path, default=data.FILES["squad"])
-    p.add_argument("--squad-train", type=Path, default=data.DATA_DIR / "squad2_train_subset.json")
-    p.add_argument("--hotpot", type=Path, default=data.FILES["hotpotqa"])
+    p.add_argument("--squad", type=existing_file, default=data.FILES["squad"])
+    p.add_argument("--squad-train", type=existing_file, default=data.DATA_DIR / "squad2_train_subset.json")
+    p.add_argument("--hotpot", type=existing_file, default=data.FILES["hotpotqa"])
     p.add_argument("--out", type=Path, default=ROUTER_ASSET.parent, help="router.onnx, report, label cache")
     p.add_argument("--labels", type=Path, help=f"label cache (default <out>/{LABELS_FILE})")
-    p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--epochs", type=at_least(1), default=60)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bundle", type=Path, help="model bundle (default: the gemma profile's)")
-    p.add_argument("--agreement", type=int, default=0, metavar="N",
+    p.add_argument("--agreement", type=at_least(0), default=0, metavar="N",
                    help="generate for N val questions at every tier and compare with the context labels")
     p.add_argument("--inputs", choices=INPUTS, default=INPUTS[0], help="what of a features row the router reads")
-    p.add_argument("--cv", type=int, default=0, metavar="K",
+    p.add_argument("--cv", type=folds, default=0, metavar="K",
                    help="also report article-grouped K-fold accuracy on train + val for every input layout")
     p.add_argument("--floors", type=lambda s: tuple(float(f) for f in s.split(",") if f), default=(),
                    help="comma-separated compression floors to tabulate on val (how the default was chosen)")

@@ -317,3 +317,20 @@ def test_training_features_are_the_pipelines(squad_default_rag):
         want = features(vector, q.question, found.passages)
         assert np.array_equal(route_features(rag, q.question), want)
     assert len(TIERS) == 3
+
+
+@pytest.mark.parametrize("argv", [["--epochs", "0"], ["--cv", "1"], ["--cv", "-2"], ["--agreement", "-1"],
+                                  ["--hotpot", "no-such-file.jsonl"]])
+def test_make_router_refuses_nonsense_arguments_when_parsed(argv, capsys):
+    """--epochs 0 (TypeError: no best epoch's state) and --cv 1 (ZeroDivisionError) failed only after every question
+    was labelled, --agreement -1 sliced all but one val question: each is now a usage error before anything runs."""
+    import argparse
+
+    from convert import train_router as T
+
+    parser = argparse.ArgumentParser()
+    T.register(parser.add_subparsers())
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["train-router", *argv])
+    assert exc.value.code == 2 and argv[0] in capsys.readouterr().err
+    assert parser.parse_args(["train-router", "--cv", "0", "--epochs", "1"]).cv == 0
