@@ -22,12 +22,14 @@ from edge_rag.models.registry import REFERENCE_ROLE
 from edge_rag.models.verify import THRESHOLDS, query_latency_ms, save_reference
 from edge_rag.retrieval.encode import Encoder, length_batches, mean_pool, pad_batch
 
+from .args import at_least
 from .quantize import quantize_int8
 from .report import write_report
 
 OPSET = 17
 # Parity thresholds on cosine(torch, export) per sentence are the on-device verify thresholds
 # (edge_rag.models.verify.THRESHOLDS): fp32 exact up to float noise, int8 mean >= 0.99 and no sentence < 0.98.
+MIN_SENTENCES = 20  # fewer parity sentences check nothing: an export compared on fewer never passes
 REFERENCE_SENTENCES = 64  # sentences (+ torch vectors) the bundle carries for `edge-rag models verify`
 MAX_RECALL_DROP = 0.01  # SQuAD paragraph Recall@5 of an export may trail torch's by at most 1 point
 DEFAULT_SAMPLE = Path(__file__).resolve().parent.parent / "edge_rag" / "sample" / "docs"
@@ -158,7 +160,7 @@ def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], th
             "threshold_mean": THRESHOLDS[kind].cosine_mean,
             "query_ms_median": query_latency_ms(encoder, texts, repeats=50),
             "size_bytes": path.stat().st_size,
-            "passed": bool(len(texts) >= 20 and cos.min() >= THRESHOLDS[kind].cosine_min
+            "passed": bool(len(texts) >= MIN_SENTENCES and cos.min() >= THRESHOLDS[kind].cosine_min
                            and cos.mean() >= THRESHOLDS[kind].cosine_mean
                            and (recall is None or recall >= torch_recall - MAX_RECALL_DROP)),
         }
@@ -171,6 +173,9 @@ def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], th
 
 def run(args: argparse.Namespace) -> int:
     texts = parity_texts(Path(args.sample_dir), Path(args.squad) if args.squad else None, args.sentences)
+    if len(texts) < MIN_SENTENCES:  # said before the export, not as a FAIL of cosines that all pass
+        raise SystemExit(f"convert encoder: {len(texts)} parity sentences (of {args.squad or args.sample_dir}); "
+                         f"the check needs at least {MIN_SENTENCES}")
     squad = Path(args.squad) if args.squad and args.recall else None
     summary = convert(Path(args.model_dir), Path(args.out), args.precision, texts, args.threads, squad)
     failed = [k for k, r in summary["files"].items() if not r["passed"]]
@@ -189,6 +194,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--squad", help="SQuAD JSON whose contexts give the parity sentences")
     p.add_argument("--recall", action="store_true", help="also compare SQuAD Recall@5: torch vs each export")
     p.add_argument("--sample-dir", default=str(DEFAULT_SAMPLE), help="fallback parity text (*.md)")
-    p.add_argument("--sentences", type=int, default=200, help="number of parity sentences")
+    p.add_argument("--sentences", type=at_least(MIN_SENTENCES), default=200, help="number of parity sentences")
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=run)

