@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -21,6 +23,7 @@ from transformers import AutoModel
 from edge_rag.models.registry import REFERENCE_ROLE
 from edge_rag.models.verify import THRESHOLDS, query_latency_ms, save_reference
 from edge_rag.retrieval.encode import Encoder, length_batches, mean_pool, pad_batch
+from edge_rag.storage.fileio import fsync_dir
 
 from .args import at_least
 from .quantize import quantize_int8
@@ -125,8 +128,23 @@ def parity_texts(sample_dir: Path, squad: Path | None, n: int) -> list[str]:
 def convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], threads: int = 0,
             squad: Path | None = None, recall_articles: int = 0) -> dict:
     """Export ``encoder.onnx`` (+ ``encoder.int8.onnx``) and ``tokenizer.json`` into ``out_dir``; with
-    ``squad``, also compare SQuAD Recall@5 of torch and each export."""
+    ``squad``, also compare SQuAD Recall@5 of torch and each export. Every file is made in a folder beside them and
+    renamed in when all are checked: a run cut short leaves the previous export whole (it left half an encoder.onnx
+    beside the old report's passed: true, which the bundle packed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
+    try:
+        summary = _convert(model_dir, work, precision, texts, threads, squad, recall_articles)
+        for name in sorted((p.name for p in work.iterdir()), key=lambda n: not n.endswith(".parity.json")):
+            os.replace(work / name, out_dir / name)  # the verdicts first: no new file beside an old verdict
+        fsync_dir(out_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def _convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], threads: int,
+             squad: Path | None, recall_articles: int) -> dict:
     config = json.loads((model_dir / "config.json").read_text())
     st_cfg = model_dir / "sentence_bert_config.json"
     max_len = json.loads(st_cfg.read_text()).get("max_seq_length", 256) if st_cfg.exists() else 256

