@@ -38,7 +38,7 @@ import torch.nn as nn
 
 from convert import reader_data as D
 from convert import reader_model as M
-from convert.args import at_least, existing_file
+from convert.args import at_least
 from convert.reader_report import finish
 from edge_rag.models.registry import home
 
@@ -199,6 +199,8 @@ def checkpoint(model: M.SpanReader, tok, args: argparse.Namespace, history: dict
 def _run(args: argparse.Namespace) -> int:
     if args.mix and not args.examples:
         raise SystemExit("error: --mix needs --examples N > 0 (the windows the shares are of)")
+    if args.init and not args.init.is_file():  # checked here, not when parsed: a report's command parses anywhere
+        raise SystemExit(f"error: --init {args.init}: no such file")
     args.run = run_dir(args)
     if args.skip_train and not (args.run / "history.json").is_file():
         raise SystemExit(f"error: --skip-train: {args.run} holds no scored checkpoint of a run with these settings")
@@ -219,7 +221,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--examples", type=at_least(0), default=EXAMPLES, help="train on a seeded subset of this many windows (0 = all)")
     p.add_argument("--swaps", type=at_least(0.0, float), default=SWAPS_PER_ANSWERABLE,
                    help="share of answerable SQuAD questions also trained with a swapped name/number as no-answer")
-    p.add_argument("--init", type=existing_file, default=None, help="start from this checkpoint's weights (a second stage)")
+    p.add_argument("--init", type=Path, default=None, help="start from this checkpoint's weights (a second stage)")
     p.add_argument("--skip-subset", type=at_least(0), default=0,
                    help="leave out the seeded subset of this many windows (a first stage's --examples, same seed)")
     p.add_argument("--mix", type=D.source_mix, default=None,
