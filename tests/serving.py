@@ -91,6 +91,15 @@ def wait_job(url: str, accepted: httpx.Response, timeout_s: float = 600) -> dict
         time.sleep(0.1)
 
 
+def line_holds(url: str, n: int) -> None:
+    """Wait (30 s at most) until the server's generation line holds ``n`` questions, as /api/health counts them."""
+    for _ in range(600):
+        if httpx.get(f"{url}/api/health", timeout=30).json()["generation"]["waiting"] == n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the generation line never held {n}")
+
+
 def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:
     """All (event, data) pairs of a finished SSE response."""
     return list(iter_sse(response))

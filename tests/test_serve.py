@@ -167,24 +167,17 @@ def test_a_posted_question_whose_client_left_before_its_turn_leaves_the_line(bun
     with serving.running_server(rag) as url:
         port = int(url.rsplit(":", 1)[1])
 
-        def line_holds(n: int) -> None:
-            for _ in range(600):
-                if httpx.get(f"{url}/api/health", timeout=T).json()["generation"]["waiting"] == n:
-                    return
-                time.sleep(0.05)
-            raise AssertionError(f"the generation line never held {n}")
-
         with context:
             first = threading.Thread(target=httpx.post, args=(f"{url}/api/ask",),
                                      kwargs={"json": {"question": ahead}, "timeout": T})
             first.start()
-            line_holds(1)
+            serving.line_holds(url, 1)
             body = json.dumps({"question": dropped}).encode()
             with socket.create_connection(("127.0.0.1", port), timeout=30) as client:  # a visitor who walks away
                 client.sendall(f"POST /api/ask HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: "
                                f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-                line_holds(2)
-            line_holds(1)  # it left the line while the question ahead still waits for the context
+                serving.line_holds(url, 2)
+            serving.line_holds(url, 1)  # it left the line while the question ahead still waits for the context
         first.join()
         again = httpx.post(f"{url}/api/ask", json={"question": dropped}, timeout=T).json()
     # generated now, not before (an answer the short test budget cuts is refused as such: route REFUSE)

@@ -320,13 +320,6 @@ def test_questions_waiting_for_the_generator_when_the_server_stops_are_not_gener
         with httpx.stream("GET", f"{url}/api/ask/stream", params={"q": question}, timeout=T) as r:
             events[question].extend(serving.iter_sse(r))
 
-    def line_holds(n: int) -> None:
-        for _ in range(600):
-            if httpx.get(f"{url}/api/health", timeout=T).json()["generation"]["waiting"] == n:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the generation line never held {n}")
-
     try:
         while not server.started:
             assert thread.is_alive(), "the server did not start"
@@ -335,7 +328,7 @@ def test_questions_waiting_for_the_generator_when_the_server_stops_are_not_gener
         with rag.generator._lock:
             for n, asker in enumerate(askers, 1):
                 asker.start()
-                line_holds(n)
+                serving.line_holds(url, n)
             server.should_exit = True  # as SIGTERM: the lanes are told first (http.Server.shutdown)
             for _ in range(600):
                 try:
