@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -257,17 +258,16 @@ class Store:
                 for label in gone:  # only now: removed passages stay searchable until their commit
                     self.index.mark_deleted(label)
             self._step("committed")
-        except BaseException:
+        except BaseException as exc:
             if new_file is not None and not landed:
-                with contextlib.suppress(FileNotFoundError):
-                    (self.folder / new_file).unlink()
-            with self._lock:  # drop in-memory changes
-                self.index, self.index_file, self._version, self._exact = self._load_committed()
-                self._pending_from = None
+                (self.folder / new_file).unlink(missing_ok=True)
+            traceback.clear_frames(exc.__traceback__)  # its frames hold the grown index (hnsw.save's: a full disk)
+            with self._lock:  # drop in-memory changes, the grown index first: one in memory, as the plan prices
+                self.index, self._pending_from, self._version = hnsw.new(self.dim, self.m, self.ef_construction), None, -1
+                self.index, self.index_file, self._version, self._exact = self._load_committed()  # or at next search
             raise
         if old_file is not None:
-            with contextlib.suppress(FileNotFoundError):
-                (self.folder / old_file).unlink()
+            (self.folder / old_file).unlink(missing_ok=True)
             fsync_dir(self.folder)
         with contextlib.suppress(sqlite3.Error):  # into passages.sqlite too: a lost -wal then loses no commit
             self._write_db.execute("PRAGMA wal_checkpoint(PASSIVE)")
