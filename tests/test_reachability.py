@@ -65,3 +65,24 @@ def test_the_doctor_fails_a_store_with_an_unreachable_passage(sparse, tmp_path):
     assert report.unreachable and not report.ok and "unreachable" in report.summary(), report.summary()
     # The issue's report: a mean that passes, one query at 0.0, no unreachable count: the worst query fails it.
     assert not RecallReport(26_469, 100, 10, 366, 0.990, 0.0, 1.0, 10.0).ok
+
+
+def test_a_passage_repeated_verbatim_is_held_once_beside_the_graph(tmp_path):
+    """A footer on every page: its copies beyond the K a search returns are unreachable, and the exact half held a
+    copy of the vector for each (10% of 30k passages repeated: +10 MB, unpriced by the plan; 13 ms a question). One
+    row per distinct vector now, with the same results."""
+    rng = np.random.default_rng(1)
+    footer = make_document("Contact us | Privacy | Imprint", "footer")
+    pages = [make_document(f"page {i}", f"page {i}") for i in range(500)]
+    vectors = np.concatenate([rng.normal(size=(500, DIM)), np.repeat(rng.normal(size=(1, DIM)), 300, axis=0)])
+    parts = [Part(p, 0, [p.text], True, p.doc_id) for p in pages] + [Part(footer, 0, [footer.text] * 300, True, "f")]
+    store = Store(tmp_path, DIM, m=16, ef_construction=32)
+    store.add(parts, vectors.astype(np.float32))
+    for held in (store, Store(tmp_path, DIM, m=16, ef_construction=32)):  # at the commit, and as recorded
+        exact = held._exact
+        assert len(exact.labels) >= 300 - reachability.K, "the repeats are reachable: this test shows nothing"
+        distinct = np.unique(held.index.get_items(exact.labels, return_type="numpy"), axis=0)
+        assert exact.vectors.shape == distinct.shape, (exact.vectors.shape, distinct.shape)
+        found = held.search(vectors[-1].astype(np.float32), 10)
+        assert [p.doc_id for p in found] == [footer.doc_id] * 10 and min(p.score for p in found) > 0.999
+        held.close()
