@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_rag import memory
+from edge_rag import memory, pipeline
 from edge_rag.config import Config
 from edge_rag.decision.certified import CertifiedPath
 from edge_rag.documents.chunk import chunk, read_documents
@@ -40,6 +40,16 @@ def sample_passages() -> int:
     c = Config()
     docs = [d for p in iter_files([SAMPLE_DOCS]) for d in read_documents(p)]
     return sum(len(chunk(d, c.passage_mode, c.min_sentence_chars)) for d in docs)
+
+
+@pytest.fixture
+def pinned_base(monkeypatch) -> float:
+    """The runtime base every EdgeRAG of the test plans with, measured once. The tests below price a budget a few MB
+    around a plan; this process's RSS moves by more than that between two measurements (an EdgeRAG closed, glibc
+    giving its memory back), and a budget meant to shrink the batch did not (2048 tokens still fitted)."""
+    base = memory.runtime_base_estimate()
+    monkeypatch.setattr(pipeline, "runtime_base_estimate", lambda: base)
+    return base.mb
 
 
 def fixed_plan(bundle: B.Bundle, config: Config, passages: int = 0) -> memory.Plan:
@@ -288,12 +298,12 @@ def test_a_larger_store_is_planned_as_plan_would_plan_it(bundle: B.Bundle) -> No
 
 
 def test_indexing_runs_the_sessions_at_the_batch_the_grown_plan_holds(bundle: B.Bundle, bundle_dir: Path,
-                                                                      tmp_path: Path) -> None:
+                                                                      tmp_path: Path, pinned_base: float) -> None:
     """A budget that holds the largest encoder batch for an empty store, not for 4,000 passages more: adding them
     re-plans to a smaller batch and every session (the question encoder, the loaded reader) runs at it, so what runs
     is what the plan priced (the add was refused, naming a budget that was enough)."""
     config = Config()
-    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False)
+    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False, base_mb=pinned_base)
     config = config.with_(memory_budget_mb=math.ceil(opened.total_mb) + 8)  # room for this process's RSS to move
     docs = [f"Sentence number {i} describes a topic of its own in several plain words." for i in range(4000)]
     with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config) as rag:
@@ -307,13 +317,13 @@ def test_indexing_runs_the_sessions_at_the_batch_the_grown_plan_holds(bundle: B.
 
 
 def test_a_calibration_applied_while_the_plan_grows_is_kept_at_the_grown_batch(bundle: B.Bundle, bundle_dir: Path,
-                                                                               tmp_path: Path, monkeypatch) -> None:
+                                                                               tmp_path: Path, pinned_base: float, monkeypatch) -> None:
     """A calibration applied (use_calibration, the server's /admin apply) while indexing grew the plan: the grown plan
     re-installed the path it had read before the swap (the new certificate lost: 0.4 decided, 0.1 applied), or the
     swap, made before the growth, put back the old plan's batch (2048 tokens where the plan holds 1024). The window
     is held open with events: indexing inside CertifiedPath.planned, then applying inside CertifiedPath.swapped."""
     config = Config()
-    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False)
+    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False, base_mb=pinned_base)
     config = config.with_(memory_budget_mb=math.ceil(opened.total_mb) + 4)  # 1,600 passages need a smaller batch
     docs = [f"Sentence number {i} describes a topic of its own in several plain words." for i in range(1600)]
     planned, swapped = CertifiedPath.planned, CertifiedPath.swapped
@@ -374,7 +384,7 @@ def test_a_calibration_applied_while_the_plan_grows_is_kept_at_the_grown_batch(b
         check(rag, 0.2)
 
 def test_a_store_grown_by_another_process_is_loaded_only_if_the_plan_holds_it(bundle: B.Bundle, bundle_dir: Path,
-                                                                               tmp_path: Path) -> None:
+                                                                               tmp_path: Path, pinned_base: float) -> None:
     """A reader follows commits of other processes (`edge-rag index` beside a server): the index it loads is re-planned
     first, like its own additions. A commit the plan holds is loaded (the plan counts it); one it holds at no batch
     fails the question with a BudgetError and stays unloaded (it was loaded whatever its size, past the budget)."""
@@ -382,7 +392,7 @@ def test_a_store_grown_by_another_process_is_loaded_only_if_the_plan_holds_it(bu
     from edge_rag.types import Document
 
     config = Config(encode_batch_tokens=256)  # the smallest batch already: growth has nothing to shrink
-    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False)
+    opened = plan(bundle, config.with_(memory_budget_mb=100_000), generator=False, base_mb=pinned_base)
     with EdgeRAG(tmp_path / "db", bundle=bundle_dir,
                  config=config.with_(memory_budget_mb=math.ceil(opened.total_mb) + 20)) as rag:
         dim, room = rag.encoder.dim, rag.plan.room(0, rag.config, rag.encoder.dim)
