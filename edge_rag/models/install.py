@@ -24,6 +24,7 @@ from .verify import Verdict, verify_bundle
 HOST_STEPS = ("on a host with the convert extra (pip install 'edge-rag[convert]'): "
               "`python -m convert bundle --profile {profile} --archive edge-rag-{profile}.tar` (or `make bundle`); "
               "copy the archive here and run `edge-rag models install edge-rag-{profile}.tar`")
+BUNDLE_NAMES = frozenset({B.MANIFEST, B.VERIFIED, *(role.file for role in M.ROLES)})  # all a bundle folder holds
 
 
 def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[Path, list[Verdict]]:
@@ -32,6 +33,8 @@ def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[
     archive = Path(archive).expanduser()
     if not archive.is_file():
         raise BundleError(f"install: no archive at {archive}")
+    if dest is not None:
+        _check_dest(Path(dest).expanduser())  # before the minutes a Pi takes to unpack and verify
     staging = M.home() / "bundles" / f".install-{uuid.uuid4().hex[:8]}"
     try:
         _unpack(archive, staging)
@@ -60,12 +63,23 @@ def _unpack(archive: Path, staging: Path) -> None:
 
 def _replace(staging: Path, dest: Path) -> None:
     """Rename ``staging`` to ``dest``; an existing ``dest`` is moved aside first and removed after."""
+    _check_dest(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     old = dest.with_name(f".{dest.name}.old-{uuid.uuid4().hex[:8]}")
     if dest.exists():
         dest.rename(old)
     staging.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_dest(dest: Path) -> None:
+    """Refuse a ``dest`` that holds anything a bundle does not (its names; a damaged bundle is fine, as are atomic
+    writes' hidden temp files): replacing it deletes it, and ``--dir ~/docs`` once deleted every file in ~/docs."""
+    if dest.is_symlink() or not dest.is_dir():  # absent; a link or a file is moved aside, not deleted
+        return
+    if not all(p.name in BUNDLE_NAMES or p.name.startswith(".") and p.name.endswith(".tmp") for p in dest.iterdir()):
+        raise BundleError(f"install: {dest} is not a model bundle folder (it holds files a bundle does not); "
+                          "installing there would delete them: choose another --dir")
 
 
 def can_build() -> bool:

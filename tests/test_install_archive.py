@@ -1,0 +1,41 @@
+"""``edge-rag models install`` on an archive from a USB stick or a download: untrusted input, installed into the
+folder the user names. Whatever the archive or the folder holds, nothing outside the bundle is lost."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge_rag.errors import BundleError
+from edge_rag.models.install import install
+
+
+@pytest.fixture(scope="module")
+def archive(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from convert.bundle import archive
+
+    return archive(bundle_dir, tmp_path_factory.mktemp("archive") / "edge-rag-gemma.tar")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EDGE_RAG_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_a_folder_that_is_not_a_bundle_is_never_replaced(archive: Path, home: Path, tmp_path: Path) -> None:
+    """`models install ARCHIVE --dir ~/docs` deleted every file in ~/docs (it moved the folder aside as the old bundle
+    and removed it). A folder holding anything a bundle does not is refused, and keeps what it holds."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("mine")
+    (docs / "manifest.json").write_text("{}")  # a web app's: a manifest alone does not make a bundle folder
+    with pytest.raises(BundleError, match="is not a model bundle folder"):
+        install(archive, docs)
+    assert sorted(p.name for p in docs.iterdir()) == ["manifest.json", "notes.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".docs")]
+    damaged = tmp_path / "bundle"  # a bundle folder, however damaged, is what an install replaces
+    damaged.mkdir()
+    for name in ("manifest.json", "encoder.onnx", ".verified.json", "..verified.json.7.0a1b2c3d.tmp"):
+        (damaged / name).write_text("{not json")
+    assert install(archive, damaged)[0] == damaged and (damaged / "generator.gguf").is_file()
