@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from edge_rag.errors import BundleError
+from edge_rag.models import bundle as B
 from edge_rag.models.install import install
 
 
@@ -39,3 +40,23 @@ def test_a_folder_that_is_not_a_bundle_is_never_replaced(archive: Path, home: Pa
     for name in ("manifest.json", "encoder.onnx", ".verified.json", "..verified.json.7.0a1b2c3d.tmp"):
         (damaged / name).write_text("{not json")
     assert install(archive, damaged)[0] == damaged and (damaged / "generator.gguf").is_file()
+
+
+def test_a_bundle_folder_on_another_file_system_is_installed(archive: Path, home: Path) -> None:
+    """The archive was unpacked under $EDGE_RAG_HOME and renamed to --dir: a --dir on another file system (models on
+    a USB disk, the home on the SD card) failed every time with a traceback (EXDEV), after moving the bundle there
+    aside as '.gemma.old-*', so that folder no longer held a bundle. It is unpacked beside its destination now."""
+    import shutil
+    import tempfile
+
+    other = Path(tempfile.mkdtemp(dir="/dev/shm")) if Path("/dev/shm").is_dir() else None
+    if other is None or other.stat().st_dev == archive.stat().st_dev:
+        pytest.skip("needs /dev/shm on another file system than the temporary folder")
+    try:
+        dest = other / "gemma"
+        dest.mkdir()
+        (dest / B.MANIFEST).write_text("{}")  # a bundle folder there already
+        assert install(archive, dest)[0] == dest and B.Bundle.load(dest).root == dest
+        assert sorted(p.name for p in other.iterdir()) == ["gemma"]
+    finally:
+        shutil.rmtree(other)

@@ -35,7 +35,8 @@ def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[
         raise BundleError(f"install: no archive at {archive}")
     if dest is not None:
         _check_dest(Path(dest).expanduser())  # before the minutes a Pi takes to unpack and verify
-    staging = M.home() / "bundles" / f".install-{uuid.uuid4().hex[:8]}"
+    # Beside its destination: renamed into place, so on its file system (a --dir on a USB disk too)
+    staging = (Path(dest).expanduser().parent if dest else M.home() / "bundles") / f".install-{uuid.uuid4().hex[:8]}"
     try:
         _unpack(archive, staging)
         bundle = B.Bundle.load(staging)  # a fresh folder has no hash stamps: every file is hashed
