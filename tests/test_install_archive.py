@@ -2,6 +2,7 @@
 folder the user names. Whatever the archive or the folder holds, nothing outside the bundle is lost."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,6 @@ def test_a_bundle_folder_on_another_file_system_is_installed(archive: Path, home
     """The archive was unpacked under $EDGE_RAG_HOME and renamed to --dir: a --dir on another file system (models on
     a USB disk, the home on the SD card) failed every time with a traceback (EXDEV), after moving the bundle there
     aside as '.gemma.old-*', so that folder no longer held a bundle. It is unpacked beside its destination now."""
-    import shutil
     import tempfile
 
     other = Path(tempfile.mkdtemp(dir="/dev/shm")) if Path("/dev/shm").is_dir() else None
@@ -60,3 +60,43 @@ def test_a_bundle_folder_on_another_file_system_is_installed(archive: Path, home
         assert sorted(p.name for p in other.iterdir()) == ["gemma"]
     finally:
         shutil.rmtree(other)
+
+
+@pytest.mark.parametrize("name, data", [("notes.txt", b"not a model"), ("tokenizer.json", b"{}")])
+def test_an_archive_entry_that_is_not_a_bundle_file_is_refused(archive: Path, home: Path, tmp_path: Path,
+                                                               name: str, data: bytes) -> None:
+    """A file of another name was installed into the bundle folder with the rest (any size), and a name given twice
+    was unpacked twice, the last copy kept. Both are refused before anything is unpacked."""
+    import io
+    import tarfile
+
+    bad = Path(shutil.copyfile(archive, tmp_path / "bad.tar"))
+    with tarfile.open(bad, "a") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(BundleError, match=rf"not a bundle archive \(unexpected entry '{name}'"):
+        install(bad)
+    assert not (home / "bundles").exists() or not list((home / "bundles").iterdir())
+
+
+def test_an_archive_of_many_entries_is_refused_at_the_first_foreign_one(home: Path, tmp_path: Path) -> None:
+    """Every entry of the archive was listed before the first was looked at, then all were unpacked: 200,000 empty
+    files took 25 s and +92 MB of RSS, and made 200,000 files, before 'manifest.json missing'. The first entry that
+    is not a bundle file ends the install: it reads no more of the archive."""
+    import tarfile
+    import tracemalloc
+
+    many = tmp_path / "many.tar"
+    with tarfile.open(many, "w") as tar:
+        for n in range(20_000):
+            tar.addfile(tarfile.TarInfo(f"x{n:07d}"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(BundleError) as refused:
+            install(many)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak / 2**20:.1f} MB traced"
+    assert "unexpected entry 'x0000000'" in str(refused.value)

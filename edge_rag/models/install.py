@@ -53,13 +53,22 @@ def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[
 def _unpack(archive: Path, staging: Path) -> None:
     try:
         with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            bad = [m.name for m in members if not m.isfile() or "/" in m.name or m.name.startswith(".")]
-            if bad:
-                raise BundleError(f"install: {archive} is not a bundle archive (unexpected entries {bad[:3]})")
-            tar.extractall(staging, members=members)
+            tar.extractall(staging, members=_members(tar, archive))
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"install: step 'unpack' failed for {archive}: {exc}") from exc
+
+
+def _members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    """The archive's entries, each a plain file under one of a bundle's file names, once. Read one at a time and
+    refused at the first that is not: an archive of 200,000 empty files was listed whole (25 s, +92 MB) and
+    unpacked (200,000 files made), a file of any other name was installed, a name given twice was the last."""
+    members: dict[str, tarfile.TarInfo] = {}
+    for member in tar:
+        if not member.isfile() or member.name not in BUNDLE_NAMES - {B.VERIFIED} or member.name in members:
+            raise BundleError(f"install: {archive} is not a bundle archive (unexpected entry {member.name[:80]!r}"
+                              f"{', given twice' if member.name in members else ''})")
+        members[member.name] = member
+    return list(members.values())
 
 
 def _replace(staging: Path, dest: Path) -> None:
