@@ -100,3 +100,24 @@ def test_an_archive_of_many_entries_is_refused_at_the_first_foreign_one(home: Pa
         tracemalloc.stop()
     assert peak < 1 << 20, f"{peak / 2**20:.1f} MB traced"
     assert "unexpected entry 'x0000000'" in str(refused.value)
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar to write a sparse entry")
+def test_an_archive_larger_than_the_free_space_is_refused_before_it_is_unpacked(bundle_dir: Path, home: Path,
+                                                                                tmp_path: Path) -> None:
+    """An archive was unpacked until the disk was full (a 390 MB archive into 315 MB free: the disk at 0 bytes free
+    until the install failed, every store's and log's commit on it failing meanwhile); a sparse entry takes a few
+    bytes of archive for any size. Its entries' sizes are added up first and checked against the free space."""
+    import subprocess
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copyfile(bundle_dir / B.MANIFEST, src / B.MANIFEST)
+    with open(src / "generator.gguf", "wb") as f:
+        f.truncate(shutil.disk_usage(tmp_path).free + (1 << 30))  # all hole
+    bomb = tmp_path / "bomb.tar"
+    subprocess.run(["tar", "--sparse", "-cf", bomb, "-C", src, B.MANIFEST, "generator.gguf"], check=True)
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(BundleError, match=r"unpacks to \d+ MB and .* has \d+ MB free"):
+        install(bomb)
+    assert not (home / "bundles").exists() or not list((home / "bundles").iterdir())

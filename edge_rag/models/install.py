@@ -24,6 +24,7 @@ from .verify import Verdict, verify_bundle
 HOST_STEPS = ("on a host with the convert extra (pip install 'edge-rag[convert]'): "
               "`python -m convert bundle --profile {profile} --archive edge-rag-{profile}.tar` (or `make bundle`); "
               "copy the archive here and run `edge-rag models install edge-rag-{profile}.tar`")
+KEEP_FREE_BYTES = 64 << 20  # an install refused rather than leave less free: the stores and logs must commit
 BUNDLE_NAMES = frozenset({B.MANIFEST, B.VERIFIED, *(role.file for role in M.ROLES)})  # all a bundle folder holds
 
 
@@ -53,7 +54,14 @@ def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[
 def _unpack(archive: Path, staging: Path) -> None:
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(staging, members=_members(tar, archive))
+            members = _members(tar, archive)
+            staging.parent.mkdir(parents=True, exist_ok=True)
+            need, free = sum(m.size for m in members), shutil.disk_usage(staging.parent).free
+            if need + KEEP_FREE_BYTES > free:  # checked first: a disk filled to the last byte fails every store's commit
+                raise BundleError(f"install: {archive} unpacks to {need / 1e6:.0f} MB and {staging.parent} has "
+                                  f"{free / 1e6:.0f} MB free (an install leaves {KEEP_FREE_BYTES >> 20} MB for the "
+                                  "stores and logs on that disk): free some space or install it elsewhere (--dir)")
+            tar.extractall(staging, members=members)
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"install: step 'unpack' failed for {archive}: {exc}") from exc
 
