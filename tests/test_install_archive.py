@@ -121,3 +121,29 @@ def test_an_archive_larger_than_the_free_space_is_refused_before_it_is_unpacked(
     with pytest.raises(BundleError, match=r"unpacks to \d+ MB and .* has \d+ MB free"):
         install(bomb)
     assert not (home / "bundles").exists() or not list((home / "bundles").iterdir())
+
+
+def test_installed_files_are_this_users_and_on_disk_before_the_old_bundle_goes(archive: Path, home: Path,
+                                                                              tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """tarfile gave each file the archive's mode and owner: an archive's 0o6777 entries, installed with sudo, were
+    set-uid, world-writable model files owned by uid 4242 (any user could rewrite the GGUF a server has mapped).
+    And no model file was fsynced before the old bundle was removed (only the stamps were): a power cut in the next
+    seconds left no whole bundle. Files are written by the install now, with this user's umask, and fsynced."""
+    import os
+    import tarfile
+
+    odd = tmp_path / "odd.tar"
+    with tarfile.open(archive) as src, tarfile.open(odd, "w") as out:
+        for member in src:
+            member.mode, member.uid, member.gid, member.uname, member.gname = 0o6777, 4242, 4242, "", ""
+            out.addfile(member, src.extractfile(member))
+    synced: list[str] = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
+    dest, _ = install(odd)
+    names = [f["name"] for f in B.Bundle.load(dest).files()] + [B.MANIFEST]
+    for name in names:
+        st = (dest / name).stat()
+        assert st.st_mode & 0o7022 == 0 and st.st_uid == os.geteuid(), (name, oct(st.st_mode), st.st_uid)
+    assert {Path(p).name for p in synced} >= set(names)

@@ -9,6 +9,7 @@ the convert extra is installed, and otherwise says what to run on a host.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import BundleError
+from ..storage.fileio import fsync_dir
 from . import bundle as B
 from . import registry as M
 from .verify import Verdict, verify_bundle
@@ -61,7 +63,12 @@ def _unpack(archive: Path, staging: Path) -> None:
                 raise BundleError(f"install: {archive} unpacks to {need / 1e6:.0f} MB and {staging.parent} has "
                                   f"{free / 1e6:.0f} MB free (an install leaves {KEEP_FREE_BYTES >> 20} MB for the "
                                   "stores and logs on that disk): free some space or install it elsewhere (--dir)")
-            tar.extractall(staging, members=members)
+            staging.mkdir()
+            for member in members:  # written here, not by extractall: no mode, owner or time from the archive
+                with tar.extractfile(member) as src, open(staging / member.name, "xb") as out:  # type: ignore[union-attr]
+                    shutil.copyfileobj(src, out, 1 << 20)
+                    os.fsync(out.fileno())  # on the card before the old bundle is removed
+            fsync_dir(staging)
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"install: step 'unpack' failed for {archive}: {exc}") from exc
 
@@ -87,6 +94,7 @@ def _replace(staging: Path, dest: Path) -> None:
     if dest.exists():
         dest.rename(old)
     staging.rename(dest)
+    fsync_dir(dest.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
