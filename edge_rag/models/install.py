@@ -8,13 +8,17 @@ the convert extra is installed, and otherwise says what to run on a host.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import BundleError
@@ -27,6 +31,7 @@ HOST_STEPS = ("on a host with the convert extra (pip install 'edge-rag[convert]'
               "`python -m convert bundle --profile {profile} --archive edge-rag-{profile}.tar` (or `make bundle`); "
               "copy the archive here and run `edge-rag models install edge-rag-{profile}.tar`")
 KEEP_FREE_BYTES = 64 << 20  # an install refused rather than leave less free: the stores and logs must commit
+LEFT_BEHIND = re.compile(r"\.install-[0-9a-f]{8}|\.(.+)\.old-[0-9a-f]{8}")  # a killed install's folders (below)
 BUNDLE_NAMES = frozenset({B.MANIFEST, B.VERIFIED, *(role.file for role in M.ROLES)})  # all a bundle folder holds
 
 
@@ -39,7 +44,13 @@ def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[
     if dest is not None:
         _check_dest(Path(dest).expanduser())  # before the minutes a Pi takes to unpack and verify
     # Beside its destination: renamed into place, so on its file system (a --dir on a USB disk too)
-    staging = (Path(dest).expanduser().parent if dest else M.home() / "bundles") / f".install-{uuid.uuid4().hex[:8]}"
+    folder = Path(dest).expanduser().parent if dest else M.home() / "bundles"
+    staging = folder / f".install-{uuid.uuid4().hex[:8]}"
+    with _one_install(folder):
+        return _install(archive, staging, dest, threads)
+
+
+def _install(archive: Path, staging: Path, dest: Path | None, threads: int) -> tuple[Path, list[Verdict]]:
     try:
         _unpack(archive, staging)
         bundle = B.Bundle.load(staging)  # a fresh folder has no hash stamps: every file is hashed
@@ -51,6 +62,26 @@ def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return dest, verdicts
+
+
+@contextlib.contextmanager
+def _one_install(folder: Path) -> Iterator[None]:
+    """One install at a time into ``folder`` (a BundleError for a second); with it held, what a killed install left
+    there goes: its staging folder, the old bundle it had not removed yet (each up to a bundle's size, for good)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".install.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BundleError(f"install: another install into {folder} is running; try again when it is done") from None
+        for left in folder.iterdir():  # an old bundle alone is kept: it may be the only whole one
+            named = LEFT_BEHIND.fullmatch(left.name)
+            if named and _bundle_files_only(left) and (named[1] is None or (folder / named[1]).is_dir()):
+                shutil.rmtree(left, ignore_errors=True)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 def _unpack(archive: Path, staging: Path) -> None:
@@ -103,9 +134,15 @@ def _check_dest(dest: Path) -> None:
     writes' hidden temp files): replacing it deletes it, and ``--dir ~/docs`` once deleted every file in ~/docs."""
     if dest.is_symlink() or not dest.is_dir():  # absent; a link or a file is moved aside, not deleted
         return
-    if not all(p.name in BUNDLE_NAMES or p.name.startswith(".") and p.name.endswith(".tmp") for p in dest.iterdir()):
+    if not _bundle_files_only(dest):
         raise BundleError(f"install: {dest} is not a model bundle folder (it holds files a bundle does not); "
                           "installing there would delete them: choose another --dir")
+
+
+def _bundle_files_only(folder: Path) -> bool:
+    """Whether ``folder`` is a folder (not a link) of nothing but a bundle's names and atomic writes' temp files."""
+    return (folder.is_dir() and not folder.is_symlink()
+            and all(p.name in BUNDLE_NAMES or p.name.startswith(".") and p.name.endswith(".tmp") for p in folder.iterdir()))
 
 
 def can_build() -> bool:
