@@ -87,13 +87,7 @@ def _one_install(folder: Path) -> Iterator[None]:
 def _unpack(archive: Path, staging: Path) -> None:
     try:
         with tarfile.open(archive) as tar:
-            members = _members(tar, archive)
-            staging.parent.mkdir(parents=True, exist_ok=True)
-            need, free = sum(m.size for m in members), shutil.disk_usage(staging.parent).free
-            if need + KEEP_FREE_BYTES > free:  # checked first: a disk filled to the last byte fails every store's commit
-                raise BundleError(f"install: {archive} unpacks to {need / 1e6:.0f} MB and {staging.parent} has "
-                                  f"{free / 1e6:.0f} MB free (an install leaves {KEEP_FREE_BYTES >> 20} MB for the "
-                                  "stores and logs on that disk): free some space or install it elsewhere (--dir)")
+            members = _members(tar, archive, shutil.disk_usage(staging.parent).free)
             staging.mkdir()
             for member in members:  # written here, not by extractall: no mode, owner or time from the archive
                 with tar.extractfile(member) as src, open(staging / member.name, "xb") as out:  # type: ignore[union-attr]
@@ -104,16 +98,22 @@ def _unpack(archive: Path, staging: Path) -> None:
         raise BundleError(f"install: step 'unpack' failed for {archive}: {exc}") from exc
 
 
-def _members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
-    """The archive's entries, each a plain file under one of a bundle's file names, once. Read one at a time and
-    refused at the first that is not: an archive of 200,000 empty files was listed whole (25 s, +92 MB) and
-    unpacked (200,000 files made), a file of any other name was installed, a name given twice was the last."""
+def _members(tar: tarfile.TarFile, archive: Path, free: int) -> list[tarfile.TarInfo]:
+    """The archive's entries, each a plain file under one of a bundle's file names, once, all fitting in ``free``
+    bytes. Read one at a time and refused at the first that is not: an archive of 200,000 empty files was listed
+    whole (25 s, +92 MB) and unpacked, a file of any other name was installed, a name given twice was the last; the
+    size is checked at each header, before its data is skipped (a compressed archive decompresses it to skip it)."""
     members: dict[str, tarfile.TarInfo] = {}
     for member in tar:
         if not member.isfile() or member.name not in BUNDLE_NAMES - {B.VERIFIED} or member.name in members:
             raise BundleError(f"install: {archive} is not a bundle archive (unexpected entry {member.name[:80]!r}"
                               f"{', given twice' if member.name in members else ''})")
         members[member.name] = member
+        need = sum(m.size for m in members.values())
+        if need + KEEP_FREE_BYTES > free:  # refused first: a disk filled to the last byte fails every store's commit
+            raise BundleError(f"install: {archive} unpacks to over {need / 1e6:.0f} MB and its destination's disk has "
+                              f"{free / 1e6:.0f} MB free (an install leaves {KEEP_FREE_BYTES >> 20} MB for the stores "
+                              "and logs there): free some space or install it elsewhere (--dir)")
     return list(members.values())
 
 
