@@ -185,7 +185,7 @@ class EdgeRAG:
                 if not self.plan.generator:
                     raise BudgetError("llama.cpp is not in this EdgeRAG's memory plan: its calibration does not certify "
                                       "generated answers, so no question is generated (Config(certified=False) does)")
-                self._generator = Generator.of(self.bundle.require(B.ROLE_GENERATOR), self.bundle.generator, self.config)
+                self._generator = Generator.of(self.bundle.current(B.ROLE_GENERATOR), self.bundle.generator, self.config)
             return self._generator
 
     def ask(self, question: str) -> Answer:

@@ -1,5 +1,6 @@
 """Checked bundle files: an edit that keeps the mtime is caught (ctime/inode in the stamp), bit rot that
 changes no metadata is caught by the per-block CRC32s wherever it is, and a full pass is there on request."""
+import hashlib
 import json
 import os
 import shutil
@@ -142,3 +143,25 @@ def test_a_model_under_another_role_is_named_as_not_that_model(bundle) -> None:
             Router(bundle.require(role))
     with pytest.raises(BundleError, match="is not a reader model"):
         Reader(bundle.require(B.ROLE_ENCODER), tokenizer)
+
+
+def test_a_model_loaded_on_first_use_is_the_file_its_manifest_names(copy) -> None:
+    """The reader and llama.cpp are loaded on first use, maybe long after the bundle was verified: a kiosk running on
+    while `models install` put a new bundle in its folder loaded the new GGUF under the manifest it held (sha256
+    b5b13776ce70 loaded, a5fd3b62230a in its manifest), a model it had never checked. Such a file is hashed again
+    against the manifest the process holds, and refused; the file verified at load is taken as it is."""
+    from edge_rag.reading.read import reader_path
+
+    bundle = B.Bundle.load(copy)
+    reader = bundle.require(B.ROLE_READER)
+    assert reader_path(bundle) == reader
+    data = bytearray(reader.read_bytes())  # another bundle installed in its place: another reader, its manifest
+    data[len(data) // 2] ^= 1
+    (copy / "reader.new").write_bytes(data)
+    (copy / "reader.new").replace(reader)
+    manifest = json.loads((copy / B.MANIFEST).read_text())
+    next(f for f in manifest["files"] if f["role"] == B.ROLE_READER)["sha256"] = hashlib.sha256(data).hexdigest()
+    (copy / B.MANIFEST).write_text(json.dumps(manifest))
+    assert B.Bundle.load(copy).verify_files()["reader.onnx"].endswith("(crc32)")  # the new bundle, stamped
+    with pytest.raises(BundleError, match=r"reader.onnx fails its sha256 check.*changed since this process loaded"):
+        reader_path(bundle)

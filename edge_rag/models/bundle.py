@@ -122,6 +122,25 @@ class Bundle:
             raise BundleError(f"bundle {self.root} has no {role} file")
         return path
 
+    def current(self, role: str) -> Path:
+        """The file of ``role`` for a model loaded on first use, maybe long after the bundle: hashed again unless the
+        stamps record this very file (size, times, inode) as checked against this manifest's sha256, so a bundle
+        installed in this one's place meanwhile is never loaded under the manifest this process holds."""
+        path, entry = self.require(role), next(f for f in self.files() if f["role"] == role)
+        try:
+            stamp = valid_stamps(read_json(self.root / VERIFIED, "a stamp file"), VERIFIED_VERSION)["files"][entry["name"]]
+            s = path.stat()
+            if stamp["key"] == [s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino, entry["sha256"]]:
+                return path
+        except (BundleError, OSError, KeyError):
+            pass
+        try:
+            self.verify_files()
+        except BundleError as exc:
+            raise BundleError(f"{exc} (it changed since this process loaded the bundle: restart to load the bundle "
+                              "there now)") from None
+        return path
+
     @property
     def encoder(self) -> dict:
         return self.manifest[KEY_ENCODER]

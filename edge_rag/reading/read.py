@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import BundleError
-from ..models.bundle import Bundle
+from ..models.bundle import ROLE_READER, Bundle
 from ..retrieval.route import PROFILE, profile
 from ..types import Passage
 from .extract import extract
@@ -79,7 +79,7 @@ def reader_path(bundle: Bundle) -> Path:
     path = reader_file(bundle)
     if not path.is_file():
         raise BundleError(f"no reader model: {path} is missing; use Config(reader='rules') or run `make reader`")
-    return path
+    return bundle.current(ROLE_READER) if bundle.path(ROLE_READER) else path  # loaded on first use: checked again
 
 
 class NeuralReader:
