@@ -218,3 +218,33 @@ def test_an_entry_header_that_tarfile_would_read_whole_is_refused(home: Path, tm
         subprocess.run(["tar", "--sparse", "-cf", tmp_path / "sparse.tar", "-C", src, "generator.gguf"], check=True)
         with pytest.raises(BundleError, match=r"not a bundle archive \(a sparse entry at byte 0\)"):
             install(tmp_path / "sparse.tar")
+
+
+def test_an_archive_whose_generator_is_no_gguf_does_not_replace_the_bundle(archive: Path, home: Path,
+                                                                          tmp_path: Path) -> None:
+    """Every hash right and the encoder passing, an archive whose generator.gguf was not a GGUF (1 MB of random bytes
+    under a manifest that hashed them) was installed over a working bundle: 'installed', exit 0, and then every
+    `index` and `ask` failed on its GGUF header ('rebuild the bundle', on a device that cannot). Each model is opened
+    as its role says before the swap (the GGUF's header, the router, the reader), and this one is refused."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    junk = bytes(range(256)) * 4096
+    bad = tmp_path / "nogguf.tar"
+    with tarfile.open(archive) as src, tarfile.open(bad, "w") as out:
+        for member in src:
+            data = src.extractfile(member).read()
+            if member.name == B.MANIFEST:
+                manifest = json.loads(data)
+                entry = next(f for f in manifest["files"] if f["role"] == B.ROLE_GENERATOR)
+                entry.update(size=len(junk), sha256=hashlib.sha256(junk).hexdigest())
+                data = json.dumps(manifest).encode()
+            elif member.name == "generator.gguf":
+                data = junk
+            member.size = len(data)
+            out.addfile(member, io.BytesIO(data))
+    with pytest.raises(BundleError, match="not a GGUF file"):
+        install(bad)
+    assert not (home / "bundles" / "gemma").exists()

@@ -59,11 +59,26 @@ def _install(archive: Path, staging: Path, dest: Path | None, threads: int) -> t
         verdicts = verify_bundle(bundle, threads)
         if verdicts and not any(v.passed for v in verdicts):
             raise BundleError("install: step 'verify' failed on this CPU: " + "; ".join(v.summary() for v in verdicts))
+        _check_models(bundle)
         dest = Path(dest or M.default_bundle(bundle.manifest.get(B.KEY_PROFILE, "custom"))).expanduser()
         _replace(staging, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return dest, verdicts
+
+
+def _check_models(bundle: B.Bundle) -> None:
+    """Each model opens as what its role says (the GGUF's header; the router's and reader's inputs and outputs): the
+    hashes alone let an archive whose generator is no GGUF replace a working bundle that no command could load after."""
+    from ..memory.gguf import read_gguf
+    from ..reading.reader import Reader
+    from ..retrieval.route import Router
+
+    read_gguf(bundle.require(B.ROLE_GENERATOR))
+    if router := bundle.path(B.ROLE_ROUTER):
+        Router(router)
+    if reader := bundle.path(B.ROLE_READER):
+        Reader(reader, bundle.require(B.ROLE_TOKENIZER), threads=1)
 
 
 @contextlib.contextmanager
