@@ -3,6 +3,7 @@ folder the user names. Whatever the archive or the folder holds, nothing outside
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -220,31 +221,47 @@ def test_an_entry_header_that_tarfile_would_read_whole_is_refused(home: Path, tm
             install(tmp_path / "sparse.tar")
 
 
+def _repack(archive: Path, out: Path, edit: Callable[[dict], object], files: dict[str, bytes] | None = None) -> Path:
+    """``archive`` with its manifest edited and the named files' data replaced (the manifest hashing them)."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    files = files or {}
+    with tarfile.open(archive) as src, tarfile.open(out, "w") as dst:
+        for member in src:
+            data = files.get(member.name) or src.extractfile(member).read()
+            if member.name == B.MANIFEST:
+                manifest = json.loads(data)
+                for entry in manifest["files"]:
+                    if entry["name"] in files:
+                        entry.update(size=len(files[entry["name"]]), sha256=hashlib.sha256(files[entry["name"]]).hexdigest())
+                edit(manifest)
+                data = json.dumps(manifest).encode()
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    return out
+
+
 def test_an_archive_whose_generator_is_no_gguf_does_not_replace_the_bundle(archive: Path, home: Path,
                                                                           tmp_path: Path) -> None:
     """Every hash right and the encoder passing, an archive whose generator.gguf was not a GGUF (1 MB of random bytes
     under a manifest that hashed them) was installed over a working bundle: 'installed', exit 0, and then every
     `index` and `ask` failed on its GGUF header ('rebuild the bundle', on a device that cannot). Each model is opened
     as its role says before the swap (the GGUF's header, the router, the reader), and this one is refused."""
-    import hashlib
-    import io
-    import json
-    import tarfile
-
-    junk = bytes(range(256)) * 4096
-    bad = tmp_path / "nogguf.tar"
-    with tarfile.open(archive) as src, tarfile.open(bad, "w") as out:
-        for member in src:
-            data = src.extractfile(member).read()
-            if member.name == B.MANIFEST:
-                manifest = json.loads(data)
-                entry = next(f for f in manifest["files"] if f["role"] == B.ROLE_GENERATOR)
-                entry.update(size=len(junk), sha256=hashlib.sha256(junk).hexdigest())
-                data = json.dumps(manifest).encode()
-            elif member.name == "generator.gguf":
-                data = junk
-            member.size = len(data)
-            out.addfile(member, io.BytesIO(data))
+    bad = _repack(archive, tmp_path / "nogguf.tar", lambda m: None, {"generator.gguf": bytes(range(256)) * 4096})
     with pytest.raises(BundleError, match="not a GGUF file"):
+        install(bad)
+    assert not (home / "bundles" / "gemma").exists()
+
+
+def test_an_archive_whose_manifest_gives_another_encoder_dim_is_refused(archive: Path, home: Path,
+                                                                       tmp_path: Path) -> None:
+    """The memory plan prices the index by the manifest's encoder.dim before the encoder is loaded: an archive saying
+    96 for the 384-float MiniLM installed, and a 100,000-passage store was planned at 144 MB of index, not 292 (a
+    bundle built from one's own 768-d encoder without its export report says 384 likewise). Refused at install."""
+    bad = _repack(archive, tmp_path / "dim.tar", lambda m: m["encoder"].update(dim=96))
+    with pytest.raises(BundleError, match=r"encoder.onnx makes 384-float vectors and the manifest's encoder.dim says 96"):
         install(bad)
     assert not (home / "bundles" / "gemma").exists()
