@@ -265,3 +265,12 @@ def test_an_archive_whose_manifest_gives_another_encoder_dim_is_refused(archive:
     with pytest.raises(BundleError, match=r"encoder.onnx makes 384-float vectors and the manifest's encoder.dim says 96"):
         install(bad)
     assert not (home / "bundles" / "gemma").exists()
+
+
+def test_a_destination_that_cannot_be_written_is_one_error(archive: Path, home: Path, tmp_path: Path) -> None:
+    """`models install ARCHIVE --dir notes.txt/gemma` (a typo: a file where a folder should be) ended in a traceback
+    (FileExistsError from mkdir, exit 1); any OSError there is now a BundleError (CLI: one line, exit 2)."""
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(BundleError, match=r"cannot install into .*notes.txt/gemma: \[Errno 17\] File exists"):
+        install(archive, tmp_path / "notes.txt" / "gemma")
+    assert (tmp_path / "notes.txt").read_text() == "mine"

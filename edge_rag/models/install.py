@@ -43,13 +43,16 @@ def install(archive: Path, dest: Path | None = None, threads: int = 0) -> tuple[
     archive = Path(archive).expanduser()
     if not archive.is_file():
         raise BundleError(f"install: no archive at {archive}")
-    if dest is not None:
-        _check_dest(Path(dest).expanduser())  # before the minutes a Pi takes to unpack and verify
     # Beside its destination: renamed into place, so on its file system (a --dir on a USB disk too)
     folder = Path(dest).expanduser().parent if dest else M.home() / "bundles"
     staging = folder / f".install-{uuid.uuid4().hex[:8]}"
-    with _one_install(folder):
-        return _install(archive, staging, dest, threads)
+    try:
+        if dest is not None:
+            _check_dest(Path(dest).expanduser())  # before the minutes a Pi takes to unpack and verify
+        with _one_install(folder):
+            return _install(archive, staging, dest, threads)
+    except OSError as exc:  # a --dir under a file or in a read-only folder: was a traceback
+        raise BundleError(f"install: cannot install into {dest or folder}: {exc}") from exc
 
 
 def _install(archive: Path, staging: Path, dest: Path | None, threads: int) -> tuple[Path, list[Verdict]]:
