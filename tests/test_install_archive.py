@@ -231,6 +231,9 @@ def _repack(archive: Path, out: Path, edit: Callable[[dict], object], files: dic
     files = files or {}
     with tarfile.open(archive) as src, tarfile.open(out, "w") as dst:
         for member in src:
+            if member.name not in files and member.name != B.MANIFEST:
+                dst.addfile(member, src.extractfile(member))
+                continue
             data = files.get(member.name) or src.extractfile(member).read()
             if member.name == B.MANIFEST:
                 manifest = json.loads(data)

@@ -59,10 +59,10 @@ def _install(archive: Path, staging: Path, dest: Path | None, threads: int) -> t
     try:
         _unpack(archive, staging)
         bundle = B.Bundle.load(staging)  # a fresh folder has no hash stamps: every file is hashed
+        _check_models(bundle)
         verdicts = verify_bundle(bundle, threads)
         if verdicts and not any(v.passed for v in verdicts):
             raise BundleError("install: step 'verify' failed on this CPU: " + "; ".join(v.summary() for v in verdicts))
-        _check_models(bundle)
         dest = Path(dest or M.default_bundle(bundle.manifest.get(B.KEY_PROFILE, "custom"))).expanduser()
         _replace(staging, dest)
     finally:
