@@ -205,3 +205,21 @@ def test_cli_says_what_is_wrong_in_one_line_and_exits_2(bundle_copy):
                            env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stderr.startswith("edge-rag: error: "), r.stderr
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_verify_opens_each_model_as_its_role_says(bundle_copy, tmp_path_factory):
+    """`models verify` checked hashes and the encoder only: a bundle whose generator.gguf is not a GGUF (its manifest
+    hashing it) printed PASS and exited 0, while every `index` and `ask` failed on its header. It opens each model as
+    its role says now: one line naming the file, exit 2."""
+    import hashlib
+
+    junk = bytes(range(256)) * 4096
+    (bundle_copy / "generator.gguf").unlink()  # a link to the real GGUF: replaced, not written through
+    (bundle_copy / "generator.gguf").write_bytes(junk)
+    _edit_manifest(bundle_copy, lambda m: _file(m, B.ROLE_GENERATOR).update(size=len(junk),
+                                                                             sha256=hashlib.sha256(junk).hexdigest()))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "EDGE_RAG_HOME": str(tmp_path_factory.mktemp("home"))}
+    r = subprocess.run([sys.executable, "-m", "edge_rag", "models", "verify", "--bundle", str(bundle_copy)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "generator.gguf: not a GGUF file" in r.stderr, (r.returncode, r.stdout, r.stderr)

@@ -42,10 +42,11 @@ def cmd_install(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Hash check, then the encoder on this CPU against the bundle's torch reference vectors."""
     from ..models.bundle import Bundle
-    from ..models.verify import verify_bundle
+    from ..models.verify import check_models, verify_bundle
 
     bundle = Bundle.load(Path(args.bundle) if args.bundle else default_bundle(args.profile))
     how = bundle.verify_files(full=args.full)
+    check_models(bundle)  # hashes right, the models still have to be what their roles say
     detail = "all re-hashed" if args.full else ", ".join(f"{name}: {way}" for name, way in how.items())
     print(f"files: {len(how)} present and intact ({detail})")
     verdicts = verify_bundle(bundle, args.threads or 0)

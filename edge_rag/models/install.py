@@ -25,7 +25,7 @@ from ..errors import BundleError
 from ..storage.fileio import fsync_dir
 from . import bundle as B
 from . import registry as M
-from .verify import Verdict, verify_bundle
+from .verify import Verdict, check_models, verify_bundle
 
 HOST_STEPS = ("on a host with the convert extra (pip install 'edge-rag[convert]'): "
               "`python -m convert bundle --profile {profile} --archive edge-rag-{profile}.tar` (or `make bundle`); "
@@ -59,7 +59,7 @@ def _install(archive: Path, staging: Path, dest: Path | None, threads: int) -> t
     try:
         _unpack(archive, staging)
         bundle = B.Bundle.load(staging)  # a fresh folder has no hash stamps: every file is hashed
-        _check_models(bundle)
+        check_models(bundle)
         verdicts = verify_bundle(bundle, threads)
         if verdicts and not any(v.passed for v in verdicts):
             raise BundleError("install: step 'verify' failed on this CPU: " + "; ".join(v.summary() for v in verdicts))
@@ -68,26 +68,6 @@ def _install(archive: Path, staging: Path, dest: Path | None, threads: int) -> t
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return dest, verdicts
-
-
-def _check_models(bundle: B.Bundle) -> None:
-    """Each model opens as what its role says (the GGUF's header; the router's and reader's inputs and outputs): the
-    hashes alone let an archive whose generator is no GGUF replace a working bundle that no command could load after.
-    The encoder makes the vectors its manifest says: the memory plan prices the index by ``encoder.dim``."""
-    from ..memory.gguf import read_gguf
-    from ..reading.reader import Reader
-    from ..retrieval.encode import Encoder
-    from ..retrieval.route import Router
-
-    read_gguf(bundle.require(B.ROLE_GENERATOR))
-    for role in (B.ROLE_ENCODER, B.ROLE_ENCODER_FP32):
-        if (path := bundle.path(role)) and (dim := Encoder(path, bundle.require(B.ROLE_TOKENIZER)).dim) != bundle.encoder["dim"]:
-            raise BundleError(f"install: {path.name} makes {dim}-float vectors and the manifest's encoder.dim says "
-                              f"{bundle.encoder['dim']} (the memory plan prices the index by it); rebuild the bundle")
-    if router := bundle.path(B.ROLE_ROUTER):
-        Router(router)
-    if reader := bundle.path(B.ROLE_READER):
-        Reader(reader, bundle.require(B.ROLE_TOKENIZER), threads=1)
 
 
 @contextlib.contextmanager

@@ -246,3 +246,23 @@ def select_encoder(bundle: B.Bundle, threads: int = 0) -> Path:
     warnings.warn(f"{verdicts[0].summary()}; the bundle has no passing fp32 encoder, so retrieval on this CPU "
                   "may differ from the build host: rebuild with --precision fp32", RuntimeWarning, stacklevel=2)
     return bundle.require(B.ROLE_ENCODER)
+
+
+def check_models(bundle: B.Bundle) -> None:
+    """Each model opens as what its role says (the GGUF's header; the router's and reader's inputs and outputs): the
+    hashes alone let an archive whose generator is no GGUF replace a working bundle that no command could load after,
+    and ``models verify`` passed it. The encoder makes the vectors its manifest says: the memory plan prices the index
+    by ``encoder.dim``."""
+    from ..memory.gguf import read_gguf
+    from ..reading.reader import Reader
+    from ..retrieval.route import Router
+
+    read_gguf(bundle.require(B.ROLE_GENERATOR))
+    for role in (B.ROLE_ENCODER, B.ROLE_ENCODER_FP32):
+        if (path := bundle.path(role)) and (dim := Encoder(path, bundle.require(B.ROLE_TOKENIZER)).dim) != bundle.encoder["dim"]:
+            raise BundleError(f"{path} makes {dim}-float vectors and the manifest's encoder.dim says "
+                              f"{bundle.encoder['dim']} (the memory plan prices the index by it); rebuild the bundle")
+    if router := bundle.path(B.ROLE_ROUTER):
+        Router(router)
+    if reader := bundle.path(B.ROLE_READER):
+        Reader(reader, bundle.require(B.ROLE_TOKENIZER), threads=1)
