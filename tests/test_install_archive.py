@@ -2,6 +2,7 @@
 folder the user names. Whatever the archive or the folder holds, nothing outside the bundle is lost."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -277,3 +278,28 @@ def test_a_destination_that_cannot_be_written_is_one_error(archive: Path, home: 
     with pytest.raises(BundleError, match=r"cannot install into .*notes.txt/gemma: \[Errno 17\] File exists"):
         install(archive, tmp_path / "notes.txt" / "gemma")
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_the_folder_always_holds_a_bundle_while_an_install_swaps_it(archive: Path, home: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old bundle was renamed aside and the new one renamed in: a kill between the two (strace-injected at the
+    second) or a Ctrl-C there left no bundle in the folder, the old one hidden as '.gemma.old-*' ('no model bundle at
+    ...'). The two folders are swapped in one step where Linux can (renameat2 RENAME_EXCHANGE)."""
+    dest = home / "bundles" / "gemma"
+    dest.mkdir(parents=True)
+    (dest / B.MANIFEST).write_text("{}")  # the bundle there
+    renames = []
+    rename = Path.rename
+
+    def interrupted(self: Path, target: Path) -> Path:  # Ctrl-C once the old bundle is aside
+        renames.append(self)
+        if len(renames) == 2:
+            raise KeyboardInterrupt
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", interrupted)
+    with contextlib.suppress(KeyboardInterrupt):
+        install(archive)
+    assert dest.is_dir() and not renames, [p.name for p in dest.parent.iterdir()]
+    assert B.Bundle.load(dest).root == dest
+    assert sorted(p.name for p in dest.parent.iterdir()) == [".install.lock", "gemma"]

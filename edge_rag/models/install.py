@@ -9,6 +9,7 @@ the convert extra is installed, and otherwise says what to run on a host.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import importlib.util
 import os
@@ -34,6 +35,7 @@ KEEP_FREE_BYTES = 64 << 20  # an install refused rather than leave less free: th
 LEFT_BEHIND = re.compile(r"\.install-[0-9a-f]{8}|\.(.+)\.old-[0-9a-f]{8}")  # a killed install's folders (below)
 EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 MAX_EXTENDED_BYTES = 64 << 10  # a long name or pax records: a bundle archive's are a few dozen bytes
+AT_FDCWD, RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
 BUNDLE_NAMES = frozenset({B.MANIFEST, B.VERIFIED, *(role.file for role in M.ROLES)})  # all a bundle folder holds
 
 
@@ -140,15 +142,26 @@ def _members(tar: tarfile.TarFile, archive: Path, free: int) -> list[tarfile.Tar
 
 
 def _replace(staging: Path, dest: Path) -> None:
-    """Rename ``staging`` to ``dest``; an existing ``dest`` is moved aside first and removed after."""
+    """Rename ``staging`` to ``dest``; an existing ``dest`` is swapped with it, or moved aside first and removed after."""
     _check_dest(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.is_dir() and not dest.is_symlink() and _exchange(staging, dest):
+        fsync_dir(dest.parent)
+        return  # ``staging`` holds the old bundle now: removed with it
     old = dest.with_name(f".{dest.name}.old-{uuid.uuid4().hex[:8]}")
     if dest.exists():
         dest.rename(old)
     staging.rename(dest)
     fsync_dir(dest.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders in one step (Linux: renameat2 RENAME_EXCHANGE), so no instant finds ``b`` without a bundle:
+    with two renames, a kill between them (strace-injected) left none, the old one hidden as '.NAME.old-*'. False
+    where libc, the kernel or the file system cannot (the two renames then)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    return renameat2 is not None and renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
 
 
 def _check_dest(dest: Path) -> None:
