@@ -1,10 +1,12 @@
 """Documents that change, bad documents, checked passages: on a real store with the real encoder."""
+import contextlib
 import gc
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import weakref
 
 import pytest
@@ -193,6 +195,35 @@ def test_a_call_running_when_another_thread_closes_says_so(tmp_path, bundle_dir,
             writer.add_documents("The café is on the first floor.", progress=lambda done, planned: writer.close())
     with EdgeRAG(tmp_path / "db", bundle=bundle_dir) as again:  # the store as it was, and writable
         assert again.store.count == 1 and again.add_documents("The café is on the first floor.") == 1
+
+
+def test_a_commit_in_flight_when_another_thread_closes_keeps_the_store_s_writer_lock(tmp_path, bundle_dir):
+    """close() released the store's writer lock while another thread's commit ran on: the kiosk, opening the store
+    again meanwhile, removed a document, its writer took the commit's new index file for an orphan and removed it,
+    and the commit then named it: the store was lost ("vector index ... is missing; re-index"). The thread writing
+    keeps the lock to its run's end; the other writer is refused meanwhile."""
+    db = tmp_path / "db"
+    with EdgeRAG(db, bundle=bundle_dir) as first:
+        first.add_documents("The café is on the first floor.")
+    rag, refused = EdgeRAG(db, bundle=bundle_dir), []
+
+    def close_and_write_again(step: str) -> None:
+        if step == "index_saved":
+            closing = threading.Thread(target=rag.close)
+            closing.start()
+            closing.join(30)
+            with EdgeRAG(db, bundle=bundle_dir) as other:
+                try:
+                    other.remove(other.store.db.execute("SELECT doc_id FROM documents").fetchone()[0])
+                except StoreError as exc:
+                    refused.append(str(exc))
+
+    rag.store.fault_hook = close_and_write_again
+    with contextlib.suppress(StoreError):
+        rag.add_documents("The lift is beside the cloakroom on the ground floor.")
+    assert refused and "being written by another store object" in refused[0]
+    with EdgeRAG(db, bundle=bundle_dir) as again:  # whole, and writable
+        assert again.store.count == 2 and again.add_documents("The shop sells postcards.") == 1
 
 
 def test_a_closed_edgerag_dropped_frees_its_models_at_once(tmp_path, bundle_dir):

@@ -179,8 +179,7 @@ class Store:
                 yield
             finally:
                 self._write_depth -= 1
-                if self._write_depth == 0:
-                    self._release()
+                self._release()  # at the outermost exit only
 
     def add(self, parts: Sequence[Part], vectors: np.ndarray, remove: Sequence[str] = ()) -> int:
         """Commit ``parts`` (one vector per passage text, in order) and remove the documents ``remove``
@@ -211,10 +210,12 @@ class Store:
                 self._write_db.close()
         self._release()
 
-    def _release(self) -> None:
-        if self._lock_fd is not None:
-            writer_lock.release(self._lock_fd)
-            self._lock_fd = None
+    def _release(self) -> None:  # not under a thread writing (another writer took it and removed a commit's new file)
+        if self._write_lock.acquire(blocking=False):  # that thread releases it as its run ends
+            if self._write_depth == 0 and self._lock_fd is not None:
+                writer_lock.release(self._lock_fd)
+                self._lock_fd = None
+            self._write_lock.release()
 
     # -- the commit sequence -------------------------------------------------------------------
     def _commit(self, parts: Sequence[Part], vectors: np.ndarray, remove: list[str]) -> None:
@@ -295,6 +296,5 @@ class Store:
             self.index = hnsw.new(self.dim, self.m, self.ef_construction)  # a failed load: empty, loaded again next
         self.index, self.index_file, self._version, self._exact = self._load_committed(admit)
 
-    # -- internals -----------------------------------------------------------------------------
     def _meta(self) -> dict[str, str]:
         return read_meta(self.db, self.folder)
