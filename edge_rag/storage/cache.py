@@ -123,9 +123,10 @@ class AnswerCache:
                 self._sql("DELETE FROM answers")
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self._lock:  # not beside another thread's statement: sqlite3 closing under it crashed the process
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def __len__(self) -> int:
         return len(self._memory)
