@@ -67,6 +67,7 @@ class Store:
     def __init__(self, folder: str | Path, dim: int, encoder_id: str = "", m: int = 16, ef_construction: int = 200,
                  ef_search: int = 64, create: bool = True, lock_timeout: float = 0.0, passage_kind: str = "") -> None:
         self.folder = Path(folder).expanduser()
+        self.location = str(self.folder)  # what messages call the store (a PgStore: its URL without the password)
         self.dim, self.m, self.ef_construction, self.ef_search = dim, m, ef_construction, ef_search
         self.lock_timeout, self.passage_kind = check_seconds(lock_timeout, "lock_timeout"), passage_kind
         self.fault_hook: Callable[[str], None] | None = None
@@ -76,7 +77,7 @@ class Store:
         self._write_lock = threading.RLock()  # one writing thread per process, held for a whole run
         self._write_db: sqlite3.Connection | None = None  # the writer's own connection: searches read self.db
         self._lock_fd: int | None = None
-        self._write_depth, self._counted = 0, (-1, 0)  # writing()'s nesting; (version, passages) search last counted
+        self._write_depth, self._counted, self.closed = 0, (-1, 0), False  # writing()'s nesting; search's last count
         check_files(self.folder, create)
         self.db, self._text = connect(self.folder), FullText(self.folder)
         check_meta(meta := self._meta(), dim, encoder_id, str(self.folder), "folder")
@@ -85,10 +86,6 @@ class Store:
         self.index, self.index_file, self._version, self._exact = self._load_committed()
 
     # -- reading -------------------------------------------------------------------------------
-    @property
-    def location(self) -> str:
-        return str(self.folder)  # what messages call the store (a PgStore: its URL without the password)
-
     @property
     def passage_kinds(self) -> frozenset[str]:  # PassageStore
         with self._lock:
@@ -206,15 +203,18 @@ class Store:
         self._text.close()
         with self._lock:
             self.db.close()
-            if self._write_db is not None:
-                self._write_db.close()
+            self.closed = True
         self._release()
 
-    def _release(self) -> None:  # not under a thread writing (another writer took it and removed a commit's new file)
-        if self._write_lock.acquire(blocking=False):  # that thread releases it as its run ends
+    def _release(self) -> None:
+        """Unless a thread writes (it does as its run ends: under its commit another writer took the lock and removed
+        its new file; sqlite3 closed under its transaction crashed), the writer lock and, closed, its connection go."""
+        if self._write_lock.acquire(blocking=False):
             if self._write_depth == 0 and self._lock_fd is not None:
                 writer_lock.release(self._lock_fd)
                 self._lock_fd = None
+            if self._write_depth == 0 and self.closed and self._write_db is not None:
+                self._write_db.close()
             self._write_lock.release()
 
     # -- the commit sequence -------------------------------------------------------------------
