@@ -4,6 +4,7 @@ import errno
 import functools
 import inspect
 import math
+import os
 import re
 import shutil
 import sqlite3
@@ -174,10 +175,15 @@ def _guarded(owner: Any, events: Any) -> Generator:
 
 @contextlib.contextmanager
 def _closed_meanwhile(owner: Any, check: bool = False) -> Iterator[None]:
-    """The StoreError of a closed ``owner`` if it is closed (``check``), or once an error comes while it is."""
+    """The StoreError of a closed ``owner`` if it is closed (``check``), or once an error comes while it is; of one
+    used in a forked child (its ``pid`` another process's): a lock another thread held at the fork is held there
+    forever, and SQLite connections must not cross a fork (one answered from a store its parent had closed)."""
     closed = StoreError(f"this {type(owner).__name__} was closed; open the store again to use it")
     if check and owner.closed:
         raise closed
+    if getattr(owner, "pid", None) not in (None, os.getpid()):  # its stream too: read in a child, it fails here
+        raise StoreError(f"this {type(owner).__name__} was opened in process {owner.pid}, before a fork: its locks, "
+                         "threads and SQLite connections are that process's; open one in each process (after the fork)")
     try:
         yield
     except Exception:

@@ -84,7 +84,7 @@ class EdgeRAG:
         self.certified.check_store(self.store)
         held = generator if self.plan.generator and generator else None
         self._generator = held if held and held.serves(self.bundle.path(B.ROLE_GENERATOR), c.n_ctx) else None
-        self._generator_lock, self.closed = threading.Lock(), False
+        self._generator_lock, self.closed, self.pid = threading.Lock(), False, os.getpid()  # pid: errors.open_only
         self.router = Router(path, threads=1) if (path := self.bundle.path(B.ROLE_ROUTER)) else None
         cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
         self.cache = AnswerCache(self.config, cache_file)

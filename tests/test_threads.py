@@ -2,11 +2,15 @@
 
 Before the generation lock, 8 threads x 25 asks with GPT-route questions killed the process (SIGABRT
 in ggml / SIGSEGV in the sampler) every time."""
+import json
+import os
+import signal
 import threading
 
 import pytest
 
 from edge_rag.config import Config
+from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.types import Route
 
@@ -83,3 +87,36 @@ def test_eight_threads_decide_at_once(serial):
     assert errors == [] and len(results) == 200
     assert all(a.route is answers[q].route and [p.id for p in a.passages] == [p.id for p in answers[q].passages]
                for q, a in results)
+
+
+def test_an_edgerag_used_in_a_forked_child_says_so(serial):
+    """An EdgeRAG used after os.fork() (a multiprocessing pool, gunicorn --preload) holds its parent's locks, threads
+    and SQLite connections: forked while another thread of the parent generated, 4 children of 4 hung for good on the
+    generator's lock (3 of 6 while it answered extractively, one of them aborted in C++); a child whose parent closed
+    its EdgeRAG answered from passages removed since ('Margaret Hollins', 468 passages at version 1 for a store of 2 at
+    version 3). Every call in a child, and a stream opened before the fork, is a StoreError saying what to do."""
+    answers, rag = serial
+    question = RAG_QUESTIONS[0]
+    stream = rag.ask_stream(question)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports, then leaves without returning into pytest
+        try:
+            signal.alarm(60)  # a child that hangs is killed: its pipe closes, the parent reads what it wrote
+            said = []
+            for call in (lambda: rag.decide(question), lambda: rag.ask(question), lambda: next(stream)):
+                try:
+                    call()
+                    said.append("answered")
+                except StoreError as exc:
+                    said.append(str(exc))
+            os.write(write, json.dumps(said).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as child:
+        said = child.read()
+    os.waitpid(pid, 0)
+    assert said and all("before a fork" in s for s in json.loads(said)), said
+    stream.close()
+    assert _key(rag.ask(question)) == _key(answers[question])  # the parent's is unchanged
