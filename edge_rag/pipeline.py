@@ -129,7 +129,7 @@ class EdgeRAG:
             unknown = [i for i in ids if self.store.document(i) is None]
             if unknown:
                 raise InputError(f"no document with id {unknown[0]!r} in the store at {self.store.location}")
-            return self.store.remove(ids)
+            return self.store.remove(ids) if ids else 0  # none: a commit rewrote the index, lost every cached answer
 
     def _room(self) -> int:
         """How many more passages the memory plan can index."""

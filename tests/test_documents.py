@@ -55,6 +55,19 @@ def test_reindexing_an_edited_file_replaces_its_passages(rag, tmp_path):
         rag.remove("no-such-id")
 
 
+def test_removing_no_documents_commits_nothing(rag):
+    """rag.remove([]) (a kiosk's sync finding nothing gone) made an empty commit: a new store version, so every cached
+    answer of the store was a miss again, in every process, and the whole index file written again (20,000 passages:
+    5.3 s, 32 MB written, at each call). It removes nothing and commits nothing."""
+    rag.add_documents(PRICES.format(price=16))
+    question = "How much does an adult ticket cost?"
+    first, version, index_file = rag.ask(question), rag.store.version, rag.store.index_file
+    assert rag.remove([]) == 0 and rag.remove(()) == 0
+    assert (rag.store.version, rag.store.index_file) == (version, index_file)
+    again = rag.ask(question)
+    assert again.cache_hit and again.answer == first.answer
+
+
 def test_a_file_indexed_before_its_passages_were_respelt_is_cut_again(rag, tmp_path, monkeypatch):
     """A file indexed before passages spelled out ligatures (or dropped soft hyphens) kept its old passages at every
     re-index, the file being unchanged: "\ufb01rst \ufb02oor" stayed, no word of "first floor". Re-indexing now cuts
