@@ -163,6 +163,8 @@ class EdgeRAG:
                 bar.update(done - bar.n)
                 if callable(progress):
                     progress(done, planned)
+                if self.closed:  # by another thread: a cancel (open_only says closed), not encoding on to the next commit
+                    raise RuntimeError("closed while indexing")  # with the writer lock held (Store.close)
 
             return index(self.store, encoder or self.encoder, self.config, todo, remove, report, self.plan.commit_bytes)
 
@@ -199,8 +201,7 @@ class EdgeRAG:
     def ask_stream(self, question: str) -> EventStream:
         """``ask`` as it happens: the route once decided, whole sentences as llama.cpp generates them (GPT route
         only), then the final Answer (``edge_rag.events``)."""
-        question = check_question(question)
-        stages = Stages(self.config.rss_per_stage)
+        question, stages = check_question(question), Stages(self.config.rss_per_stage)
         with stages("cache"):
             certified = self.certified  # decided under this calibration to the end, even if another is swapped in
             cached = self.cache.get(question, version := certified.cache_version(self.store))
@@ -228,8 +229,7 @@ class EdgeRAG:
     def decide(self, question: str) -> Answer:
         """Everything up to the route, without generating: the RAG answer, a refusal, or a GPT route
         whose context is ready (``ask`` then generates). Cheap: milliseconds, no LLM call."""
-        question = check_question(question)
-        stages = Stages(self.config.rss_per_stage)
+        question, stages = check_question(question), Stages(self.config.rss_per_stage)
         return self._decide(question, stages, self.certified).answer(question, stages)
 
     @open_only  # it reads the store's version: closed, a StoreError, not sqlite3's

@@ -239,6 +239,30 @@ def test_a_commit_in_flight_when_another_thread_closes_keeps_the_store_s_writer_
         assert again.store.count == 2 and again.add_documents("The shop sells postcards.") == 1
 
 
+def test_indexing_stops_once_another_thread_closes(tmp_path, bundle_dir, monkeypatch):
+    """A run closed by another thread encoded on to its next commit, holding the store's writer lock all along (its
+    commit would then fail): a commit takes half the store's size in passages, so at 20,000 passages up to 10,000 more
+    passages were encoded for nothing, and no other writer could write meanwhile (2.9 s here with 3,000 short ones).
+    It now stops as the batch in hand ends. Here batches of 4 passages and a store of 40 (commits of 20)."""
+    monkeypatch.setattr(indexing, "INDEX_BATCH_PASSAGES", 4)
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir) as first:
+        first.add_documents([f"Exhibit {i} is a model ship." for i in range(40)])
+    rag, after = EdgeRAG(tmp_path / "db", bundle=bundle_dir), []
+    encode = rag.encoder.encode
+    monkeypatch.setattr(rag.encoder, "encode", lambda texts: (rag.closed and after.append(len(texts)), encode(texts))[1])
+
+    def close(done: int, planned: int) -> None:
+        closing = threading.Thread(target=rag.close)
+        closing.start()
+        closing.join(30)
+
+    with pytest.raises(StoreError, match="was closed"):
+        rag.add_documents([f"Room {i} holds a painting of the harbour." for i in range(40)], progress=close)
+    assert after == []  # no batch encoded once closed
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir) as again:
+        assert again.store.count == 40 and again.add_documents("The café is on the first floor.") == 1
+
+
 def test_a_closed_edgerag_dropped_frees_its_models_at_once(tmp_path, bundle_dir):
     """The store's callback to its EdgeRAG (Store.admit) made a cycle: a closed and dropped EdgeRAG kept its encoder,
     reader and llama.cpp model until Python's cycle collector happened to run. Five opened and closed in turn grew the
