@@ -86,8 +86,7 @@ class EdgeRAG:
         self._generator = held if held and held.serves(self.bundle.path(B.ROLE_GENERATOR), c.n_ctx) else None
         self._generator_lock, self.closed, self.pid = threading.Lock(), False, os.getpid()  # pid: errors.open_only
         self.router = Router(path, threads=1) if (path := self.bundle.path(B.ROLE_ROUTER)) else None
-        cache_file = Path(db) / "answers.sqlite" if self.config.persistent_cache and not remote else None
-        self.cache = AnswerCache(self.config, cache_file)
+        self.cache = AnswerCache(self.config, Path(db) / "answers.sqlite" if c.persistent_cache and not remote else None)
 
     # -- indexing ------------------------------------------------------------------------------
     @open_only
@@ -289,8 +288,9 @@ class EdgeRAG:
 
     def close(self) -> None:
         self.closed = True
-        self.cache.close()
-        self.store.close()
+        if self.pid == os.getpid():  # a forked child's are its parent's: a lock held at the fork would hang it for good
+            self.cache.close()
+            self.store.close()
 
     def __enter__(self) -> EdgeRAG:
         return self

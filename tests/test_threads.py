@@ -94,15 +94,26 @@ def test_an_edgerag_used_in_a_forked_child_says_so(serial):
     and SQLite connections: forked while another thread of the parent generated, 4 children of 4 hung for good on the
     generator's lock (3 of 6 while it answered extractively, one of them aborted in C++); a child whose parent closed
     its EdgeRAG answered from passages removed since ('Margaret Hollins', 468 passages at version 1 for a store of 2 at
-    version 3). Every call in a child, and a stream opened before the fork, is a StoreError saying what to do."""
+    version 3); one closing it hung for good if a question of the parent held the store's lock at the fork (1 of 8).
+    Every call in a child, and a stream opened before the fork, is a StoreError saying what to do; close() returns."""
     answers, rag = serial
     question = RAG_QUESTIONS[0]
     stream = rag.ask_stream(question)
+    searching, forked = threading.Event(), threading.Event()
+
+    def search() -> None:  # a question of the parent's holds the store's lock while the process forks
+        with rag.store._lock:
+            searching.set()
+            forked.wait(120)
+
+    holder = threading.Thread(target=search)
+    holder.start()
+    searching.wait(60)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child reports, then leaves without returning into pytest
         try:
-            signal.alarm(60)  # a child that hangs is killed: its pipe closes, the parent reads what it wrote
+            signal.alarm(30)  # a child that hangs is killed: its pipe closes, the parent reads what it wrote
             said = []
             for call in (lambda: rag.decide(question), lambda: rag.ask(question), lambda: next(stream)):
                 try:
@@ -110,13 +121,16 @@ def test_an_edgerag_used_in_a_forked_child_says_so(serial):
                     said.append("answered")
                 except StoreError as exc:
                     said.append(str(exc))
-            os.write(write, json.dumps(said).encode())
+            rag.close()
+            os.write(write, json.dumps([*said, "closed"]).encode())
         finally:
             os._exit(0)
+    forked.set()
+    holder.join(60)
     os.close(write)
     with os.fdopen(read) as child:
         said = child.read()
     os.waitpid(pid, 0)
-    assert said and all("before a fork" in s for s in json.loads(said)), said
+    assert said and json.loads(said)[-1] == "closed" and all("before a fork" in s for s in json.loads(said)[:-1]), said
     stream.close()
     assert _key(rag.ask(question)) == _key(answers[question])  # the parent's is unchanged
