@@ -40,6 +40,7 @@ from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 from edge_rag.serve.http import server as http_server  # noqa: E402
 from edge_rag.serve.question_log import QuestionLog, read  # noqa: E402
+from edge_rag.storage.fair_lock import FairLock  # noqa: E402
 from edge_rag.storage.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -403,6 +404,29 @@ def test_a_kiosk_request_waiting_for_the_store_holds_up_no_other_request(edge):
     thread.join(300)
     answered = kiosk.get(timeout=1)
     assert answered.status_code == 200 and answered.json()["decision"]["summary"]
+
+
+def test_health_answers_while_a_question_holds_the_question_lane(edge):
+    """A kiosk's watchdog polls ``/api/health`` with a timeout of a second or two and restarts the kiosk when it
+    times out. Health ran on the fast lane, behind every question in line (20 questions at once: 0.66 s; one question
+    held up: no answer in 5 s), so a busy kiosk was restarted as hung. Here a question is held in the answer cache's
+    lock, on the question lane, until health has answered (10 s at most): health reads none of it."""
+    url, _, rag = edge
+    kept, asked = rag.cache._lock, queue.Queue()
+    rag.cache._lock = lock = FairLock()  # the cache's lock, as one that shows who waits for it
+    thread = threading.Thread(target=lambda: asked.put(
+        httpx.post(f"{url}/api/ask", json={"question": f"{TICKETS} Held up."}, timeout=T)))
+    try:
+        with lock:
+            thread.start()
+            _until_waited_for(lock)  # the question's cache lookup: the question lane is taken until the lock goes
+            health = httpx.get(f"{url}/api/health", timeout=httpx.Timeout(10.0))  # before: ReadTimeout
+            assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+            assert asked.empty() and lock._queue, "the question was not held while health answered"
+    finally:
+        thread.join(300)
+        rag.cache._lock = kept
+    assert asked.get(timeout=1).status_code == 200
 
 
 def test_an_answer_is_sent_before_the_questions_that_came_after_it_are_decided(edge):

@@ -95,12 +95,12 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
 
     async def health(request: Request) -> Response:
         if request.query_params.get("deep") != "1":
-            return _health(await lanes.fast(health_report, rag, lanes))
+            return _health(await lanes.health(health_report, rag, lanes.waiting))  # a watchdog's: no question ahead
         require_writer(request, config.token)  # it costs seconds of CPU on a large store: not for anyone to loop on
         if deep_check.locked():
             raise HTTPException(429, "a deep health check is running; ask again when it has finished")
         async with deep_check:
-            data = await lanes.fast(health_report, rag, lanes)
+            data = await lanes.health(health_report, rag, lanes.waiting)
             if data["status"] == "ok":
                 data["recall"] = (await asyncio.to_thread(check_recall, rag.store)).to_dict()  # off the fast lane
         return _health(data)

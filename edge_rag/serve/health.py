@@ -9,13 +9,14 @@ from ..decision.certify import PGVECTOR_CALIBRATION_ASSET
 from ..errors import StoreError, store_damage_is_an_error
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG
-from .lanes import Lanes
 
 
-def health_report(rag: EdgeRAG, lanes: Lanes) -> dict:
+def health_report(rag: EdgeRAG, waiting: int) -> dict:
     """What an operator checks first: bundle, corpus, memory plan and use, generations waiting, the decision. A store
     found damaged (its files as the next reader finds them: ``PassageStore.check``) makes ``status`` "error", with
-    ``error`` saying why, in place of the corpus and the decision: questions fail on it, or restarting would."""
+    ``error`` saying why, in place of the corpus and the decision: questions fail on it, or restarting would.
+    ``waiting``: generations in line (``Lanes.waiting``, read on the event loop). Runs on the health lane: it reads
+    the store under its search lock (one commit step at most) but waits for no question."""
     plan = rag.plan
     report: dict = {
         "status": "ok",
@@ -25,7 +26,7 @@ def health_report(rag: EdgeRAG, lanes: Lanes) -> dict:
                  "text": str(plan)},
         "memory": {"rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
                    "budget_mb": rag.config.memory_budget_mb},
-        "generation": {"waiting": lanes.waiting},
+        "generation": {"waiting": waiting},
     }
     try:
         with store_damage_is_an_error(rag.store.location):  # a page its own connection reads damaged, as a question's

@@ -1,9 +1,12 @@
-"""Three lanes between the HTTP server and one EdgeRAG: fast work, the kiosk page's, one generation at a time.
+"""Four lanes between the HTTP server and one EdgeRAG: fast work, the kiosk page's, health, one generation at a time.
 
 - The **fast lane** (one thread) runs the question path up to the route: the cache, encode → route →
   retrieve → gate → extract (milliseconds), and the answer's JSON when no generation follows, in one job per
-  question; and health. Writes run on their own thread (``jobs.py``);
+  question. Writes run on their own thread (``jobs.py``);
   the store's own locks keep the two apart (a question waits for one commit at most).
+- The **health lane** (one thread) makes ``/api/health``'s report: a kiosk's watchdog polls it with a timeout of a
+  second or two, and on the fast lane it waited behind every question in line (one question held up: none within
+  5 s), so a busy kiosk was restarted as hung.
 - The **page lane** (one thread) makes the kiosk page's suggested questions: a ``decide`` per candidate, up to 60,
   seconds each time the documents or the certificate change; on the fast lane every question waited behind them.
 - The **generation lane** (one thread) runs llama.cpp, first come first served. A question whose route
@@ -93,6 +96,7 @@ class Lanes:
         self._fast = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-fast")
         self._generate = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-generate")
         self._page = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-page")
+        self._health = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-health")
         self._line: list[Job] = []  # submitted generation jobs in order; [0] is running or next
         self._starting = threading.Lock()  # a job starts, or is abandoned before it starts, never both
         self._stopping = False
@@ -105,8 +109,13 @@ class Lanes:
         """Run ``fn(*args)`` on the page lane."""
         return await asyncio.get_running_loop().run_in_executor(self._page, fn, *args)
 
+    async def health(self, fn: Callable, *args):
+        """Run ``fn(*args)`` on the health lane."""
+        return await asyncio.get_running_loop().run_in_executor(self._health, fn, *args)
+
     @property
     def waiting(self) -> int:
+        """Generations in line; read on the event loop, the one thread that changes the line."""
         return len(self._line)
 
     async def ask(self, question: str) -> AsyncIterator[ServerEvent]:
@@ -208,6 +217,7 @@ class Lanes:
         self._generate.shutdown(wait=True, cancel_futures=True)
         self._fast.shutdown(wait=True, cancel_futures=True)
         self._page.shutdown(wait=True, cancel_futures=True)
+        self._health.shutdown(wait=True, cancel_futures=True)
 
 
 def answer_json(rag: EdgeRAG, answer: Answer) -> dict:
