@@ -103,6 +103,16 @@ def test_the_question_log_keeps_what_was_typed_for_this_user_only(edge):
     assert json.loads(log.read_text().splitlines()[-1])["question"] == typed  # refused questions are not kept
 
 
+def test_a_head_request_asks_nothing(edge):
+    """HEAD is a safe method (a link checker, a browser's prefetch, curl -I): HEAD /api/ask/stream answered the
+    question and kept it in the question log as a visitor's. It gets the stream's headers and asks nothing."""
+    url, log, _ = edge
+    before = log.read_text()
+    head = httpx.head(f"{url}/api/ask/stream", params={"q": "Is HEAD a question?"}, timeout=T)
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
+    assert head.content == b"" and log.read_text() == before
+
+
 def test_an_older_question_log_is_made_private(tmp_path):
     path = tmp_path / "questions.jsonl"
     path.write_text('{"question": "kept", "asked": "2026-01-01T00:00:00+00:00"}\n')

@@ -147,6 +147,8 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         return error(500, "the question ended without an answer")
 
     async def ask_stream(request: Request) -> Response:
+        if request.method == "HEAD":  # a safe method (curl -I, a link checker): the headers, nothing asked or logged
+            return Response(media_type="text/event-stream", headers=SSE_HEADERS)
         question = await accepted(request.query_params.get("q", ""))
 
         async def events():
