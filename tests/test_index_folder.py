@@ -44,6 +44,19 @@ def test_unreadable_and_missing_files_are_skipped(tmp_path: Path) -> None:
         read_paths([tmp_path], strict=True)
 
 
+def test_a_pipe_or_a_device_given_by_name_is_named_as_such(tmp_path: Path) -> None:
+    """A FIFO or a link to /dev/zero named on the command line was skipped as "no such file or folder", though
+    `ls` shows it: it is skipped unread (reading either never ends), saying what it is."""
+    os.mkfifo(tmp_path / "pipe.txt")
+    (tmp_path / "zero.txt").symlink_to("/dev/zero")
+    (tmp_path / "good.txt").write_text("The good file has text in it.", encoding="utf-8")
+    skipped: list[tuple[str, str]] = []
+    named = [tmp_path / "pipe.txt", tmp_path / "zero.txt", tmp_path / "good.txt"]
+    assert len(read_paths(named, on_skip=lambda p, why: skipped.append((p.name, why)))) == 1
+    assert [name for name, _ in skipped] == ["pipe.txt", "zero.txt"]
+    assert all("not a regular file" in why and "no such" not in why for _, why in skipped), skipped
+
+
 def test_a_text_file_over_the_size_limit_is_skipped_unread(tmp_path: Path) -> None:
     """A 1 GiB text file took 2.1 GB of memory to read (and a MemoryError cost the whole folder): now a file over
     the limit is skipped by its size, and the rest of the folder is read."""

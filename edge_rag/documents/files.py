@@ -24,6 +24,8 @@ def iter_files(paths: Iterable[str | Path], on_error: Callable[[OSError], None] 
             yield from sorted(_walk(path, on_error or _raise))
         elif path.is_file():
             yield path
+        elif path.exists():  # reading a pipe or /dev/zero never ends
+            raise InputError(f"{path} is not a regular file or folder (a pipe, a device or a socket): not read")
         else:
             raise InputError(f"no such file or folder: {path}")
 
