@@ -113,6 +113,35 @@ def test_a_visitor_going_back_from_the_kiosk_page_finds_the_operator_page_locked
         kiosk_browser.close()
 
 
+def test_the_questions_come_a_page_at_a_time_and_stay_shown_after_a_save(browser, sample_db, tmp_path):
+    """A log of more questions than a page: the first page and "Show older questions"; the next page appended; a label
+    saved on it keeps every question shown (the listing asked again for as many)."""
+    from edge_rag.serve.admin import PAGE
+    from edge_rag.serve.question_log import QuestionLog
+
+    rag, running = logged_server(sample_db, tmp_path)
+    log = QuestionLog(tmp_path / "questions.jsonl")
+    for n in range(PAGE):
+        log.add(f"Visitor question number {n}?")
+    total = PAGE + len(sample_labels())
+    with running as url:
+        context, page, errors = open_page(browser, f"{url}/admin", "1920x1080", ready="#token")
+        unlock(page, TOKEN)
+        page.wait_for_selector("#more:not([hidden])")
+        assert page.locator("#questions > li").count() == PAGE
+        page.click("#more")
+        page.wait_for_selector("#more", state="hidden")
+        assert page.locator("#questions > li").count() == total
+        oldest = page.locator("#questions > li").last
+        oldest.locator("input[value='off-topic']").check()
+        oldest.locator("button", has_text="Save").click()
+        page.wait_for_selector("#counts:text-matches('^Labelled: 1 ')")
+        assert page.locator("#questions > li").count() == total
+        assert page.locator("#questions > li").last.locator("input[value='off-topic']").is_checked()
+        assert not errors, errors
+        context.close()
+
+
 def test_label_calibrate_apply_and_ask(browser, sample_db, tmp_path):
     """A kiosk whose visitors asked each question three times: enough askings that some alpha certifies answers."""
     rag, running = logged_server(sample_db, tmp_path, times=ASKED)
@@ -131,7 +160,7 @@ def test_label_calibrate_apply_and_ask(browser, sample_db, tmp_path):
             if entry["answer"]:
                 item.locator("textarea").fill(entry["answer"])
             item.locator("button", has_text="Save").click()
-            page.wait_for_selector(f"#counts:text-matches('^{typed.index(entry) + 1} of')")
+            page.wait_for_selector(f"#counts:text-matches('^Labelled: {typed.index(entry) + 1} ')")
         saved = labels(url)
         assert {q.casefold(): (x["label"], x["answer"]) for q, x in saved.items()} == {
             e["question"].casefold(): (e["label"], [e["answer"]] if e["answer"] else None) for e in typed}

@@ -9,6 +9,7 @@ import queue
 import shutil
 import threading
 import time
+import tracemalloc
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from edge_rag.serve.admin_cal import Files  # noqa: E402
 from edge_rag.serve.admin_cal import calibrate as calibrate_job  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 from edge_rag.serve.jobs import Job, Jobs  # noqa: E402
+from edge_rag.serve.question_log import QuestionLog  # noqa: E402
 from edge_rag.serve.suggest import suggestions  # noqa: E402
 from edge_rag.types import Route  # noqa: E402
 
@@ -165,6 +167,43 @@ def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(serve
     assert in_force(url)["certificate"] == now["certificate"]
     listing = httpx.get(f"{url}/api/admin/questions", headers=AUTH, timeout=30).json()
     assert listing["stale"] == len(sample_labels())
+
+
+def test_a_listing_holds_one_page_whatever_the_log_holds(sample_db, tmp_path):
+    """A full question log (MAX_BYTES, ~180,000 questions) listed whole rose the server's peak RSS by ~300 MB per
+    view of /admin (every group and its JSON at once). A page holds what its questions need: here a page of 10 of a
+    log of 5,000 distinct questions, its traced peak bounded by the page (a block read back from the log's end, ten
+    groups), and the pages together list every question once, newest first, then the labelled ones never asked."""
+    rag, running = logged_server(sample_db, tmp_path)
+    log = QuestionLog(tmp_path / "questions.jsonl")
+    asked = [f"Visitor question number {n}: when does the museum open on a holiday Monday?" for n in range(5000)]
+    for question in asked:
+        log.add(question)
+    with running as url:
+        imported = {"question": "Never asked at this kiosk?", "label": "off-topic"}
+        assert httpx.post(f"{url}/api/admin/labels", json=imported, headers=AUTH, timeout=30).status_code == 200
+        tracemalloc.start()
+        try:
+            page = httpx.get(f"{url}/api/admin/questions", params={"limit": 10}, headers=AUTH, timeout=60)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 1_000_000 + 10 * 20_000, peak  # ~0.35 MB; the whole listing: 7.8 MB traced
+        listing = page.json()
+        assert [g["question"] for g in listing["questions"]] == asked[::-1][:10] and listing["more"]
+        shown: list[dict] = []
+        while not shown or listing["more"]:
+            listing = httpx.get(f"{url}/api/admin/questions", params={"offset": len(shown), "limit": 1000},
+                                headers=AUTH, timeout=60).json()
+            assert len(listing["questions"]) <= 1000
+            shown += listing["questions"]
+        samples = [g["question"] for g in sample_labels()]  # the first asked again last (typed differently)
+        assert [g["question"].casefold() for g in shown] == [
+            q.casefold() for q in asked[::-1] + samples[:1] + samples[:0:-1] + [imported["question"]]]
+        assert [g["times"] for g in shown[len(asked):-1]] == [2] + [1] * (len(samples) - 1)
+        assert listing["labelled"] == 1 and shown[-1]["label"]["label"] == "off-topic"
+        for bad in ({"limit": 1001}, {"limit": "-1"}, {"offset": "x"}):
+            assert httpx.get(f"{url}/api/admin/questions", params=bad, headers=AUTH, timeout=30).status_code == 400
 
 
 def _finished(job: Job) -> Job:

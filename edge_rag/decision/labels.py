@@ -203,26 +203,55 @@ def export(labels: dict[str, Label], logged: Sequence[tuple[str, str]]) -> list[
     return out
 
 
-def groups(labels: dict[str, Label], logged: Sequence[tuple[str, str]], store: tuple[str, int]) -> list[dict]:
+def groups(labels: dict[str, Label], newest: Iterable[tuple[str, str]], logged: Iterable[tuple[str, str]],
+           store: tuple[str, int], offset: int = 0, limit: int | None = None) -> tuple[list[dict], bool]:
     """The questions to label, the most recently asked first: each distinct question once, as last typed, with how
     often and when last it was asked, its label, and whether the store (its stamp ``store``) changed since
-    (``stale``); then labelled
-    questions never asked here (imported)."""
-    seen: dict[str, dict] = {}
-    for question, asked in logged:
-        try:
-            key = key_of(question)
-        except InputError:
+    (``stale``); then labelled questions never asked here (imported). Only those from ``offset`` (``limit`` of them;
+    None: all), and whether more follow. ``newest`` (the log, newest first) is read only as far back as the page
+    needs and ``logged`` (the log) once, counting the page's questions: what is held grows with the page, never with
+    the log (the whole listing of a full log rose the server's peak RSS by ~300 MB)."""
+    end = None if limit is None else offset + limit
+    picked: dict[str, dict] = {}
+    seen: set[str] = set()  # the keys newer than the page's last one
+    more = False
+    for question, asked in newest:
+        key = _key(question)
+        if key is None or key in seen:
             continue
-        group = seen.pop(key, None) or {"key": key, "times": 0}
-        seen[key] = group | {"question": check_question(question), "asked": asked, "times": group["times"] + 1}
-    out = list(reversed(seen.values())) + [{"key": k, "question": x.question, "asked": None, "times": 0}
-                                           for k, x in labels.items() if k not in seen]
+        if end is not None and len(seen) == end:
+            more = True
+            break
+        if len(seen) >= offset:
+            picked[key] = {"key": key, "question": check_question(question), "asked": asked, "times": 0}
+        seen.add(key)
+    asked_here: set[str] = set()  # labelled questions the log holds
+    for question, _ in logged:
+        if (key := _key(question)) is not None:
+            if key in picked:
+                picked[key]["times"] += 1
+            if key in labels:
+                asked_here.add(key)
+    out = list(picked.values())
+    if not more:  # the log's questions end on this page: the imported ones follow
+        imported = [{"key": k, "question": x.question, "asked": None, "times": 0}
+                    for k, x in labels.items() if k not in asked_here]
+        start = max(offset - len(seen), 0)
+        stop = None if end is None else end - len(seen)
+        out += imported[start:stop]
+        more = stop is not None and len(imported) > stop
     for group in out:
         label = labels.get(group["key"])
         group["label"] = label.to_dict() if label else None
         group["stale"] = label is not None and label.store != store
-    return out
+    return out, more
+
+
+def _key(question: str) -> str | None:
+    try:
+        return key_of(question)
+    except InputError:
+        return None
 
 
 def _now() -> str:

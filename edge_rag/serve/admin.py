@@ -2,7 +2,8 @@
 
     GET  /admin                       the page (edge_rag/static/admin.*): a shell that holds no data; it asks for
                                       the API token and sends it with every /api/admin call
-    GET  /api/admin/questions         logged questions, newest first, same ones grouped, each with its label
+    GET  /api/admin/questions         logged questions, newest first, same ones grouped, each with its label: a
+                                      page at a time (?offset=0&limit=100, at most 1000; "more": true if more)
     POST /api/admin/labels            {"question", "label": answer|not-in-documents|off-topic|null, "answers"}
     GET  /api/admin/search?q=         the store's passages for some words (the lexical search): to find an answer
                                       in the documents; the device's own answer is never shown (a label copied
@@ -40,6 +41,7 @@ from .jobs import Job, Jobs
 
 SEARCH_K = 8  # passages a search shows
 KEEP_CANDIDATES = 5  # calibrations measured and not yet applied, kept for "Apply"
+PAGE, MAX_PAGE = 100, 1000  # questions a listing shows by default, at most: a full log is ~150,000
 
 
 class Admin:
@@ -79,12 +81,15 @@ class Admin:
 
     async def questions(self, request: Request) -> Response:
         labels = self.labels(request)
+        offset, limit = _count(request, "offset", 0, None), _count(request, "limit", PAGE, MAX_PAGE)
 
         def listing() -> dict:
-            shown = groups(labels.all(), question_log.read(self._log), self.rag.store.stamp)
+            held, stamp = labels.all(), self.rag.store.stamp
+            shown, more = groups(held, question_log.newest(self._log), question_log.lines(self._log), stamp, offset,
+                                 limit)
             return {"questions": shown, "question_log": self.config.question_log is not None,
-                    "labelled": sum(g["label"] is not None for g in shown), "stale": sum(g["stale"] for g in shown),
-                    "least": self.config.min_labels}
+                    "labelled": len(held), "stale": sum(x.store != stamp for x in held.values()),
+                    "least": self.config.min_labels, "offset": offset, "limit": limit, "more": more}
 
         return JSONResponse(await asyncio.to_thread(listing))
 
@@ -170,3 +175,13 @@ class Admin:
     @property
     def _log(self) -> Path | None:
         return Path(self.config.question_log) if self.config.question_log else None
+
+
+def _count(request: Request, name: str, default: int, most: int | None) -> int:
+    """The query's whole number ``name`` (``default`` if absent): 400 unless 0 ≤ it ≤ ``most``."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or (most is not None and int(text) > most):
+        raise HTTPException(400, f"{name} is a whole number" + (f" from 0 to {most}" if most is not None else ""))
+    return int(text)

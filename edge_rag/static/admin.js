@@ -6,7 +6,9 @@ const $ = (id) => document.getElementById(id);
 const KINDS = [["answer", "The documents say:"], ["not-in-documents", "The documents do not say"],
                ["off-topic", "Off-topic"]];
 const pct = (x) => (100 * x).toFixed(1) + "%";
+const PAGE = 100, MAX_PAGE = 1000;  // questions asked for at a time, at most (the server's limits)
 let calibration = null;  // the finished calibration job
+let shown = 0;  // questions on the page: a full log holds ~150,000, so they come a page at a time
 
 function el(tag, props, ...children) {
   const e = document.createElement(tag);
@@ -32,7 +34,9 @@ async function api(path, options) {
 
 async function load() {
   try {
-    const [listing, health] = await Promise.all([api("/api/admin/questions"), api("/api/health")]);
+    const limit = Math.min(Math.max(shown, PAGE), MAX_PAGE);  // after a save: the questions shown, again
+    const [listing, health] = await Promise.all([api("/api/admin/questions?offset=0&limit=" + limit),
+                                                 api("/api/health")]);
     $("work").hidden = false;
     $("unlock").hidden = true;
     status("status", "");
@@ -53,12 +57,21 @@ function showInForce(decision) {
 }
 
 function showQuestions(listing) {
-  const entries = listing.questions;
-  $("counts").textContent = listing.labelled + " of " + entries.length + " questions labelled" +
+  const items = listing.questions.map((group, i) => questionItem(group, listing.offset + i));
+  $("counts").textContent = "Labelled: " + listing.labelled + " questions" +
     (listing.stale ? ", " + listing.stale + " saved before the documents changed (check and save again)" : "") +
     "; calibrating needs " + listing.least + " labelled askings." +
     (listing.question_log ? "" : " No question log: start the server with --question-log to collect questions.");
-  $("questions").replaceChildren(...entries.map(questionItem));
+  if (listing.offset) $("questions").append(...items);
+  else $("questions").replaceChildren(...items);
+  shown = listing.offset + items.length;
+  $("more").hidden = !listing.more;
+}
+
+async function more() {
+  try {
+    showQuestions(await api("/api/admin/questions?offset=" + shown + "&limit=" + PAGE));
+  } catch (err) { status("status", err.message, true); }
 }
 
 function questionItem(group, i) {
@@ -205,6 +218,7 @@ $("calibrate").addEventListener("click", calibrate);
 $("apply").addEventListener("click", apply);
 $("export").addEventListener("click", exportLabels);
 $("import").addEventListener("change", importLabels);
+$("more").addEventListener("click", more);
 if (sessionStorage.getItem("token")) load();
 // Back from the kiosk page, which forgot the token: a page kept in the browser's back/forward cache would show the
 // questions as the operator left them; it starts afresh instead.
