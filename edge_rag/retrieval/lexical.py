@@ -47,9 +47,10 @@ def query_words(question: str) -> list[str]:
     words: ``\w`` holds no mark, so "संग्रहालय" (Devanagari, Thai, Tamil, Arabic with vowel marks) was the fragments
     "रह" and "लय", which PostgreSQL's index never holds. Invisible marks in a word (a pasted "cloak\u200broom") are
     dropped, as in passages, and "İ" is "i" (Python lower-cases it to "i" and a combining dot, no word PostgreSQL's
-    index holds; SQLite drops the dot)."""
+    index holds; SQLite drops the dot). "_" splits words, as in both engines: "_the_" (Markdown emphasis) and
+    "opening_hours" were kept whole, so their stop words reached the query and matched nearly every passage."""
     text = unicodedata.normalize("NFC", question.translate(INVISIBLE))
-    kept = (c if c.isalnum() or c == "_" or unicodedata.category(c)[0] == "M" else " " for c in text)
+    kept = (c if c.isalnum() or unicodedata.category(c)[0] == "M" else " " for c in text)
     return "".join(kept).lower().replace("i\u0307", "i").split()
 
 
