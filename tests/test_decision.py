@@ -39,6 +39,18 @@ def test_cgr_decision_rule(d_min, gate, extraction, route):
     assert (reason is None) == (route is not Route.REFUSE)
 
 
+@pytest.mark.parametrize("certified", [True, False])
+def test_an_empty_store_says_it_holds_nothing(bundle_dir, tmp_path, certified):
+    """A kiosk asked before anything is indexed refused "out of domain: nearest passage at squared distance nan":
+    it says there is nothing to answer from, on both decision paths, through ask and ask_stream alike."""
+    from edge_rag.events import Final
+    from edge_rag.pipeline import EdgeRAG
+
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0, certified=certified)) as rag:
+        final = [e for e in rag.ask_stream("When does the museum open?") if isinstance(e, Final)][0].answer
+        for answer in (rag.decide("When does the museum open?"), rag.ask("what is the of"), final):
+            assert answer.route is Route.REFUSE and answer.refusal_reason == "nothing to answer from: no documents are indexed"
+
 def test_correction_fetches_more_only_when_weak_and_not_hard():
     hits = [Passage(i, "d", "t", "x", score=s) for i, s in enumerate([0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.01, 0.0])]
     assert correct(hits, 2, Tier.EASY, CFG) == (hits[:7], True)

@@ -17,6 +17,7 @@ Seed path (Config(certified=False)), EverydayGPT Def. 2 / Alg. 1 with the eviden
 """
 from __future__ import annotations
 
+import math
 import re
 
 from ..config import Config
@@ -33,6 +34,8 @@ _GENERATIVE = re.compile(
     r"|what (?:is|was) the (?:reason|purpose|process)\b)",
     re.IGNORECASE,
 )
+# An empty store's refusal (d_min is NaN: no nearest passage); it read "nearest passage at squared distance nan".
+NOTHING_STORED = "nothing to answer from: no documents are indexed"
 
 
 def generative(question: str) -> bool:
@@ -46,6 +49,8 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
     """The certified route and, for REFUSE, why; ``cert`` is the certificate of the question's ``kind``,
     ``gpt_refused`` why generated answers are not certified (None: they are)."""
     counted = f"{cert.n_cal} calibration questions" + ("" if kind is Kind.SINGLE_HOP else " of its kind")
+    if math.isnan(d_min):
+        return Route.REFUSE, NOTHING_STORED
     if beyond_floor(d_min, ood_distance):
         return Route.REFUSE, (f"out of domain: nearest passage at squared distance {d_min:.3f} > "
                               f"{ood_distance:.3f} (floor calibrated on out-of-domain questions)")
@@ -74,7 +79,9 @@ def decide_certified(question: str, d_min: float, ood_distance: float, answer: s
 
 def decide(d_min: float, gate: GateResult, extraction: Extraction, config: Config) -> tuple[Route, str | None]:
     """The seed path's route and, for REFUSE, a reason a person can read."""
-    if not d_min <= config.refuse_distance:  # also catches NaN: nothing retrieved
+    if math.isnan(d_min):
+        return Route.REFUSE, NOTHING_STORED
+    if not d_min <= config.refuse_distance:
         return Route.REFUSE, f"out of domain: nearest passage at distance {d_min:.3f} > {config.refuse_distance}"
     if not gate.passed:
         return Route.REFUSE, f"insufficient evidence ({gate.method}): {gate.reason}"
