@@ -8,7 +8,7 @@ import pytest
 from edge_rag.documents.text import whole_sentences
 from edge_rag.errors import InputError
 from edge_rag.models import bundle as B
-from edge_rag.reading.generate import Generator, RepetitionDetector, room
+from edge_rag.reading.generate import MIN_EVIDENCE, Generator, RepetitionDetector, room
 
 NORMANDY = (
     "The Normans (Norman: Nourmands; French: Normands; Latin: Normanni) were the people who in the 10th and "
@@ -190,13 +190,29 @@ def test_an_n_ctx_that_cannot_hold_the_prompt_template_fails_when_the_model_load
             rag.warm_up()
     config = Config()
     longest = max(spec.max_new_tokens for spec in config.tiers.values())
-    least = next(n for n in range(1, N_CTX) if room(n, gemma.fixed, longest)[1] > 0)
+    least = next(n for n in range(1, N_CTX) if room(n, gemma.fixed, longest)[1] >= 2 * MIN_EVIDENCE)
     generator = Generator.of(bundle.require(B.ROLE_GENERATOR), bundle.generator, config.with_(n_ctx=least))
     out = generator.generate("Who was Rollo?", NORMANDY, longest, temperature=0.0)
     assert out.prompt_tokens + out.completion_tokens <= least
+    prompt, _ = generator.fit("Who was Rollo? " * 50, NORMANDY, longest)  # a long question: cut, the evidence kept
+    evidence = generator.llm.detokenize(prompt).decode().rsplit("Context: ", 1)[1].split("\nQuestion: ")[0]
+    # the room holds MIN_EVIDENCE tokens of it, of which fit's cut (a fifth at a time, in characters) may take some
+    assert len(generator.llm.tokenize(evidence.encode(), add_bos=False)) >= MIN_EVIDENCE // 2
     generator.n_ctx = least - 1  # one token less: every generation of the longest tier would fail (as it checks)
     with pytest.raises(InputError, match="cannot hold the prompt template"):
         generator.fit("Who was Rollo?", NORMANDY, longest)
+
+
+@pytest.mark.parametrize("n_ctx", [100, 200])
+def test_an_n_ctx_that_leaves_no_room_for_evidence_fails_when_the_model_loads(bundle, n_ctx):
+    """Config(n_ctx=100) held Gemma's template (72 tokens) and an answer (25 tokens), so it loaded, and each question's
+    prompt then held 3 tokens of question and evidence: "Context: The Normans / Question: When", which Gemma answered
+    "1066" from its own knowledge (or "1889", the one-shot example's answer): an answer from no evidence, shown."""
+    from edge_rag.config import Config
+    from edge_rag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"n_ctx {n_ctx} cannot hold .* and {2 * MIN_EVIDENCE} tokens of question "):
+        Generator.of(bundle.require(B.ROLE_GENERATOR), bundle.generator, Config(n_ctx=n_ctx))
 
 
 FULL_CONTEXT = """
