@@ -22,8 +22,9 @@ def test_whole_sentences_drops_the_unfinished_one():
     growing = "The museum opened in 1889. It is located in Harbourlight."
     assert whole_sentences(growing) == "The museum opened in 1889."  # the last one may go on: "... Harbourlight. St"
     assert whole_sentences(growing, finished=True) == growing  # cut just after its full stop: whole
-    for cut in ("It is 3.", "It was built by Dr.", "It is in the U.S.", "It is located", "Dr. Smith"):
-        assert whole_sentences(cut, finished=True) == ""  # a decimal point, an abbreviation or no end at all
+    for cut in ("It is 3.", "It was built by Dr.", "It is in the U.S.", "It is located", "Dr. Smith", "It is in..."):
+        assert whole_sentences(cut, finished=True) == ""  # a decimal point, an abbreviation, an ellipsis or no end
+    assert whole_sentences("It opened. It is located in...", finished=True) == "It opened."
     assert whole_sentences("Was it late? (Yes!)", finished=True) == "Was it late? (Yes!)"
     for cut in ("J. R", "J. R.", "It was built by John F.", "Mt. Everest is", "It lies below Mt."):
         assert whole_sentences(cut) == whole_sentences(cut, finished=True) == ""  # an initial or a title before a name

@@ -57,15 +57,18 @@ def test_an_answer_the_budget_cuts_keeps_its_whole_sentences(gemma):
 HOBBIT = "J. R. R. Tolkien wrote The Hobbit. It was published in 1937 by George Allen & Unwin."
 EVEREST = "Mt. Everest is the highest mountain on Earth. It is 8,849 m tall."
 EIFFEL = "埃菲尔铁塔于1889年建成。它位于法国巴黎。它高330米。"
+GUIDE = "The guide said: wait for it... the engine starts at noon every day. Visitors love it."
 
 
 @pytest.mark.parametrize("question, context, budget", [("Who wrote The Hobbit?", HOBBIT, 3),
                                                         ("Describe Mt. Everest.", EVEREST, 5),
-                                                        ("描述埃菲尔铁塔。", EIFFEL, 17)],
-                         ids=["initial", "title", "chinese"])
+                                                        ("描述埃菲尔铁塔。", EIFFEL, 17),
+                                                        ("What did the guide say?", GUIDE, 4)],
+                         ids=["initial", "title", "chinese", "ellipsis"])
 def test_a_cut_answer_ends_at_a_real_sentence_end(gemma, question, context, budget):
     """Cut by the budget, Gemma's "J. R" was shown as the answer "J." and "Mt. Everest is the" as "Mt.", while a
-    Chinese answer whose first sentence had ended ("…建筑之一。它是由法国") was refused as if none had."""
+    Chinese answer whose first sentence had ended ("…建筑之一。它是由法国") was refused as if none had; "wait for it...
+    the engine starts at noon" was shown as "wait for it..."."""
     raw = gemma.text(list(gemma.tokens(gemma.fit(question, context, budget)[0], budget, temperature=0.0)))
     gen = gemma.generate(question, context, budget, temperature=0.0)
     assert gen.cut and raw.startswith(gen.text) and len(raw) > len(gen.text)

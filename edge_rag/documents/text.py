@@ -24,8 +24,9 @@ INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"))
 # A sentence ends at . ! ? (optionally followed by a closing quote/bracket) before whitespace and an
 # upper-case letter, digit or opening quote. Common abbreviations do not end a sentence.
 _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
-# The end of text cut off: . ! ? and an optional closing quote or bracket; not a '.' after a digit.
-_FINAL_END = re.compile(r"(?:[!?]|(?<!\d)\.)[\"')\]]?$")
+# The end of text cut off: . ! ? and an optional closing quote or bracket; not a '.' after a digit, nor an ellipsis
+# (Gemma's "wait for it... the engine starts at noon", cut by the budget, was shown as the answer "wait for it...").
+_FINAL_END = re.compile(r"(?:[!?]|(?<![\d.])\.)[\"')\]]?$")
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|e\.g|i\.e|U\.S|No|Fig|approx|ca|c)\.$")
 # Besides those, what never ends a generated answer shown to a visitor (whole_sentences): an initial ("J. R. R.
 # Tolkien") or a title before a name ("Mt. Everest"). Gemma's answers cut by the budget were shown as "J." and "Mt.".
