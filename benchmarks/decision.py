@@ -58,10 +58,15 @@ def ood_refused(rag: EdgeRAG, n: int | None, seed: int) -> dict:
 
 
 def risk_coverage(rows: list[dict]) -> list[tuple[float, float]]:
-    """(coverage, error among answered) when only candidates with score >= t are answered, for every t seen: each
-    candidate judged by its own F1, also the refused ones the curve would answer."""
-    scored = sorted(((r["score"], wrong(r["candidate"], r)) for r in rows
-                     if r.get("candidate") and r.get("score") is not None), reverse=True)
+    """(coverage, error among answered) when every kind's certified threshold moves by the same margin m, for every
+    margin seen: a candidate is answered when its score >= its kind's threshold + m (m = 0: what the system did),
+    each judged by its own F1, also the refused ones the curve would answer. A question the decision refuses
+    whatever its score (its kind certifies nothing, beyond the out-of-domain floor: no candidate) is never answered
+    here either: the curve once counted a multi-hop one as answered at a single-hop threshold, so the system's
+    operating point (392 answered of 865) sat off its curve (435 at its threshold)."""
+    scored = sorted(((r["score"] - r["score_threshold"], wrong(r["candidate"], r)) for r in rows
+                     if r.get("candidate") and r.get("score") is not None and r.get("score_threshold") is not None),
+                    reverse=True)
     errors = np.cumsum([e for _, e in scored])
     return [((i + 1) / len(rows), float(errors[i]) / (i + 1)) for i in range(len(scored))]
 

@@ -23,10 +23,12 @@ from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
 from evaluation.metrics import best_f1
 
 
-def _row(answerable: bool, candidate: str, score: float, answer: str | None, gold: list[str]) -> dict:
-    """A questions.jsonl row: ``answer`` None when refused; ``f1`` is that of the answer given, as ask_all sets it."""
+def _row(answerable: bool, candidate: str, score: float, answer: str | None, gold: list[str],
+         threshold: float | None = 0.0) -> dict:
+    """A questions.jsonl row: ``answer`` None when refused; ``f1`` is that of the answer given, as ask_all sets it;
+    ``threshold`` that of the question's kind (None: its kind certifies nothing)."""
     return {"answerable": answerable, "candidate": candidate, "score": score, "answer": answer, "gold": gold,
-            "f1": best_f1(answer, gold) if answerable else None}
+            "f1": best_f1(answer, gold) if answerable else None, "score_threshold": threshold}
 
 
 def test_risk_coverage_judges_each_candidate_by_its_own_answer():
@@ -39,6 +41,20 @@ def test_risk_coverage_judges_each_candidate_by_its_own_answer():
     assert decision.risk_coverage(rows) == [(0.25, 0.0), (0.5, 0.0), (0.75, 1 / 3), (1.0, 0.5)]
     answered = decision.error_among_answered(rows)  # the operating point: what the system said
     assert (answered["n_answered"], answered["n_errors"], answered["coverage"]) == (1, 0, 0.25)
+
+
+def test_the_operating_point_is_on_its_risk_coverage_curve():
+    """A question the decision refuses whatever its score (its kind certifies nothing) is never answered on the
+    curve: counted as answered at the single-hop threshold, the curve held 435 answers at the system's threshold
+    where the system gave 392 (SQuAD test split), its operating point off its own curve."""
+    rows = [_row(True, "James Watt", 0.9, "James Watt", ["James Watt"], 0.5),  # single-hop, answered
+            _row(True, "John Roebuck", 0.95, None, ["Matthew Boulton"], None),  # multi-hop, nothing certified
+            _row(True, "1712", 0.7, "1712", ["1712"], 0.6),  # a kind of its own threshold, answered
+            _row(False, "Rankine", 0.45, None, [], 0.5)]  # below its threshold: refused
+    curve = decision.risk_coverage(rows)
+    point = decision.error_among_answered(rows)
+    assert (point["coverage"], point["error"]) in curve
+    assert curve == [(0.25, 0.0), (0.5, 0.0), (0.75, 1 / 3)]  # the multi-hop question is never answered
 
 
 def test_every_system_of_a_full_run_is_on_the_f1_against_tokens_plot():
