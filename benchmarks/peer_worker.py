@@ -2,7 +2,7 @@
 
 Imports only what its stack needs, so start-up time and peak RSS are that stack's own. ``serve``
 answers the first question (cold start = wall time from the parent's launch stamp T0), then the rest
-one by one (warm latency), and writes ``WORK/STACK.json``.
+one by one (warm latency, summarised by the parent as the benchmark's other latencies), and writes ``WORK/STACK.json``.
 """
 from __future__ import annotations
 
@@ -112,12 +112,9 @@ def serve(work: Path, job: dict, stack: str, t0: float) -> dict:
         answers.append(answer(question))
         warm.append((time.perf_counter() - start) * 1e3)
     routes = [a["route"] for a in answers]
-    p95 = statistics.quantiles(warm, n=20, method="inclusive")[18] if len(warm) > 1 else None  # as numpy's
     # where a warm answer's time went, by llama.cpp (answers that called it); tokens in and out of every answer
     split = {k: statistics.median(v) for k in SPLIT if (v := [a[k] for a in answers[1:] if k in a])}
-    return {"cold_start_s": cold_start_s, "p50_ms": statistics.median(warm) if warm else None,
-            "p95_ms": p95, "mean_ms": statistics.fmean(warm) if warm else None,
-            "n_warm": len(warm), "peak_rss_mb": peak_rss_mb(),
+    return {"cold_start_s": cold_start_s, "warm_ms": warm, "peak_rss_mb": peak_rss_mb(),
             "prompt_tokens": statistics.fmean(a["prompt_tokens"] for a in answers),
             "completion_tokens": statistics.fmean(a["completion_tokens"] for a in answers),
             "llm_p50": split, "routes": {r: routes.count(r) for r in sorted(set(routes))}}

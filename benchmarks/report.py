@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import metrics as M
 from . import routing, scale_backends
 
 
@@ -97,9 +98,9 @@ def _stages(ds: dict) -> str:
         cells = []
         for st in stages:
             x = s["stages_ms"].get(st)
-            cells.append("–" if x is None else f"{x['mean_all']:.1f} ({x['p50']:.1f} / {x['p95']:.1f})")
+            cells.append("–" if x is None else f"{x['mean_all']:.1f} ({x['p50']:.1f} / {_n(x['p95'])})")
         rows.append([name, *cells, f"{s['latency_ms']['mean']:.0f} ({s['latency_ms']['p50']:.0f} / "
-                                   f"{s['latency_ms']['p95']:.0f})"])
+                                   f"{_n(s['latency_ms']['p95'], 0)})"])
     return _table(["system", *stages, "end to end"], rows)
 
 
@@ -187,7 +188,8 @@ def write(results: dict, path: Path, plots: list[Path]) -> Path:
         "EM / F1 (SQuAD normalisation, %) over answerable questions, a refusal scoring 0; refusal on unanswerable "
         "questions is abstention (higher is better). Tokens are per question (0 when no LLM call). Latency is the "
         f"wall time of `ask`. Speedup = mean latency of {baseline} ÷ the system's; CIs: 1,000 paired bootstrap "
-        "resamples over questions.\n",
+        f"resamples over questions. A p95 is – where it would come from fewer than {M.MIN_P95_SAMPLES} samples "
+        "(questions, or those where the stage ran; warm answers of the peer comparison).\n",
     ]
     for name, ds in results["datasets"].items():
         if "skipped" in ds:

@@ -48,6 +48,15 @@ def test_faithfulness_and_relevance():
     assert M.cosine(np.array([1.0, 0.0]), np.array([1.0, 1.0])) == pytest.approx(2 ** -0.5)
 
 
+def test_no_p95_is_quoted_from_fewer_than_20_samples():
+    """A p95 of 6 latencies is the 6th's neighbourhood (the report quoted 2,444 ms as fixed_k's p95 of 6 questions,
+    and p95s of a stage that ran on 2): under 20 samples it is None, beside the sample's size."""
+    short = M.percentiles([float(x) for x in range(1, 20)])
+    assert short == {"p50": 10.0, "p95": None, "mean": 10.0, "n": 19}
+    assert M.percentiles([float(x) for x in range(20)])["p95"] == pytest.approx(18.05)  # numpy's linear method
+    assert M.percentiles([]) == {"p50": None, "p95": None, "mean": None, "n": 0}
+
+
 def test_bootstrap_ci_contains_true_delta():
     rng = np.random.default_rng(1)
     base = rng.uniform(0, 1, 400)

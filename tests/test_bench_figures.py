@@ -118,6 +118,18 @@ def test_peak_rss_is_each_systems_own(small_run, bundle_dir: Path):
     assert systems["certified"]["rss_mb"] < systems["fixed_k"]["rss_mb"] - gguf_mb / 2
 
 
+def test_the_report_quotes_no_p95_of_four_questions(small_run):
+    """The small run asks 4 questions: each system's p95 (end to end and per stage) is '–' in report.md as in
+    results.json, where it was the largest of the 4 or near it."""
+    results, out = small_run
+    report = (out / "report.md").read_text(encoding="utf-8").splitlines()
+    for name, s in results["datasets"]["squad"]["systems"].items():
+        assert (s["latency_ms"]["n"], s["latency_ms"]["p95"]) == (4, None)
+        assert all(x["p95"] is None for x in s["stages_ms"].values())
+        headline = next(line for line in report if re.match(rf"\| (\*\*)?{name}(\*\*)? \| [0-9–]", line))
+        assert headline.split(" | ")[7] == "–"  # the p95 ms column
+
+
 def test_ood_refusal_is_reported_only_where_measured(small_run):
     """OOD-test questions are only decided, so a system without a decision has no OOD figure: it once showed 0%
     refused, though such a system refuses an answer cut off before its first sentence."""
