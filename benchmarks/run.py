@@ -156,6 +156,7 @@ def run_system(system: str, ds: data.Dataset, args: argparse.Namespace, bundle: 
         loaded = rag.certified.may_generate and rag.generator is not held
         if loaded and shared is not None:
             shared["generator"] = rag.generator
+        rag.warm_up()  # the reader too: the warm-up question is refused out of domain, before it is read
         if loaded or not rag.certified.may_generate:
             rag.ask(WARMUP_QUESTION)
         else:  # llama.cpp is warm from an earlier system (an answer does not depend on what came before)
