@@ -11,6 +11,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +29,9 @@ WARM_QUESTIONS = 10  # under metrics.MIN_P95_SAMPLES: the peer table quotes no w
 # certified: the default Config (neural reader, certified decision); fixed_k: the same work as the peer on edge-rag
 STACKS = ("peer", "edge_rag:certified", "edge_rag:full_cgr", "edge_rag:fixed_k")
 ROOT = Path(__file__).resolve().parent.parent
+# the stacks work here; the run moves it to OUT/peer once complete, so a stopped run leaves the last complete run's
+# peer files whole, not some of them replaced by its own
+WORK = "peer.partial"
 
 
 def _worker(work: Path, *argv: str) -> dict:
@@ -48,8 +52,9 @@ def run(db: Path, dataset: str, items: list[QAItem], bundle: Bundle, args: argpa
     model_dir = home() / "downloads" / "pkgs" / ENCODER.package / ENCODER.model_dir
     if not model_dir.is_dir():
         return {"skipped": f"MiniLM weights not found at {model_dir} (run `edge-rag models pull`)"}
-    work = args.out / "peer"
-    work.mkdir(parents=True, exist_ok=True)
+    work = args.out / WORK
+    shutil.rmtree(work, ignore_errors=True)  # a stopped run's files
+    work.mkdir(parents=True)
     config = settings_config(run_settings(args))
     with EdgeRAG(db, bundle=bundle.root, config=config) as rag:
         ids = sorted(rag.store.index.get_ids_list())

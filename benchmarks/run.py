@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> dict:
                                                         ) if store_sizes else {"rows": []}
     results["runtime_s"] = time.perf_counter() - started
     os.replace(partial, args.out / "questions.jsonl")
+    if "skipped" not in results["peer"]:
+        shutil.rmtree(args.out / "peer", ignore_errors=True)
+        os.replace(args.out / peer.WORK, args.out / "peer")
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     figures = plots.write(results, args.out)
     for name, ds in results["datasets"].items():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from benchmarks import decision, routing, run
+from benchmarks import decision, peer, routing, run
 from benchmarks.systems import bench_config, preset, run_settings, settings_config
 from edge_rag import EdgeRAG, Tier
 from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
@@ -244,3 +244,30 @@ def test_a_reused_folder_keeps_only_this_runs_figures_and_peer_files(small_run, 
     linked = set(re.findall(r"!\[[^]]*\]\(([^)]+)\)", (out / "report.md").read_text(encoding="utf-8")))
     assert {p.name for p in out.glob("*.png")} == linked and "risk_coverage_squad.png" in linked
     assert not (out / "peer").exists()
+
+
+def test_a_stopped_peer_comparison_leaves_the_last_complete_runs_peer_files(small_run, bundle_dir: Path,
+                                                                            tmp_path: Path):
+    """Ctrl-C during the peer comparison left the stopped run's job.json, passages.json and the stacks it had measured
+    in OUT/peer, beside the earlier run's other stacks and its results.json: two runs' figures in one folder."""
+    _, done = small_run
+    out = shutil.copytree(done, tmp_path / "out")
+    (out / "peer").mkdir()
+    earlier = {"job.json": '{"questions": ["an earlier run"]}', "peer.json": '{"p50_ms": 1.0}'}
+    for name, text in earlier.items():
+        (out / "peer" / name).write_text(text, encoding="utf-8")
+
+    def stopped(work: Path, *argv: str) -> dict:
+        raise KeyboardInterrupt  # as Ctrl-C while the peer's index builds
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(peer, "_worker", stopped)
+        try:
+            run.main(["--n", "2", "--datasets", "squad", "--squad", str(done.parent / "squad.json"), "--bundle",
+                      str(bundle_dir), "--out", str(out), "--index-cache", str(done.parent / "index"),
+                      "--skip-scale", "--threads", "1", "--part", "all", "--systems", "certified"])
+        except KeyboardInterrupt:
+            pass
+        else:
+            pytest.skip("the peer comparison is not installed here (sentence-transformers, faiss, MiniLM)")
+    assert {p.name: p.read_text(encoding="utf-8") for p in (out / "peer").iterdir()} == earlier
