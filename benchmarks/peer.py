@@ -35,9 +35,10 @@ WORK = "peer.partial"
 
 
 def _worker(work: Path, *argv: str) -> dict:
-    """Run one worker process; its JSON result, or an error with the end of its stderr."""
+    """Run one worker process; its JSON result, or an error with the end of its stderr. It runs from the repository's
+    root, so it is given ``work`` as an absolute path (a relative --out is the caller's)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "benchmarks.peer_worker", argv[0], str(work), *argv[1:]]
+    cmd = [sys.executable, "-m", "benchmarks.peer_worker", argv[0], str(work.resolve()), *argv[1:]]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     name = "build" if argv[0] == "build" else argv[1].replace(":", "-")
     if done.returncode != 0:

@@ -271,3 +271,18 @@ def test_a_stopped_peer_comparison_leaves_the_last_complete_runs_peer_files(smal
         else:
             pytest.skip("the peer comparison is not installed here (sentence-transformers, faiss, MiniLM)")
     assert {p.name: p.read_text(encoding="utf-8") for p in (out / "peer").iterdir()} == earlier
+
+
+def test_the_peer_workers_find_their_folder_from_any_directory(small_run, bundle_dir: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """`python -m benchmarks --out results` from outside the repository: the peer's workers run from the repository's
+    root and looked for results/peer.partial/job.json there ("Peer index build failed: FileNotFoundError")."""
+    results, _ = small_run
+    monkeypatch.chdir(tmp_path)
+    work = Path("out") / peer.WORK
+    work.mkdir(parents=True)
+    job = {"questions": ["Who ruled the duchy of Normandy?"], "db": results["datasets"]["squad"]["corpus"]["db"],
+           "bundle": str(bundle_dir), "config": run_settings(run.parse_args(["--threads", "1"]))}
+    (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    answered = peer._worker(work, "serve", "edge_rag:certified", "0")
+    assert "error" not in answered and sum(answered["routes"].values()) == 1
