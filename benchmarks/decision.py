@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
@@ -77,7 +78,15 @@ def plot(curves: dict[str, list[tuple[float, float]]], points: dict[str, dict], 
     if not curves:
         return None
     fig = Figure(figsize=(6.5, 4.5))
-    ax = fig.subplots()
+    draw(fig.subplots(), curves, points, alpha)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def draw(ax: Axes, curves: dict[str, list[tuple[float, float]]], points: dict[str, dict],
+         alpha: dict[str, float]) -> None:
+    """``plot``'s axes: each system's curve, its operating point and alpha, or its name alone if it answers nothing."""
     for name, curve in curves.items():
         if curve:
             cov, err = zip(*curve)
@@ -86,10 +95,9 @@ def plot(curves: dict[str, list[tuple[float, float]]], points: dict[str, dict], 
             if p["n_answered"]:
                 ax.plot([p["coverage"]], [p["error"]], "o", color=line.get_color(), label=f"{name} at alpha")
             ax.axhline(alpha[name], ls=":", color=line.get_color())
+        else:  # no threshold certified at its alpha (the rule reader's at 0.4): no point to draw, but named
+            ax.plot([], [], " ", label=f"{name}: answers no question at any threshold")
     ax.set_xlabel("coverage (share of test questions answered)")
     ax.set_ylabel("error among answered")
     ax.set_title("Risk-coverage on the test split (dotted: alpha)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path

@@ -57,6 +57,20 @@ def test_the_operating_point_is_on_its_risk_coverage_curve():
     assert curve == [(0.25, 0.0), (0.5, 0.0), (0.75, 1 / 3)]  # the multi-hop question is never answered
 
 
+def test_a_system_that_answers_nothing_is_named_on_the_risk_coverage_plot():
+    """certified_rules certifies no threshold at alpha 0.4: its curve is empty, and the plot left it out unnamed, as
+    if it had not run."""
+    rows = [_row(True, "1712", 0.7, None, ["1712"], None)]
+    curves = {"certified_rules": decision.risk_coverage(rows)}
+    answered = {"certified_rules": decision.error_among_answered(rows)}
+    from matplotlib.figure import Figure
+
+    assert curves["certified_rules"] == []
+    ax = Figure().subplots()
+    decision.draw(ax, curves, answered, {"certified_rules": 0.4})
+    assert ax.get_legend_handles_labels()[1] == ["certified_rules: answers no question at any threshold"]
+
+
 def test_every_system_of_a_full_run_is_on_the_f1_against_tokens_plot():
     """A `make bench` runs all nine systems; the plot drew one per marker of eight, so the last, certified (the
     default), was missing from f1_vs_tokens.png."""
