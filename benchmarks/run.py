@@ -221,13 +221,15 @@ def run_dataset(ds: data.Dataset, args: argparse.Namespace, bundle: Bundle, out_
                         "questions": [q.question for q in ds.items]}
 
 
-def drop_stale(out: Path, figures: list[Path], ran_peer: bool) -> None:
-    """Remove the figures and peer files an earlier run left in ``out`` that this run did not write: the report links
-    only this run's, but whoever opens the folder takes every file in it for this run's."""
+def drop_stale(out: Path, figures: list[Path], ran_peer: bool, ran_stores: bool) -> None:
+    """Remove the figures, peer and store-scale files an earlier run left in ``out`` that this run did not write: the
+    report links only this run's, but whoever opens the folder takes every file in it for this run's."""
     for path in {*out.glob("risk_coverage_*.png"), *(out / name for name, _, _ in plots.FIGURES)} - set(figures):
         path.unlink(missing_ok=True)
     if not ran_peer:
         shutil.rmtree(out / "peer", ignore_errors=True)
+    if not ran_stores:
+        (out / scale_backends.ROWS_FILE).unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -295,7 +297,8 @@ def main(argv: list[str] | None = None) -> dict:
                             args.out / f"risk_coverage_{name}.png")
         figures += [fig] if fig else []
     report.write(results, args.out / "report.md", figures)
-    drop_stale(args.out, figures, ran_peer="skipped" not in results["peer"])
+    drop_stale(args.out, figures, ran_peer="skipped" not in results["peer"],
+               ran_stores=bool(results["scale"].get("stores", {}).get("rows")))
     print(f"benchmark done in {results['runtime_s'] / 60:.1f} min; results in {args.out.resolve()}/ "
           "(results.json, report.md, questions.jsonl, *.png)")
     return results

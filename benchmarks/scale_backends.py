@@ -279,6 +279,7 @@ def run(real: np.ndarray, queries: np.ndarray, texts: list[list[str]], questions
             admin = server.url
     except (ImportError, RuntimeError) as exc:
         result["pgvector_skipped"] = str(exc)
+    (out / ROWS_FILE).unlink(missing_ok=True)  # an earlier run's rows: appended to, the file held two runs' rows
     try:
         with tempfile.TemporaryDirectory(dir=out) as work:
             write_inputs(Path(work), real, queries[picked], texts, [questions[i] for i in picked])

@@ -13,10 +13,11 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT
 
-from benchmarks import decision, peer, routing, run
+from benchmarks import decision, peer, routing, run, scale_backends
 from benchmarks.systems import bench_config, preset, run_settings, settings_config
 from edge_rag import EdgeRAG, Tier
 from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
@@ -252,12 +253,23 @@ def test_a_reused_folder_keeps_only_this_runs_figures_and_peer_files(small_run, 
     (out / "risk_coverage_hotpotqa.png").write_bytes(b"an earlier run's plot")
     (out / "peer").mkdir()
     (out / "peer" / "edge_rag-fixed_k.json").write_text("{}", encoding="utf-8")
+    (out / scale_backends.ROWS_FILE).write_text('{"n": 10000, "backend": "embedded"}\n', encoding="utf-8")
     run.main(["--n", "4", "--datasets", "squad", "--squad", str(done.parent / "squad.json"), "--bundle",
               str(bundle_dir), "--out", str(out), "--index-cache", str(done.parent / "index"), "--skip-peer",
               "--skip-scale", "--threads", "1", "--part", "all", "--systems", "certified"])
     linked = set(re.findall(r"!\[[^]]*\]\(([^)]+)\)", (out / "report.md").read_text(encoding="utf-8")))
     assert {p.name for p in out.glob("*.png")} == linked and "risk_coverage_squad.png" in linked
-    assert not (out / "peer").exists()
+    assert not (out / "peer").exists() and not (out / scale_backends.ROWS_FILE).exists()
+
+
+def test_the_store_scale_rows_are_this_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Each row of the store comparison is appended to OUT/scale_stores.jsonl as it is measured (a stopped run's
+    survive); the file was never emptied, so a second run into the folder left 8 rows of two runs (10k: 4 each)."""
+    (tmp_path / scale_backends.ROWS_FILE).write_text('{"n": 10000, "backend": "embedded"}\n', encoding="utf-8")
+    monkeypatch.setenv("EDGE_RAG_PG_URL", "postgresql://unused")  # no server started; no size, so no connection
+    vectors = np.eye(4, dtype=np.float32)
+    scale_backends.run(vectors, vectors, [["t", "x"]] * 4, ["q"] * 4, [], bench_config(1), tmp_path, 0)
+    assert not (tmp_path / scale_backends.ROWS_FILE).exists()
 
 
 def test_a_stopped_peer_comparison_leaves_the_last_complete_runs_peer_files(small_run, bundle_dir: Path,
