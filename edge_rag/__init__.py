@@ -1,4 +1,10 @@
 """edge-rag: retrieval-augmented question answering on the device, inside a memory budget."""
+import os
+
+# onnxruntime >= 1.29 on Linux and macOS writes a device id into ~/.cache and queues usage events to send to Microsoft
+# unless this is set before it loads; the device runs offline and keeps nothing of its own. "0" keeps it on.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
 from .config import Config, Tier, TierSpec
 from .errors import BudgetError, BundleError, ConfigError, DiskFullError, EdgeRAGError, InputError, StoreError
 from .types import Answer, Document, Passage, Route

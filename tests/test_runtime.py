@@ -41,6 +41,20 @@ def test_runtime_never_imports_torch(tmp_path, bundle_dir, founder_folder):
     assert "Hollins" in out.stdout  # the question went through the reader, not only the search
 
 
+def test_onnxruntime_keeps_no_device_id_and_queues_no_usage_events(tmp_path, bundle_dir, founder_folder):
+    """onnxruntime 1.32 on Linux wrote ~/.cache/Microsoft/DeveloperTools/.onnxruntime/deviceid and an onnxruntime.db
+    of events to upload at import, whenever ORT_DISABLE_TELEMETRY was not set before it loaded."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), EDGE_RAG_HOME=str(tmp_path / "edge-rag-home"))
+    out = subprocess.run([sys.executable, "-c", NO_TORCH, str(tmp_path / "db"), str(bundle_dir), str(founder_folder)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Hollins" in out.stdout  # the encoder and the reader ran in onnxruntime
+    assert [str(p.relative_to(home)) for p in home.rglob("*")] == []
+
+
 def test_cli_index_and_ask_json(tmp_path, bundle_dir, founder_folder):
     db = tmp_path / "db"
     cli = [sys.executable, "-m", "edge_rag"]
