@@ -11,7 +11,7 @@ from edge_rag.cli.commands import SAMPLE_DIR, main
 from edge_rag.config import DEFAULT_TIERS, Config, Tiers
 from edge_rag.decision import calibrate
 from edge_rag.decision.certify import CALIBRATION_ASSET, Calibration
-from edge_rag.errors import BundleError, InputError
+from edge_rag.errors import BundleError, EdgeRAGError, InputError
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.reading.read import Candidate
 from edge_rag.types import Route
@@ -165,6 +165,24 @@ def test_a_bad_questions_file_is_refused_and_the_old_calibration_kept(sample_db,
         calibrate.load_questions(questions)
     assert main(["calibrate", "--db", str(sample_db), "--questions", str(questions), "--out", str(out)]) == 2
     assert why in capsys.readouterr().err and out.read_text() == "previous calibration"
+
+
+def test_a_calibration_file_that_cannot_be_written_is_refused_before_any_question(sample_db, sample_rag, tmp_path,
+                                                                                    capsys, monkeypatch):
+    """--out a folder, under a file, or relative to a working folder since removed: one line before any question is
+    run (a traceback once all had run)."""
+    (tmp_path / "a-file").write_text("x")
+    (gone := tmp_path / "gone").mkdir()
+    questions = SAMPLE_DIR / "questions.json"
+    for out in (tmp_path, tmp_path / "a-file" / "kiosk.json", "kiosk.json"):
+        if out == "kiosk.json":
+            monkeypatch.chdir(gone)
+            gone.rmdir()
+        assert main(["calibrate", "--db", str(sample_db), "--questions", str(questions), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("edge-rag: error:") and err.count("\n") == 1  # no question's progress shown
+    with pytest.raises(EdgeRAGError, match="cannot write the calibration file"):  # a write failing after them all
+        calibrate.run(sample_rag, calibrate.load_questions(questions)[:2], questions, tmp_path / "a-file" / "k.json")
 
 
 def test_a_labelled_log_whose_questions_hold_unicode_line_separators_is_read(tmp_path):

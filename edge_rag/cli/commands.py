@@ -148,9 +148,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """Certify the decision on the store's own questions: write a calibration file (edge_rag/decision/calibrate.py)."""
     from tqdm import tqdm
 
-    from ..decision.calibrate import load_questions, run, summary
+    from ..decision.calibrate import check_out, load_questions, run, summary
 
     questions = load_questions(args.questions)  # a bad file fails before any model loads
+    check_out(Path(args.out))
     with open_rag(args, create=False) as rag:
         cal = run(rag, questions, Path(args.questions), Path(args.out),
                   progress=lambda qs: tqdm(qs, unit="q", leave=False))

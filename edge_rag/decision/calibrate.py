@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import BundleError, InputError, check_question, check_str
+from ..errors import BundleError, EdgeRAGError, InputError, check_question, check_str
 from ..pipeline import EdgeRAG
 from ..storage.fileio import atomic_write_text, sha256_file
 from .calibrated_config import backend, encoder_identity
@@ -169,8 +170,24 @@ def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Pat
               "made": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     model = reader_sha256(rag.bundle) if rag.config.reader == "neural" else None
     content = calibration(base, rag.config.reader, model, measured, source)
-    atomic_write_text(out, json.dumps(content, indent=1) + "\n")
+    try:
+        atomic_write_text(out, json.dumps(content, indent=1) + "\n")
+    except OSError as exc:
+        raise EdgeRAGError(f"cannot write the calibration file {out}: {exc.strerror or exc}") from exc
     return Calibration.load(out)
+
+
+def check_out(out: Path) -> None:
+    """Refuse a calibration file that could not be written before any question is run, not after them all: a
+    folder, or a place under a folder this process may not write (a read-only file system, its permissions)."""
+    if out.is_dir():
+        raise InputError(f"{out} is a folder: name the calibration file to write in it")
+    try:
+        folder = next(p for p in (out.absolute().parent, *out.absolute().parents) if p.exists())  # the rest is made
+    except OSError as exc:  # run from a folder since removed: a relative name has no place
+        raise InputError(f"cannot write the calibration file {out}: {exc.strerror}") from None
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InputError(f"cannot write the calibration file {out}: {folder} is not a writable folder")
 
 
 def rows(cal: Calibration, reader: str, delta: float) -> list[dict]:
