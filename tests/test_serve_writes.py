@@ -249,6 +249,21 @@ def test_token_file_is_made_once_private_and_kept(tmp_path):
         token_from_file(path)
 
 
+def test_a_token_file_that_is_a_folder_or_not_text_is_named_as_such(tmp_path):
+    """--token-file naming a folder or a file of bytes: one clear line (a traceback, or 'chmod 600' for a folder)."""
+    folder, binary = tmp_path / "tokens", tmp_path / "token"
+    folder.mkdir(mode=0o700)
+    binary.write_bytes(b"\xff\xfe token")
+    binary.chmod(0o600)
+    with pytest.raises(EdgeRAGError, match="is not a file"):
+        token_from_file(folder)
+    folder.chmod(0o755)
+    with pytest.raises(EdgeRAGError, match="is not a file"):
+        token_from_file(folder)
+    with pytest.raises(EdgeRAGError, match="cannot read token file"):
+        token_from_file(binary)
+
+
 def test_an_app_with_writes_needs_its_indexing_encoder_planned(servers):
     """Writes index with a second encoder session: an EdgeRAG whose memory plan lacks it cannot serve them."""
     _, _, _, read_only = servers

@@ -27,11 +27,16 @@ def token_from_file(path: Path) -> tuple[str, bool]:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        if not path.is_file():  # a folder, a pipe (read forever), a dangling link
+            raise EdgeRAGError(f"token file {path} is not a file: name a file (the first start creates it)") from None
         mode = path.stat().st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise EdgeRAGError(f"token file {path} is readable by other users (mode {mode & 0o777:o}); "
                                f"chmod 600 {path}") from None
-        token = path.read_text(encoding="utf-8").strip()
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EdgeRAGError(f"cannot read token file {path}: {exc}") from None
         if not token:
             raise EdgeRAGError(f"token file {path} is empty; delete it to have a new token made") from None
         return token, False
