@@ -106,6 +106,18 @@ def test_answers_piped_into_a_reader_that_leaves_end_quietly(sample_rag, bundle_
     assert ask.returncode == 1 and err == ""
 
 
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_command_started_with_its_output_closed_still_runs(tmp_path, bundle_dir, closed):
+    """`edge-rag index … 2>&-` indexed nothing and exited 1 in silence (the progress bar wrote to no stream);
+    `… >&-` ended on AttributeError's traceback once done. Either closed stream now takes what is written to it."""
+    index = subprocess.run([sys.executable, "-m", "edge_rag", "index", str(SAMPLE_DOCS / "01-welcome.md"),
+                            "--db", str(tmp_path / "db"), "--bundle", str(bundle_dir)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.close(closed))
+    assert index.returncode == 0 and "Traceback" not in index.stdout + index.stderr, index.stdout + index.stderr
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, create=False) as rag:
+        assert rag.store.count > 0
+
+
 @pytest.mark.parametrize("question", ["", "   ", "x" * 5000])
 def test_bad_questions(sample_rag, question):
     with pytest.raises(InputError):

@@ -262,6 +262,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for name in ("stdout", "stderr"):  # started with it closed (`>&-`): print() skips a None stream, flush and the
+        if getattr(sys, name) is None:  # progress bar raised; and the file opened next would take its descriptor
+            setattr(sys, name, open(os.devnull, "w"))
     args = parser().parse_args(argv)
     log = logging.getLogger("edge_rag")  # skipped documents, replaced documents: one line each on stderr
     if not log.handlers:
