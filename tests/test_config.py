@@ -115,6 +115,16 @@ def test_cli_values_out_of_range_are_usage_errors(argv: list[str], message: str,
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_serve_timeout_that_times_nothing_out_is_refused(value: str, capsys) -> None:
+    """`edge-rag serve --timeout nan` started a server whose questions never timed out (NaN compares false with
+    every deadline); each is one line naming the setting, before any model loads or port is taken."""
+    from edge_rag.cli.commands import main
+
+    assert main(["serve", "--db", "db", "--bundle", "/nonexistent", "--port", "0", "--timeout", value]) == 2
+    assert "question_timeout_s must be positive and finite" in capsys.readouterr().err
+
+
 def test_every_error_edge_rag_raises_on_purpose_is_exported() -> None:
     """docs/reference/config.md: a bad value raises ConfigError; `from edge_rag import ConfigError` was an ImportError
     (DiskFullError too), so a caller could not catch it by the name the docs give."""

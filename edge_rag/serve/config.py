@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass
 
 TOKEN_ENV = "EDGE_RAG_TOKEN"
@@ -39,8 +40,8 @@ class ServeConfig:
                              f"set {TOKEN_ENV}")
         for name in ("max_question_chars", "max_body_bytes", "max_upload_bytes", "max_upload_files",
                      "question_timeout_s", "idle_reset_s", "keepalive_s", "header_timeout_s", "min_labels"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+            if not 0 < getattr(self, name) < math.inf:  # NaN compares false: --timeout nan timed nothing out
+                raise ValueError(f"{name} must be positive and finite, not {getattr(self, name)}")
         if self.max_queue < 0 or self.suggestions < 0:
             raise ValueError("max_queue and suggestions must be >= 0")
 
