@@ -1,3 +1,5 @@
+import os
+import shutil
 import sqlite3
 
 import numpy as np
@@ -145,6 +147,18 @@ def test_a_store_path_that_is_a_file_is_reported(tmp_path, encoder, create):
     with pytest.raises(StoreError, match="is a file, not a store folder"):
         Store(path, encoder.dim, "enc-1", create=create)
     assert path.read_text() == "not a store"
+
+
+def test_a_store_folder_whose_name_is_not_utf8_is_reported(saved_store, encoder, tmp_path_factory):
+    """hnswlib takes a path as UTF-8 text only: `edge-rag index --db caf\\xe9` (a Latin-1 name) encoded every passage
+    then failed its first commit on a TypeError traceback, and a store moved there failed every question so."""
+    latin1 = tmp_path_factory.mktemp("stores") / os.fsdecode(b"caf\xe9")
+    with pytest.raises(StoreError, match="not UTF-8 text"):
+        Store(latin1, encoder.dim, "enc-1")
+    assert not latin1.exists()
+    shutil.copytree(saved_store, latin1)
+    with pytest.raises(StoreError, match="not UTF-8 text"):
+        Store(latin1, encoder.dim, "enc-1", create=False)
 
 
 def test_a_writer_lock_that_cannot_be_opened_is_a_store_error(saved_store, encoder):

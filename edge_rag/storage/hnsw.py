@@ -31,6 +31,17 @@ def new(dim: int, m: int, ef_construction: int, capacity: int = 1024) -> hnswlib
     return index
 
 
+def check_folder(folder: Path) -> None:
+    """StoreError unless hnswlib can name files in ``folder``: it takes a path as UTF-8 text only, so a folder whose
+    name holds other bytes (a Latin-1 name from a USB stick) failed on a TypeError at the first commit, after all
+    the encoding, and a store moved there on every question."""
+    try:
+        str(folder).encode("utf-8")
+    except UnicodeEncodeError:
+        raise StoreError(f"the store folder {folder} has a name that is not UTF-8 text, which the vector index "
+                         "cannot open: rename it (or name it by a link whose name is)") from None
+
+
 def save(index: hnswlib.Index, path: Path) -> tuple[int, str]:
     """Write ``path`` and make it durable (file and folder fsynced); returns its size and sha256."""
     index.save_index(str(path))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import REINDEX, StoreError, full_disk_is_an_error
 from ..types import Document
-from . import store_fts_index
+from . import hnsw, store_fts_index
 from .store_fts_index import FTS_DDL, FTS_TABLE, FTS_TRIGGERS
 
 DB_FILE = "passages.sqlite"
@@ -159,6 +159,7 @@ def check_files(folder: Path, create: bool) -> None:
     blocked = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
     if blocked is not None:  # mkdir failed with a bare FileExistsError (NotADirectoryError, a file above it)
         raise StoreError(f"{blocked} is a file, not a store folder: name a folder (edge-rag index --db DIR makes it)")
+    hnsw.check_folder(folder)  # before the folder is made or anything encoded for it
     db = folder / DB_FILE
     db_empty = not db.is_file() or db.stat().st_size == 0
     if db_empty and folder.is_dir() and any(folder.glob(INDEX_GLOB)):
