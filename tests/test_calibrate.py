@@ -201,8 +201,10 @@ def test_a_huge_questions_file_is_refused_unread(tmp_path):
 
 
 def test_a_missing_calibration_file_is_a_clear_error(sample_db, tmp_path):
-    with pytest.raises(BundleError, match="edge-rag calibrate"):
+    with pytest.raises(BundleError, match="nope.json does not exist .*edge-rag calibrate"):
         EdgeRAG(sample_db, calibration=tmp_path / "nope.json")
+    with pytest.raises(BundleError, match="is not a file"):  # a folder was said not to exist
+        EdgeRAG(sample_db, calibration=tmp_path)
 
 
 def test_cached_answers_are_not_served_under_another_calibration(sample_db, own, tmp_path):

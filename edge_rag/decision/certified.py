@@ -79,7 +79,8 @@ class CertifiedPath:
         self.shipped = shipped_calibration(remote)  # what an own calibration takes its score and floor from
         self.calibration_path = Path(calibration) if calibration is not None else self.shipped
         if calibration is not None and not self.calibration_path.is_file():
-            raise BundleError(f"calibration file {calibration} does not exist (make one with `edge-rag calibrate`)")
+            what = "is not a file" if self.calibration_path.exists() else "does not exist"  # a folder, a pipe
+            raise BundleError(f"calibration file {calibration} {what} (make one with `edge-rag calibrate`)")
         # A missing shipped calibration refuses every question (with that reason), never answers uncertified.
         cal = Calibration.load(self.calibration_path) if self.calibration_path.is_file() else None
         self.calibration: Calibration | None = cal
