@@ -429,6 +429,24 @@ def test_cli_remove_and_ask_on_a_missing_store(tmp_path, bundle_dir):
         assert con.execute("SELECT COUNT(*) FROM passages").fetchone()[0] == 0
 
 
+def test_cli_remove_run_from_a_folder_since_removed(tmp_path, bundle_dir):
+    """`edge-rag remove DOC_ID` run from a working folder since removed (a release folder swapped away) ended on
+    FileNotFoundError's traceback, resolving DOC_ID as a file name; the document is removed by its id."""
+    docs, db, gone = tmp_path / "tickets.txt", tmp_path / "db", tmp_path / "gone"
+    docs.write_text(PRICES.format(price=16))
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_files([docs])
+        [doc_id] = rag.store.documents_from(str(docs.resolve()))
+    gone.mkdir()
+
+    def leave() -> None:
+        os.chdir(gone)
+        os.rmdir(gone)
+    run = subprocess.run([sys.executable, "-m", "edge_rag", "remove", doc_id, "--db", str(db), "--bundle",
+                          str(bundle_dir)], capture_output=True, text=True, preexec_fn=leave)
+    assert run.returncode == 0 and "removed 1 document(s)" in run.stdout and "now holds 0" in run.stdout, run.stderr
+
+
 def test_cli_question_with_invalid_utf8_is_an_error_not_a_traceback(tmp_path, bundle_dir, sample_rag):
     cli = [sys.executable, "-m", "edge_rag", "ask", b"caf\xe9 hours?".decode("utf-8", "surrogateescape"),
            "--db", str(sample_rag.store.folder), "--bundle", str(bundle_dir)]

@@ -87,8 +87,11 @@ def cmd_remove(args: argparse.Namespace) -> int:
     with open_rag(args, create=False) as rag:
         ids: list[str] = []
         for item in args.items:
-            from_file = rag.store.documents_from(path_text(Path(item).expanduser().resolve()))  # the file may be gone
-            ids += from_file or [item]
+            try:
+                source = path_text(Path(item).expanduser().resolve())  # the file may be gone
+            except OSError:  # run from a folder since removed: a relative name names no file here, an id still
+                source = None
+            ids += (rag.store.documents_from(source) if source else []) or [item]
         ids = list(dict.fromkeys(ids))  # a file or id named twice is one document
         removed = rag.remove(ids)
         print(f"removed {len(ids)} document(s), {removed} passages; the store at {rag.store.location} "
