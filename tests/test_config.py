@@ -100,6 +100,7 @@ def test_threads_zero_takes_omp_num_threads_else_the_cores_this_process_may_use(
     (["remove", "x", "--db", "db", "--wait", "-1"], "seconds must be a finite number"),
     (["ask", "hi", "--db", "db", "--threads", "99999999999999999999"], "<= 1024"),  # blamed on the model file
     (["ask", "hi", "--db", "db", "--threads", "1.5"], "not a whole number"),
+    (["ask", "hi", "--db", "db", "--temperature", "nan"], "temperature=nan"),  # refused only as the store opened
     (["doctor", "--db", "db", "--sample", "-5"], "must be positive"),  # a traceback
     (["doctor", "--db", "db", "--sample", "0"], "must be positive"),  # "recall 1.000 over 0 vectors: ok"
     (["models", "verify", "--threads", "99999999999"], "<= 1024"),  # onnxruntime's TypeError, a traceback
@@ -123,6 +124,17 @@ def test_a_serve_timeout_that_times_nothing_out_is_refused(value: str, capsys) -
 
     assert main(["serve", "--db", "db", "--bundle", "/nonexistent", "--port", "0", "--timeout", value]) == 2
     assert "question_timeout_s must be positive and finite" in capsys.readouterr().err
+
+
+def test_the_help_names_the_config_defaults_the_flags_leave_in_place(capsys) -> None:
+    """--memory-mb and --temperature left Config's default in force unsaid (docs/reference/cli.md: no default), so a
+    Pi's user could not tell the budget was 2048 MB."""
+    from edge_rag.cli.commands import main
+
+    with pytest.raises(SystemExit):
+        main(["ask", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"(default {Config().memory_budget_mb})" in shown and f"(default {Config().temperature:g};" in shown
 
 
 def test_every_error_edge_rag_raises_on_purpose_is_exported() -> None:

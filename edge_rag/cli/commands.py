@@ -228,7 +228,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ask", help="answer questions from a store")
     p.add_argument("questions", nargs="+", metavar="QUESTION", help="one or more questions, each answered in turn")
     p.add_argument("--json", action="store_true", help="print the whole Answer as JSON")
-    p.add_argument("--temperature", type=float, help="0 for deterministic answers")
+    p.add_argument("--temperature", type=config_value("temperature"),
+                   help=f"of generated answers (default {Config().temperature:g}; 0 for deterministic ones)")
     add_decision(p)
     add_common(p)
     p.set_defaults(func=cmd_ask)

@@ -105,7 +105,8 @@ def add_common(p: argparse.ArgumentParser, db_required: bool = True) -> None:
                    help="passage store: a folder, or postgresql://user@host/dbname (needs edge-rag[pg])")
     p.add_argument("--bundle", help="model bundle folder (default: the pulled bundle of --profile)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
-    p.add_argument("--memory-mb", type=positive("MB"), help="memory budget for the whole process, MB")
+    p.add_argument("--memory-mb", type=positive("MB"),
+                   help=f"memory budget for the whole process, MB (default {Config().memory_budget_mb})")
     p.add_argument("--threads", type=config_value("threads"),
                    help="CPU threads (default: OMP_NUM_THREADS, else all cores)")
     p.add_argument("--seed-decision", action="store_true",
