@@ -76,6 +76,8 @@ def test_cli_reports_errors_without_traceback(tmp_path):
     out = subprocess.run([sys.executable, "-m", "edge_rag", "ask", "hi", "--db", str(tmp_path),
                           "--bundle", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "edge-rag: error: no model bundle" in out.stderr and "Traceback" not in out.stderr
+    # a device installs an archive; `models pull` alone builds the default profile's bundle, and needs torch
+    assert "edge-rag models install" in out.stderr and "pull --profile" in out.stderr
 
 
 def test_ctrl_c_during_index_is_one_line_not_a_traceback(tmp_path, bundle_dir):

@@ -81,7 +81,8 @@ class Bundle:
         manifest_path = root / MANIFEST
         if not manifest_path.is_file():
             raise BundleError(
-                f"no model bundle at {root} ({MANIFEST} missing); run `edge-rag models pull` to build one"
+                f"no model bundle at {root} ({MANIFEST} missing): install one (`edge-rag models install "
+                "ARCHIVE.tar`), or build it here (`edge-rag models pull --profile PROFILE`, needs torch)"
             )
         manifest = read_json(manifest_path, "a bundle manifest")
         if isinstance(manifest, dict) and (manifest.get(KEY_FORMAT) != FORMAT
