@@ -57,6 +57,22 @@ def test_a_pipe_or_a_device_given_by_name_is_named_as_such(tmp_path: Path) -> No
     assert all("not a regular file" in why and "no such" not in why for _, why in skipped), skipped
 
 
+def test_a_name_longer_than_the_file_system_takes_is_an_error_line(tmp_path: Path, bundle_dir: Path, sample_db: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A path with a name over 255 bytes (pasted text) ended `edge-rag index`, `ask --db`, `ask --calibration` and
+    `calibrate --out` on OSError's traceback (File name too long): index skips it as it skips a missing file, and
+    each other command stops with one line naming it."""
+    long = tmp_path / ("x" * 300)
+    (tmp_path / "good.txt").write_text("The good file has text in it.", encoding="utf-8")
+    skipped: list[tuple[str, str]] = []
+    assert len(read_paths([long, tmp_path / "good.txt"], on_skip=lambda p, why: skipped.append((p.name, why)))) == 1
+    assert [name for name, _ in skipped] == [long.name] and "too long" in skipped[0][1]
+    for argv in (["ask", "hi", "--db", str(long)], ["ask", "hi", "--db", str(sample_db), "--calibration", str(long)]):
+        assert main([*argv, "--bundle", str(bundle_dir)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("edge-rag: error:") and "too long" in err and err.count("\n") == 1, err
+
+
 def test_a_text_file_over_the_size_limit_is_skipped_unread(tmp_path: Path) -> None:
     """A 1 GiB text file took 2.1 GB of memory to read (and a MemoryError cost the whole folder): now a file over
     the limit is skipped by its size, and the rest of the folder is read."""

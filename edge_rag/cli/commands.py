@@ -285,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     except EdgeRAGError as exc:
         print(f"edge-rag: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path the system refuses where no EdgeRAGError names it (a name too long): it names it
+        print(f"edge-rag: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # Ctrl-C: a store keeps every commit made before it (`index` again adds the rest)
         print("\nedge-rag: interrupted", file=sys.stderr)
         return 130

@@ -63,7 +63,7 @@ def read_files(paths: Iterable[str | Path], strict: bool = False,
     for raw in paths:
         try:
             files = list(iter_files([raw], lambda exc: skip(Path(exc.filename), exc)))
-        except InputError as exc:  # the path itself does not exist
+        except (InputError, OSError) as exc:  # the path itself does not exist, or names none (a name too long)
             skip(Path(raw), exc)
             continue
         for path in files:
