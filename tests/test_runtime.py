@@ -120,6 +120,18 @@ def test_a_command_started_with_its_output_closed_still_runs(tmp_path, bundle_di
         assert rag.store.count > 0
 
 
+def test_an_answer_the_locale_cannot_spell_is_printed_not_a_traceback(sample_rag, bundle_dir):
+    """Under an ASCII (or Latin-1) locale without Python's UTF-8 mode, "A: £16" ended on UnicodeEncodeError's
+    traceback: the characters it cannot spell are printed as "?"."""
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    ask = subprocess.run([sys.executable, "-m", "edge_rag", "ask", "How much is an adult ticket?", "--db",
+                          str(sample_rag.store.folder), "--bundle", str(bundle_dir)], cwd=ROOT, env=env,
+                         capture_output=True, timeout=120)
+    [answered] = [line for line in ask.stdout.splitlines() if line.startswith(b"A: ")]
+    assert ask.returncode == 0 and b"?" in answered, ask.stderr.decode(errors="replace")  # the sample's price: £16
+
+
 @pytest.mark.parametrize("question", ["", "   ", "x" * 5000])
 def test_bad_questions(sample_rag, question):
     with pytest.raises(InputError):

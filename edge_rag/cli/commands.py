@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -269,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("stdout", "stderr"):  # started with it closed (`>&-`): print() skips a None stream, flush and the
         if getattr(sys, name) is None:  # progress bar raised; and the file opened next would take its descriptor
             setattr(sys, name, open(os.devnull, "w"))
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a locale that cannot spell an answer ("£16" in ASCII): "?16",
+        sys.stdout.reconfigure(errors="replace")  # not UnicodeEncodeError's traceback
     args = parser().parse_args(argv)
     log = logging.getLogger("edge_rag")  # skipped documents, replaced documents: one line each on stderr
     if not log.handlers:
