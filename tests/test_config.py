@@ -135,6 +135,9 @@ def test_the_help_names_the_config_defaults_the_flags_leave_in_place(capsys) -> 
         main(["ask", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert f"(default {Config().memory_budget_mb})" in shown and f"(default {Config().temperature:g};" in shown
+    with pytest.raises(SystemExit):  # it said "~/.cache/edge-rag/bundles/PROFILE or $EDGE_RAG_HOME": not that folder
+        main(["models", "pull", "--help"])
+    assert "bundles/PROFILE in $EDGE_RAG_HOME" in " ".join(capsys.readouterr().out.split())
 
 
 def test_every_error_edge_rag_raises_on_purpose_is_exported() -> None:

