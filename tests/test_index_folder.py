@@ -107,6 +107,28 @@ def test_nothing_readable_is_an_error(tmp_path: Path) -> None:
         read_paths([tmp_path], on_skip=lambda p, why: None)
 
 
+def test_files_of_a_type_not_read_are_named_not_passed_over_in_silence(tmp_path: Path) -> None:
+    """A folder of Word documents said "added 0 passages" (status 0) as if it were empty."""
+    words = tmp_path / "words"
+    words.mkdir()
+    for name in ("leaflet.docx", "prices.DOCX", "notes.rtf"):
+        (words / name).write_bytes(b"PK\x03\x04")
+    with pytest.raises(InputError, match="nothing indexed: all 3 file"), pytest.warns(UserWarning) as said:
+        read_paths([words])
+    assert [str(w.message) for w in said] == [
+        f"skipped {words}: 3 file(s) of a type not read (.docx, .rtf); edge-rag reads .txt .md .markdown .json "
+        ".jsonl .pdf .html .htm"]
+    mixed = tmp_path / "mixed"
+    (mixed / "img").mkdir(parents=True)
+    (mixed / "page.md").write_text("# Page\n\nThe page has text in it.", encoding="utf-8")
+    (mixed / "img" / "photo.jpg").write_bytes(b"\xff\xd8")
+    (mixed / ".DS_Store").write_bytes(b"\0")  # hidden files are the system's, not the operator's
+    skipped: list[tuple[Path, str]] = []
+    docs = read_paths([mixed], on_skip=lambda p, why: skipped.append((p, why)))
+    assert [d.title for d in docs] == ["Page"]
+    assert [(p, why.split(";")[0]) for p, why in skipped] == [(mixed, "1 file(s) of a type not read (.jpg)")]
+
+
 def test_lone_surrogates_in_json_skip_that_file_only(bundle_dir: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture) -> None:
     """Issue #43: "\\ud800" is valid JSON but no text; it crashed `edge-rag index` with a traceback (exit 1) and

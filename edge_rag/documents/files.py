@@ -12,16 +12,21 @@ from ..types import Document
 from .chunk import SUFFIXES, read_documents
 
 
-def iter_files(paths: Iterable[str | Path], on_error: Callable[[OSError], None] | None = None) -> Iterator[Path]:
+def iter_files(paths: Iterable[str | Path], on_error: Callable[[OSError], None] | None = None,
+               on_other: Callable[[Path, list[Path]], None] | None = None) -> Iterator[Path]:
     """Files to index: the paths themselves, and supported files below any folder, sorted. An entry of a folder
     that cannot be listed or checked (a path longer than the system takes) goes to ``on_error``, so the rest of
-    the folder is still found (default: raised)."""
+    the folder is still found (default: raised); the files of a folder passed over for their type (hidden ones
+    aside) go to ``on_other(folder, files)`` once it is walked."""
     for raw in paths:
         if os.fspath(raw) == "":  # Path("") is ".": an unset setting would index the working folder
             raise InputError("the path is empty")
         path = Path(raw).expanduser()
         if path.is_dir():
-            yield from sorted(_walk(path, on_error or _raise))
+            others: list[Path] = []
+            yield from sorted(_walk(path, on_error or _raise, others))
+            if others and on_other is not None:
+                on_other(path, others)
         elif path.is_file():
             yield path
         elif path.exists():  # reading a pipe or /dev/zero never ends
@@ -30,8 +35,9 @@ def iter_files(paths: Iterable[str | Path], on_error: Callable[[OSError], None] 
             raise InputError(f"no such file or folder: {path}")
 
 
-def _walk(folder: Path, on_error: Callable[[OSError], None]) -> Iterator[Path]:
+def _walk(folder: Path, on_error: Callable[[OSError], None], others: list[Path]) -> Iterator[Path]:
     for root, _, names in os.walk(folder, onerror=on_error):
+        others += [Path(root, n) for n in names if Path(n).suffix.lower() not in SUFFIXES and not n.startswith(".")]
         for path in (Path(root, name) for name in names if Path(name).suffix.lower() in SUFFIXES):
             try:
                 if path.is_file():
@@ -60,9 +66,15 @@ def read_files(paths: Iterable[str | Path], strict: bool = False,
         skipped += 1
         report(path, str(exc))
 
+    def pass_over(folder: Path, files: list[Path]) -> None:  # a folder of Word files: said, not "added 0 passages"
+        nonlocal skipped
+        skipped += len(files)
+        kinds = ", ".join(sorted({f.suffix.lower() or f.name for f in files})[:8])
+        report(folder, f"{len(files)} file(s) of a type not read ({kinds}); edge-rag reads {' '.join(SUFFIXES)}")
+
     for raw in paths:
         try:
-            files = list(iter_files([raw], lambda exc: skip(Path(exc.filename), exc)))
+            files = list(iter_files([raw], lambda exc: skip(Path(exc.filename), exc), pass_over))
         except (InputError, OSError) as exc:  # the path itself does not exist, or names none (a name too long)
             skip(Path(raw), exc)
             continue
