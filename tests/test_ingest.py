@@ -19,7 +19,7 @@ from edge_rag.documents.chunk import read_documents  # noqa: E402
 from edge_rag.documents.files import iter_files  # noqa: E402
 from edge_rag.documents.ingest import MAX_HTML_DEPTH  # noqa: E402
 from edge_rag.documents.parse_child import PARSE_MEMORY_MB, Parser  # noqa: E402
-from edge_rag.documents.text import words  # noqa: E402
+from edge_rag.documents.text import split_sentences, words  # noqa: E402
 from edge_rag.errors import InputError  # noqa: E402
 
 
@@ -123,6 +123,19 @@ def test_inline_markup_inside_a_word_does_not_cut_it(tmp_path):
                     "<table><tr><td>Adults</td><td>12</td></tr></table>", encoding="utf-8")
     assert read_documents(path)[0].text == ("The Museum of Harbour Life.\n\na\n\nb\n\nOpen daily now Closed Mondays"
                                             "\n\nAdults\n\n12")
+
+
+def test_a_footnote_marker_is_a_word_of_its_own(tmp_path):
+    """A superscript footnote marker ran into the word before it: "1763<sup>1</sup>" was the number 17631 and
+    "Pitt<sup>2</sup>" the word "pitt2", so the reader answered "17551" and "William Pitt1" and no question found the
+    word. In a web page and in Markdown's HTML alike; an ordinal ("1<sup>st</sup>") and a subscript still run on."""
+    body = ("The war ended in 1763<sup>1</sup>; William Pitt<sup>2</sup> came to power.<sup><a href='#n3'>[3]</a>"
+            "</sup> The 1<sup>st</sup> Earl of H<sub>2</sub>O<sup> 4</sup>.")
+    (tmp_path / "war.html").write_text(f"<title>War</title><p>{body}</p>", encoding="utf-8")
+    (tmp_path / "war.md").write_text(f"# War\n\n{body}\n", encoding="utf-8")
+    for doc in read_documents(tmp_path / "war.html") + read_documents(tmp_path / "war.md"):
+        assert {"1763", "pitt", "1st", "h2o", "4"} <= set(words(doc.text)), doc.text
+        assert split_sentences(doc.text)[0].endswith("came to power."), doc.text
 
 
 def test_invisible_marks_inside_words_do_not_hide_them_from_the_full_text_index(tmp_path):

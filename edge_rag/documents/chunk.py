@@ -155,6 +155,8 @@ def _html_text(text: str) -> str:
     "seum", and "infor&shy;mation" held "shy"."""
     def tag(m: re.Match[str]) -> str:
         name = m.group(1).lower()
+        if name == "sup" and m.group()[1] != "/" and ingest.FOOTNOTE_MARK.match(text, m.end()):
+            return " "  # a footnote marker is a word of its own, as in a web page (ingest.FOOTNOTE_MARK)
         return m.group() if name not in ingest.INLINE | _MD_BLOCKS else "" if name in ingest.INLINE - {"br"} else " "
     return plain(html.unescape(_MD_TAG.sub(tag, text)))
 

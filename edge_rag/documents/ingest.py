@@ -30,6 +30,11 @@ INLINE = frozenset("a abbr acronym b bdi bdo big br cite code data del dfn em fo
                    "rtc ruby s samp small span strike strong sub sup time tt u var wbr".split())
 NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
+# A superscript that starts with a digit, a bracket or a reference mark is a footnote marker (or an exponent): it is
+# a word of its own, not the end of the word before it ("New France<sup>2</sup>" was the word "france2", "1763<sup>1
+# </sup>" the number 17631). One that starts with a letter runs on: an ordinal, "1<sup>st</sup>". (Markdown's HTML is
+# matched as written: tags of a link may come first.)
+FOOTNOTE_MARK = re.compile(r"\s*(?:<[^<>]*>\s*)*[\d\[(*\u2020\u2021\u00a7\u00b6]")
 # lexbor's parse time grows with the square of the nesting depth (1,000,000 nested <div> never finish), so the
 # depth is counted before parsing; Chromium's own HTML parser nests no deeper than 512 either.
 MAX_HTML_DEPTH = 512
@@ -146,10 +151,10 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
     other such blocks was read: a page that wrote its opening hours or prices in a <div> had them indexed nowhere.
     One pass: each element's paragraph is known from its parent's (traverse visits a parent first). A paragraph's text
     runs on as a browser shows it, its spaces its own, a <br> a space: "<b>Mu</b>seum" was "Mu seum" and
-    "cloak<wbr>room" "cloak room", words no question holds."""
+    "cloak<wbr>room" "cloak room", words no question holds. A footnote marker (FOOTNOTE_MARK) is a word of its own."""
     owner: dict[int, tuple[int, bool]] = {}  # element -> (the element its text belongs to, is a heading)
     run: list[str] = []
-    current = (0, False)
+    current, sup = (0, False), False  # sup: a <sup> whose first text is still to come
     for node in root.traverse(include_text=True):
         parent = node.parent
         above = owner.get(parent.mem_id, (parent.mem_id, False)) if parent is not None else (0, False)
@@ -158,6 +163,7 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
             owner[node.mem_id] = above if inherit else (node.mem_id, node.tag in HEADINGS)
             if node.tag == "br" and above == current:
                 run.append(" ")
+            sup = sup or node.tag == "sup"
             continue
         text = node.text(deep=False)
         if above != current and text.strip():
@@ -165,7 +171,8 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
                 yield current[1], paragraph
             run, current = [], above
         if above == current:
-            run.append(text)
+            run.append(f" {text}" if sup and FOOTNOTE_MARK.match(text) else text)
+        sup = sup and not text.strip()
     if paragraph := _clean("".join(run)):
         yield current[1], paragraph
 
