@@ -4,7 +4,7 @@ import unicodedata
 
 import pytest
 
-from edge_rag.documents.chunk import chunk, make_document, read_documents
+from edge_rag.documents.chunk import chunk, content_sha, doc_id_for, make_document, read_documents
 from edge_rag.documents.files import iter_files
 from edge_rag.documents.text import split_sentences, whole_sentences
 from edge_rag.errors import InputError
@@ -141,6 +141,18 @@ def test_typographic_ligatures_are_spelled_out_in_passages(tmp_path):
     (tmp_path / "office.txt").write_text("The \ufb01nance o\ufb03ce is on the \ufb01rst \ufb02oor. Sta\ufb00 wear \ufb06ars.")
     assert chunk(read_documents(tmp_path / "office.txt")[0]) == ["The finance office is on the first floor.",
                                                                  "Staff wear stars."]
+
+
+def test_a_line_or_page_break_written_as_a_control_parts_words(tmp_path):
+    """Text from slides or Word writes a line break as a vertical tab and a page break as a form feed: both were
+    dropped, so "hours\vMonday" was the word "hoursmonday", two sentences one passage, and the reader answered
+    "Maria de laQueillerie". They are white space, as in a question; a document holding one is cut again once."""
+    (tmp_path / "hours.txt").write_text("Opening hours\vMonday to Friday\v10:00 to 17:00\n\nThe cafe is on level 2.\f"
+                                        "The shop is\x1fon level 1.")
+    doc = read_documents(tmp_path / "hours.txt")[0]
+    assert chunk(doc) == ["Opening hours Monday to Friday 10:00 to 17:00", "The cafe is on level 2.",
+                          "The shop is on level 1."]
+    assert content_sha(doc) != doc_id_for(doc.title, doc.text)
 
 
 def test_bad_files_give_clear_errors(tmp_path):

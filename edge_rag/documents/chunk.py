@@ -39,14 +39,18 @@ _MD_BLOCKS = frozenset("blockquote center dd details div dl dt figcaption figure
                        "tbody td th thead tr ul".split())
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but tab/newline/CR, and DEL
+# Those a passage drops; the others (vertical tab, form feed, \x1c-\x1f) are white space, as to str.split and to a
+# question (errors.check_question): a slide's or Word's line break ("\v") or a page break ("\f") parted two words, and
+# "hours\vMonday" was the word "hoursmonday".
+_DROPPED = re.compile(r"[\x00-\x08\x0e-\x1b\x7f]")
 _BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")  # LRE RLE PDF LRO RLO, LRI RLI FSI PDI
 # Typesetting in a word that no question writes: a soft hyphen, and the Latin ligatures U+FB00-FB06 (their NFKC).
 _TYPESET = str.maketrans({"\u00ad": "", "\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
                           "\ufb05": "st", "\ufb06": "st"})
 # Characters whose spelling in passages (_clean) changed since stores were first written: a document holding one is
 # cut again when indexed under a newer spelling (content_sha). Add what a change to _clean respells, and bump.
-_RESPELT = re.compile("[\u00ad\ufb00-\ufb06]")
-UNITS_VERSION = 1
+_RESPELT = re.compile("[\u00ad\ufb00-\ufb06\x0b\x0c\x1c-\x1f]")
+UNITS_VERSION = 2
 _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not white space or a control
 # A paragraph longer than this is cut (at a sentence end if there is one) before it is split, so a
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
@@ -254,8 +258,9 @@ def _cut(text: str, lo: int, hi: int) -> int:
 
 
 def _clean(piece: str) -> str:
-    """White space collapsed, controls and soft hyphens dropped, ligatures spelled out: the full-text index cut
-    "infor\u00admation" (text copied from a web page or PDF) in two, and held "\ufb01nance" as no word a visitor types.
+    """White space collapsed (with the controls that are white space), other controls and soft hyphens dropped,
+    ligatures spelled out: the full-text index cut "infor\u00admation" (text copied from a web page or PDF) in two, and
+    held "\ufb01nance" as no word a visitor types.
     Zero-width spaces stay: the calibration's SQuAD passages hold them. A change here that respells some text goes
     into _RESPELT, so stores written before cut it again."""
-    return " ".join(_CONTROL.sub("", piece).translate(_TYPESET).split())
+    return " ".join(_DROPPED.sub("", piece).translate(_TYPESET).split())
