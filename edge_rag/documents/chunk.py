@@ -29,7 +29,10 @@ SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + (".pdf", ".html", ".htm")  # PDF and 
 # title before ``\s*#*\s*$`` is cubic), and link text and target stop at the next "[", so no character is
 # scanned by more than one attempt (a 40 KB file of newlines or of "[" took 14-51 s, a 3 KB heading 63 s).
 _MD_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*)")  # closing #s are stripped after the match
-_MD_MARKUP = re.compile(r"(\*\*|__|`|^[ \t]*[-*+][ \t]+|^[ \t]*\d+\.[ \t]+|^[ \t]*>[ \t]?)", re.MULTILINE)
+# A footnote's reference or label ("[^1]", "[^1]:") is markup, shown as a number: left in, "Puritanism.[^4] It" was one
+# sentence (the one after a footnote was found by its words only with the one before).
+_MD_MARKUP = re.compile(r"(\*\*|__|`|^[ \t]*[-*+][ \t]+|^[ \t]*\d+\.[ \t]+|^[ \t]*>[ \t]?|\[\^[^\[\]\s]*\]:?)",
+                        re.MULTILINE)
 _MD_LINK = re.compile(r"!?\[([^\[\]]*)\]\([^\[)]*\)")
 # An HTML tag in Markdown (linear: the name ends where the lookahead says, and no attempt scans past the next "<" or
 # ">"); only HTML's own elements are markup, so an autolink "<https://...>", "<a@b.org>" or "x<y and z>" stays text.
