@@ -35,6 +35,11 @@ _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 # </sup>" the number 17631). One that starts with a letter runs on: an ordinal, "1<sup>st</sup>". (Markdown's HTML is
 # matched as written: tags of a link may come first.)
 FOOTNOTE_MARK = re.compile(r"\s*(?:<[^<>]*>\s*)*[\d\[(*\u2020\u2021\u00a7\u00b6]")
+EDGE_LINES = 2  # lines at the top and at the bottom of a PDF page where a running header or footer may be
+_DIGITS = re.compile(r"\d+")
+# A page number, its digits as "#": "Page #", "p. #", "# of #", "#/#" or a number alone ("- # -"). A line repeated
+# with other numbers ("Gallery 1", "Gallery 2" atop each page) is the page's own text.
+_PAGE_NUMBER = re.compile(r"\b(?:page|p\.|pg\.?|seite|pagina|página)\s*#|#\s*(?:of|/|von|de)\s*#|^\W*#\W*$", re.I)
 # lexbor's parse time grows with the square of the nesting depth (1,000,000 nested <div> never finish), so the
 # depth is counted before parsing; Chromium's own HTML parser nests no deeper than 512 either.
 MAX_HTML_DEPTH = 512
@@ -64,18 +69,55 @@ def read_pdf(path: Path) -> list[Section]:
         raise InputError(f"{path} is not a readable PDF: {exc}") from exc
     try:
         title = _pdf_title(pdf) or title_from_name(path)
-        docs = []
+        pages = []
         for number in range(1, len(pdf) + 1):
             page = pdf[number - 1]
             textpage = page.get_textpage()
-            text = _pdf_paragraphs(textpage.get_text_range())
+            pages.append(textpage.get_text_range())
             textpage.close()
             page.close()
-            if text:
-                docs.append((f"{title}{TITLE_SEPARATOR}p. {number}", text))
     finally:
         pdf.close()
-    return docs
+    running, shown = _running_lines(pages), set[str]()
+    for i, text in enumerate(pages):  # in place: the text is held once
+        pages[i] = _pdf_paragraphs(_without_running(text, running, shown))
+    return [(f"{title}{TITLE_SEPARATOR}p. {number}", text) for number, text in enumerate(pages, 1) if text]
+
+
+def _edges(text: str) -> list[str]:
+    """The first and last EDGE_LINES lines of a page that hold text, where running headers and footers are."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines if len(lines) <= 2 * EDGE_LINES else lines[:EDGE_LINES] + lines[-EDGE_LINES:]
+
+
+def _running_lines(pages: list[str]) -> set[str]:
+    """A PDF's running headers and footers: lines at the edges of at least half its pages (two at least), the same on
+    each but for a page number. Left in, the first passage of every page began "Harbour Museum of Steam — Visitor Guide
+    2026" and the last ended "... Page 5": questions holding the guide's words were drawn to them."""
+    shapes = Counter(shape for text in pages for shape in set(map(_shape, _edges(text))))
+    return {shape for shape, n in shapes.items() if n >= max(2, (len(pages) + 1) // 2)}
+
+
+def _shape(line: str) -> str:
+    """The line as it repeats from page to page: its numbers as "#" if it holds a page number."""
+    numbered = _DIGITS.sub("#", line)
+    return numbered if _PAGE_NUMBER.search(numbered) else line
+
+
+def _without_running(text: str, running: set[str], shown: set[str]) -> str:
+    """The page's text without the running lines an earlier page ``shown``; the first page with one keeps it, as a
+    paragraph of its own: a leaflet's footer may be the only place that gives its address or opening hours."""
+    edges = {line for line in _edges(text) if _shape(line) in running}
+    if not edges:
+        return text
+    kept = []
+    for line in text.splitlines():
+        if (stripped := line.strip()) not in edges:
+            kept.append(line)
+        elif (shape := _shape(stripped)) not in shown:
+            shown.add(shape)
+            kept.append(f"\n{stripped}\n")
+    return "\n".join(kept)
 
 
 def _pdf_title(pdf) -> str:
