@@ -40,16 +40,30 @@ def test_pdf_one_document_per_page_titled_with_page_number(tmp_path):
 def test_a_pdf_s_running_header_and_footer_are_read_once(tmp_path):
     """A leaflet repeats its title atop each page and its address and page number below: they ran into the first and
     last sentence of every page ("Harbour Museum — Guide 2026 Steam engines are ..."), drawing questions that hold
-    their words to those. Read once, on the first page, as paragraphs of their own; a line that repeats with another
-    number ("Gallery 1", "Gallery 2") is the page's own text, and a PDF of one page keeps every line."""
+    their words to those. Read once, before the first page's text, as paragraphs of their own; a line that repeats
+    with another number ("Gallery 1", "Gallery 2") is the page's own text, and a PDF of one page keeps every line."""
     pages = [["Harbour Museum - Guide 2026", f"Gallery {n}", f"The hall holds engine number {n}.",
               f"Quay Street 4, open daily. Page {n} of 3"] for n in (1, 2, 3)]
     (tmp_path / "guide.pdf").write_bytes(pdf_bytes(pages))
     assert [d.text for d in read_documents(tmp_path / "guide.pdf")] == [
-        "Harbour Museum - Guide 2026\n\nGallery 1 The hall holds engine number 1.\n\nQuay Street 4, open daily. Page 1 of 3",
+        "Harbour Museum - Guide 2026\n\nQuay Street 4, open daily. Page 1 of 3\n\n"
+        "Gallery 1 The hall holds engine number 1.",
         "Gallery 2 The hall holds engine number 2.", "Gallery 3 The hall holds engine number 3."]
     (tmp_path / "one.pdf").write_bytes(pdf_bytes(pages[:1]))
     assert read_documents(tmp_path / "one.pdf")[0].text == " ".join(pages[0])
+
+
+def test_a_sentence_a_page_break_cuts_is_read_whole(tmp_path):
+    """"... Trevithick visited the" ended a page and "Newcastle area in 1804." began the next: two passages that no
+    question found well, and an answer across the break could be read from neither. The cut sentence is read on the
+    page where it ends (a word hyphenated across the break joined); a page's end that may end a sentence or a row
+    ("Adults 12") stays, and so does a page that is all one unfinished sentence."""
+    pages = [["The hall opened in 1887.", "Trevithick visited the"], ["Newcastle area in 1804. The engine ran smooth-"],
+             ["er than any before. Adults 12"], ["Children go free. A page of one unfinished"], ["Sentence."]]
+    (tmp_path / "guide.pdf").write_bytes(pdf_bytes(pages))
+    assert [d.text for d in read_documents(tmp_path / "guide.pdf")] == [
+        "The hall opened in 1887.", "Trevithick visited the Newcastle area in 1804.",
+        "The engine ran smoother than any before. Adults 12", "Children go free.", "A page of one unfinished Sentence."]
 
 
 READ_PEAK = """

@@ -1,7 +1,7 @@
 """The documents a venue actually has: PDF (pypdfium2) and HTML (selectolax) into Documents.
 
 A PDF becomes one document per page with text, titled "<title> — p. N", so every passage says which page
-it came from. An HTML page becomes one document per heading section, titled "<page title> — <heading>".
+it came from (a sentence a page break cuts on the page where it ends, a running header or footer once). An HTML page becomes one document per heading section, titled "<page title> — <heading>".
 Both libraries are small native wheels (also for aarch64) in the ``ingest`` extra; pypdfium2 reads a
 27-page PDF about 10× faster than pure-Python pypdf. A file that cannot be parsed raises InputError naming
 it, so folder indexing can skip it with a warning. Readers return (title, text) sections; chunk.py makes
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import InputError
-from .text import path_text, plain
+from .text import path_text, plain, split_sentences
 
 PDF_SUFFIXES = (".pdf",)
 HTML_SUFFIXES = (".html", ".htm")
@@ -35,6 +35,7 @@ _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 # </sup>" the number 17631). One that starts with a letter runs on: an ordinal, "1<sup>st</sup>". (Markdown's HTML is
 # matched as written: tags of a link may come first.)
 FOOTNOTE_MARK = re.compile(r"\s*(?:<[^<>]*>\s*)*[\d\[(*\u2020\u2021\u00a7\u00b6]")
+MAX_CARRY_CHARS = 400  # an unfinished sentence at a page's end longer than this stays on its page
 EDGE_LINES = 2  # lines at the top and at the bottom of a PDF page where a running header or footer may be
 _DIGITS = re.compile(r"\d+")
 # A page number, its digits as "#": "Page #", "p. #", "# of #", "#/#" or a number alone ("- # -"). A line repeated
@@ -81,7 +82,25 @@ def read_pdf(path: Path) -> list[Section]:
     running, shown = _running_lines(pages), set[str]()
     for i, text in enumerate(pages):  # in place: the text is held once
         pages[i] = _pdf_paragraphs(_without_running(text, running, shown))
+        if i and pages[i]:
+            _carry_unfinished(pages, i)
     return [(f"{title}{TITLE_SEPARATOR}p. {number}", text) for number, text in enumerate(pages, 1) if text]
+
+
+def _carry_unfinished(pages: list[str], i: int) -> None:
+    """The sentence the break before page ``i`` cuts, read whole on page i: "... Trevithick visited the" ended page 1
+    and "Newcastle area later in 1804 ..." began page 2, two passages no question found well, and an answer across
+    the break ("the steam | engine indicator") could be read from neither. Only a short tail that ends mid-sentence
+    (a lower-case letter, "," or a hyphen) moves: one that may end a sentence or a row ("Adults 12") stays, and so does
+    a page that is all one unfinished sentence."""
+    text = pages[i - 1]  # its last sentence is found in its last paragraph's last 2 * MAX_CARRY_CHARS
+    cut = (split_sentences(text[max(text.rfind("\n\n") + 1, len(text) - 2 * MAX_CARRY_CHARS) :]) or [""])[-1]
+    kept = text[: len(text) - len(cut)].rstrip()
+    if not kept or len(cut) > MAX_CARRY_CHARS or not (cut[-1:].islower() or cut[-1:] in ",-"):
+        return
+    pages[i - 1] = kept
+    after = pages[i]
+    pages[i] = f"{cut[:-1]}{after}" if cut.endswith("-") and after[:1].islower() else f"{cut} {after}"
 
 
 def _edges(text: str) -> list[str]:
@@ -106,18 +125,19 @@ def _shape(line: str) -> str:
 
 def _without_running(text: str, running: set[str], shown: set[str]) -> str:
     """The page's text without the running lines an earlier page ``shown``; the first page with one keeps it, as a
-    paragraph of its own: a leaflet's footer may be the only place that gives its address or opening hours."""
+    paragraph of its own before the page's text (whose end may run on to the next page): a leaflet's footer may be the
+    only place that gives its address or opening hours."""
     edges = {line for line in _edges(text) if _shape(line) in running}
     if not edges:
         return text
-    kept = []
+    first, kept = [], []
     for line in text.splitlines():
         if (stripped := line.strip()) not in edges:
             kept.append(line)
         elif (shape := _shape(stripped)) not in shown:
             shown.add(shape)
-            kept.append(f"\n{stripped}\n")
-    return "\n".join(kept)
+            first.append(f"{stripped}\n\n")
+    return "".join(first) + "\n".join(kept)
 
 
 def _pdf_title(pdf) -> str:
