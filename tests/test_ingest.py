@@ -15,7 +15,7 @@ pytest.importorskip("selectolax", reason="the ingest extra is not installed: pip
 from conftest import ROOT  # noqa: E402
 from docmaker import HTML_PAGE, nested_html, pdf_bomb_bytes, pdf_bytes  # noqa: E402
 
-from edge_rag.documents.chunk import read_documents  # noqa: E402
+from edge_rag.documents.chunk import chunk, read_documents  # noqa: E402
 from edge_rag.documents.files import iter_files  # noqa: E402
 from edge_rag.documents.ingest import MAX_HTML_DEPTH  # noqa: E402
 from edge_rag.documents.parse_child import PARSE_MEMORY_MB, Parser  # noqa: E402
@@ -151,7 +151,21 @@ def test_inline_markup_inside_a_word_does_not_cut_it(tmp_path):
                     "<p>a</p><p>b</p><div><b>Open</b> <i>daily</i>\n<em>now</em><br>Closed<br/>Mondays</div>"
                     "<table><tr><td>Adults</td><td>12</td></tr></table>", encoding="utf-8")
     assert read_documents(path)[0].text == ("The Museum of Harbour Life.\n\na\n\nb\n\nOpen daily now Closed Mondays"
-                                            "\n\nAdults\n\n12")
+                                            "\n\nAdults 12")
+
+
+def test_a_table_row_is_one_paragraph(tmp_path):
+    """Each cell was a paragraph, and a short one (a price) ran into the next passage: "£12.50 Child ticket (5 to 16
+    years)", so "How much is a child ticket?" retrieved the adult's price first. A row's cells run on, a space apart,
+    as a browser shows them on one line; a cell's own blocks are still paragraphs of their own."""
+    path = tmp_path / "tickets.html"
+    path.write_text("<title>Tickets</title><table><tr><th>Ticket</th><th>Price</th></tr><tr><td>Adult ticket (over 16 "
+                    "years)</td><td>£12.50</td></tr><tr><td>Child ticket (5 to 16 years)</td><td><b>£6</b>.00</td></tr>"
+                    "<tr><td><p>Family ticket.</p><p>Two adults.</p></td><td>£30.00</td></tr></table>", encoding="utf-8")
+    doc = read_documents(path)[0]
+    assert doc.text == ("Ticket Price\n\nAdult ticket (over 16 years) £12.50\n\nChild ticket (5 to 16 years) £6.00\n\n"
+                        "Family ticket.\n\nTwo adults.\n\n£30.00")
+    assert chunk(doc)[1:3] == ["Child ticket (5 to 16 years) £6.00", "Family ticket. Two adults."]
 
 
 def test_a_footnote_marker_is_a_word_of_its_own(tmp_path):

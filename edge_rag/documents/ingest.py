@@ -28,6 +28,9 @@ HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 # and div, section, ... where pages write as much of their text) holds paragraphs of its own; headings start a section.
 INLINE = frozenset("a abbr acronym b bdi bdo big br cite code data del dfn em font i img ins kbd label mark q rb rp rt "
                    "rtc ruby s samp small span strike strong sub sup time tt u var wbr".split())
+# A table's cells run on in their row, a space apart: a row is one paragraph, one line as a browser shows it. A cell a
+# paragraph, a short price ran into the next row's label ("£12.50 Child ticket"), and the reader gave it as a child's.
+CELLS = frozenset(("td", "th"))
 NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 # A superscript that starts with a digit, a bracket or a reference mark is a footnote marker (or an exponent): it is
@@ -209,8 +212,9 @@ def _pdf_paragraphs(text: str) -> str:
 
 def _paragraphs(root) -> Iterator[tuple[bool, str]]:
     """(is a heading, text) of each paragraph under ``root``, in order: the text that one element holds outside the
-    elements of its own inside it (INLINE ones aside), all of a heading's text as one. Only the text of p, li, td and
-    other such blocks was read: a page that wrote its opening hours or prices in a <div> had them indexed nowhere.
+    elements of its own inside it (INLINE ones aside), all of a heading's text as one, a table row's cells as one
+    (CELLS). Only the text of p, li, td and other such blocks was read: a page that wrote its opening hours or prices
+    in a <div> had them indexed nowhere.
     One pass: each element's paragraph is known from its parent's (traverse visits a parent first). A paragraph's text
     runs on as a browser shows it, its spaces its own, a <br> a space: "<b>Mu</b>seum" was "Mu seum" and
     "cloak<wbr>room" "cloak room", words no question holds. A footnote marker (FOOTNOTE_MARK) is a word of its own."""
@@ -221,9 +225,9 @@ def _paragraphs(root) -> Iterator[tuple[bool, str]]:
         parent = node.parent
         above = owner.get(parent.mem_id, (parent.mem_id, False)) if parent is not None else (0, False)
         if node.tag != "-text":
-            inherit = above[1] or node.tag in INLINE
+            inherit = above[1] or node.tag in INLINE or node.tag in CELLS
             owner[node.mem_id] = above if inherit else (node.mem_id, node.tag in HEADINGS)
-            if node.tag == "br" and above == current:
+            if (node.tag == "br" or node.tag in CELLS) and above == current:
                 run.append(" ")
             sup = sup or node.tag == "sup"
             continue
