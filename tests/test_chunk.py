@@ -169,6 +169,18 @@ def test_a_line_or_page_break_written_as_a_control_parts_words(tmp_path):
     assert content_sha(doc) != doc_id_for(doc.title, doc.text)
 
 
+def test_a_word_hyphenated_at_a_line_end_is_whole(tmp_path):
+    """Text copied from a PDF or wrapped by hand breaks words at a line's end: "centr-\\nifugal" was the words "centr"
+    and "ifugal", and the reader answered "multi-stage centr- ifugal". A typesetter's hyphen (a lower-case letter
+    follows) goes, a word's own stays; a dash between words and a number are left as they are."""
+    (tmp_path / "pumps.txt").write_text("Boilers use multi-stage centr-\nifugal pumps, as the Yarrow-Schlick-\n"
+                                        "Tweedy engines did - \nthe plan of the mid-\n1990s.")
+    doc = read_documents(tmp_path / "pumps.txt")[0]
+    assert chunk(doc) == ["Boilers use multi-stage centrifugal pumps, as the Yarrow-Schlick-Tweedy engines did - the "
+                          "plan of the mid- 1990s."]
+    assert content_sha(doc) != doc_id_for(doc.title, doc.text)  # a store that holds it cuts it again
+
+
 def test_bad_files_give_clear_errors(tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))

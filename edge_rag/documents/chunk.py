@@ -52,8 +52,12 @@ _TYPESET = str.maketrans({"\u00ad": "", "\ufb00": "ff", "\ufb01": "fi", "\ufb02"
                           "\ufb05": "st", "\ufb06": "st"})
 # Characters whose spelling in passages (_clean) changed since stores were first written: a document holding one is
 # cut again when indexed under a newer spelling (content_sha). Add what a change to _clean respells, and bump.
-_RESPELT = re.compile("[\u00ad\ufb00-\ufb06\x0b\x0c\x1c-\x1f]")
+_RESPELT = re.compile("[\u00ad\ufb00-\ufb06\x0b\x0c\x1c-\x1f]|[^\\W\\d_]-[ \t]*\r?\n")
 UNITS_VERSION = 2
+# A word hyphenated at a line's end (text copied from a PDF, a hard-wrapped file): "centr-\nifugal" was the words "centr"
+# and "ifugal". Before a lower-case letter the hyphen was the typesetter's and goes; before any other letter it is the
+# word's own ("Yarrow-Schlick-\nTweedy") and stays; either way the word is whole.
+_LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-[ \t]*\r?\n[ \t]*(?=[^\W\d_])")
 _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not white space or a control
 # A paragraph longer than this is cut (at a sentence end if there is one) before it is split, so a
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
@@ -262,8 +266,9 @@ def _cut(text: str, lo: int, hi: int) -> int:
 
 def _clean(piece: str) -> str:
     """White space collapsed (with the controls that are white space), other controls and soft hyphens dropped,
-    ligatures spelled out: the full-text index cut "infor\u00admation" (text copied from a web page or PDF) in two, and
-    held "\ufb01nance" as no word a visitor types.
+    ligatures spelled out, a word hyphenated at a line's end joined: the full-text index cut "infor\u00admation" (text
+    copied from a web page or PDF) in two, and held "\ufb01nance" as no word a visitor types.
     Zero-width spaces stay: the calibration's SQuAD passages hold them. A change here that respells some text goes
     into _RESPELT, so stores written before cut it again."""
+    piece = _LINE_END_HYPHEN.sub(lambda m: "" if m.string[m.end()].islower() else "-", piece) if "-" in piece else piece
     return " ".join(_DROPPED.sub("", piece).translate(_TYPESET).split())
