@@ -53,6 +53,16 @@ def test_a_pdf_s_running_header_and_footer_are_read_once(tmp_path):
     assert read_documents(tmp_path / "one.pdf")[0].text == " ".join(pages[0])
 
 
+def test_a_compound_broken_at_its_hyphen_keeps_it(tmp_path):
+    """PDFium joins a word broken at a line-end hyphen and drops the hyphen, also a word's own: "Anglo-" then "Saxons"
+    was "AngloSaxons" (the reader's answer to "Who was the ruling class ahead of the Normans?"), "mid-" then "18th"
+    "mid18th". Before a lower-case letter the hyphen is the typesetter's and goes."""
+    (tmp_path / "hist.pdf").write_bytes(pdf_bytes([["The infor-", "mation desk: the Anglo-", "Saxons of the mid-",
+                                                     "18th century."]]))
+    text = read_documents(tmp_path / "hist.pdf")[0].text
+    assert text == "The information desk: the Anglo-Saxons of the mid-18th century."
+
+
 def test_a_sentence_a_page_break_cuts_is_read_whole(tmp_path):
     """"... Trevithick visited the" ended a page and "Newcastle area in 1804." began the next: two passages that no
     question found well, and an answer across the break could be read from neither. The cut sentence is read on the

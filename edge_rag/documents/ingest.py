@@ -203,9 +203,12 @@ def _check_depth(path: Path, raw: str) -> None:
 
 
 def _pdf_paragraphs(text: str) -> str:
-    """PDF text lines re-joined into paragraphs. PDFium already joins a word broken by a line-end hyphen
-    and marks the join with U+FFFE, which is dropped."""
-    text = plain(text.replace("\ufffe", "").replace("\x00", ""))
+    """PDF text lines re-joined into paragraphs. PDFium already joins a word broken by a line-end hyphen and marks the
+    join with U+FFFE: dropped before a lower-case letter (the typesetter's hyphen), a hyphen before any other character
+    (the word's own: "Anglo-\nSaxons" was "AngloSaxons", "mid-\n18th" "mid18th"), as chunk.py joins text files."""
+    if "\ufffe" in text:
+        text = re.sub("\ufffe", lambda m: "" if m.string[m.end() : m.end() + 1].islower() else "-", text)
+    text = plain(text.replace("\x00", ""))
     paragraphs = re.split(r"\n\s*\n", text)
     return "\n\n".join(_LINE_BREAK.sub(" ", p).strip() for p in paragraphs if p.strip())
 
