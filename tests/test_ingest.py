@@ -191,6 +191,18 @@ def test_a_footnote_marker_is_a_word_of_its_own(tmp_path):
         assert split_sentences(doc.text)[0].endswith("came to power."), doc.text
 
 
+def test_a_link_to_a_note_of_the_page_is_left_out(tmp_path):
+    """Wikipedia's citations ("Rollo<sup><a href="#cite_note-5">[5]</a></sup>") stood in the passage after the words
+    they cite, and the reader, reading "Rollo [5]", answered nothing. A superscript link to a note of the page is left
+    out; the note is read where the page keeps it, and a superscript without such a link stays (a word of its own)."""
+    path = tmp_path / "normans.html"
+    path.write_text("<title>Normans</title><p>Their leader was Rollo<sup class='reference'><a href='#cite_note-5'>[5]"
+                    "</a></sup>.<sup><a href='#n1'>1</a>,<a href='#n2'>2</a></sup> He ruled 10<sup>6</sup> acres<sup>"
+                    "<a href='https://example.org'>[web]</a></sup>.</p><ol><li id='cite_note-5'>Dudo, 1015.</li></ol>",
+                    encoding="utf-8")
+    assert read_documents(path)[0].text == "Their leader was Rollo. He ruled 10 6 acres [web].\n\nDudo, 1015."
+
+
 def test_invisible_marks_inside_words_do_not_hide_them_from_the_full_text_index(tmp_path):
     """A soft hyphen, zero-width space, word joiner or zero-width no-break space inside a word (web pages, and PDFs
     whose fonts map glyphs to them) cut it in two for the full-text index: "information" did not find the passage."""

@@ -32,6 +32,9 @@ INLINE = frozenset("a abbr acronym b bdi bdo big br cite code data del dfn em fo
 # paragraph, a short price ran into the next row's label ("£12.50 Child ticket"), and the reader gave it as a child's.
 CELLS = frozenset(("td", "th"))
 NOT_CONTENT = "script, style, noscript, template, svg, nav, head"
+# A superscript link to a note of the page (Wikipedia's "[3]", a Markdown renderer's footnote) is left out: it took an
+# answer's place ("Rollo [5]"), and the note itself is read where the page keeps it.
+FOOTNOTE_LINK = 'sup > a[href^="#"]'
 _LINE_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
 # A superscript that starts with a digit, a bracket or a reference mark is a footnote marker (or an exponent): it is
 # a word of its own, not the end of the word before it ("New France<sup>2</sup>" was the word "france2", "1763<sup>1
@@ -168,6 +171,8 @@ def read_html(path: Path) -> list[Section]:
     if root is None:
         raise InputError(f"{path} has no HTML body")
     for node in root.css(NOT_CONTENT):
+        node.decompose()
+    for node in {a.parent.mem_id: a.parent for a in root.css(FOOTNOTE_LINK) if a.parent is not None}.values():
         node.decompose()
     sections: list[tuple[str, list[str]]] = [(page_title, [])]
     for heading, text in _paragraphs(root):
