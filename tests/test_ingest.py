@@ -49,6 +49,9 @@ def test_a_pdf_s_running_header_and_footer_are_read_once(tmp_path):
         "Harbour Museum - Guide 2026\n\nQuay Street 4, open daily. Page 1 of 3\n\n"
         "Gallery 1 The hall holds engine number 1.",
         "Gallery 2 The hall holds engine number 2.", "Gallery 3 The hall holds engine number 3."]
+    (tmp_path / "scanned.pdf").write_bytes(pdf_bytes([[]] * 4 + pages))  # half of its pages with text, not of all
+    assert [d.text for d in read_documents(tmp_path / "scanned.pdf")] == [
+        d.text for d in read_documents(tmp_path / "guide.pdf")]
     (tmp_path / "one.pdf").write_bytes(pdf_bytes(pages[:1]))
     assert read_documents(tmp_path / "one.pdf")[0].text == " ".join(pages[0])
 

@@ -116,11 +116,12 @@ def _edges(text: str) -> list[str]:
 
 
 def _running_lines(pages: list[str]) -> set[str]:
-    """A PDF's running headers and footers: lines at the edges of at least half its pages (two at least), the same on
-    each but for a page number. Left in, the first passage of every page began "Harbour Museum of Steam — Visitor Guide
-    2026" and the last ended "... Page 5": questions holding the guide's words were drawn to them."""
+    """A PDF's running headers and footers: lines at the edges of at least half its pages with text (two at least), the
+    same on each but for a page number. Left in, the first passage of every page began "Harbour Museum of Steam —
+    Visitor Guide 2026" and the last ended "... Page 5": questions holding the guide's words were drawn to them."""
     shapes = Counter(shape for text in pages for shape in set(map(_shape, _edges(text))))
-    return {shape for shape, n in shapes.items() if n >= max(2, (len(pages) + 1) // 2)}
+    with_text = sum(1 for text in pages if text.strip())  # a scanned page has none
+    return {shape for shape, n in shapes.items() if n >= max(2, (with_text + 1) // 2)}
 
 
 def _shape(line: str) -> str:
