@@ -77,6 +77,10 @@ def test_a_sentence_a_page_break_cuts_is_read_whole(tmp_path):
     assert [d.text for d in read_documents(tmp_path / "guide.pdf")] == [
         "The hall opened in 1887.", "Trevithick visited the Newcastle area in 1804.",
         "The engine ran smoother than any before. Adults 12", "Children go free.", "A page of one unfinished Sentence."]
+    cover = [["The hall opened in 1887.", "Trevithick visited the"]]  # a first page without the running header
+    (tmp_path / "cover.pdf").write_bytes(pdf_bytes(cover + [["Visitor Guide", f"Newcastle in 180{n}."] for n in (4, 5)]))
+    assert [d.text for d in read_documents(tmp_path / "cover.pdf")] == [
+        "The hall opened in 1887.", "Visitor Guide\n\nTrevithick visited the Newcastle in 1804.", "Newcastle in 1805."]
 
 
 READ_PEAK = """

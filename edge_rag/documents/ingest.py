@@ -85,11 +85,16 @@ def read_pdf(path: Path) -> list[Section]:
             page.close()
     finally:
         pdf.close()
-    running, shown = _running_lines(pages), set[str]()
+    running, shown, heads = _running_lines(pages), set[str](), {}
     for i, text in enumerate(pages):  # in place: the text is held once
-        pages[i] = _pdf_paragraphs(_without_running(text, running, shown))
+        head, body = _without_running(text, running, shown)
+        pages[i] = _pdf_paragraphs(body)
+        if head:
+            heads[i] = head
         if i and pages[i]:
             _carry_unfinished(pages, i)
+    for i, head in heads.items():  # after the sentence cut by the break before: "... visited the" then "Newcastle ..."
+        pages[i] = f"{_pdf_paragraphs(head)}\n\n{pages[i]}".strip()
     return [(f"{title}{TITLE_SEPARATOR}p. {number}", text) for number, text in enumerate(pages, 1) if text]
 
 
@@ -130,13 +135,13 @@ def _shape(line: str) -> str:
     return numbered if _PAGE_NUMBER.search(numbered) else line
 
 
-def _without_running(text: str, running: set[str], shown: set[str]) -> str:
-    """The page's text without the running lines an earlier page ``shown``; the first page with one keeps it, as a
-    paragraph of its own before the page's text (whose end may run on to the next page): a leaflet's footer may be the
-    only place that gives its address or opening hours."""
+def _without_running(text: str, running: set[str], shown: set[str]) -> tuple[str, str]:
+    """(the running lines no earlier page ``shown``, the page's text without its running lines): the first page with
+    one keeps it, as a paragraph of its own before the page's text (whose end may run on to the next page), since a
+    leaflet's footer may be the only place that gives its address or opening hours."""
     edges = {line for line in _edges(text) if _shape(line) in running}
     if not edges:
-        return text
+        return "", text
     first, kept = [], []
     for line in text.splitlines():
         if (stripped := line.strip()) not in edges:
@@ -144,7 +149,7 @@ def _without_running(text: str, running: set[str], shown: set[str]) -> str:
         elif (shape := _shape(stripped)) not in shown:
             shown.add(shape)
             first.append(f"{stripped}\n\n")
-    return "".join(first) + "\n".join(kept)
+    return "".join(first), "\n".join(kept)
 
 
 def _pdf_title(pdf) -> str:
