@@ -1,7 +1,8 @@
 """The documents a venue actually has: PDF (pypdfium2) and HTML (selectolax) into Documents.
 
 A PDF becomes one document per page with text, titled "<title> — p. N", so every passage says which page
-it came from (a sentence a page break cuts on the page where it ends, a running header or footer once). An HTML page becomes one document per heading section, titled "<page title> — <heading>".
+it came from (a sentence a page break cuts on the page where it ends, a running header or footer once). An
+HTML page becomes one document per heading section, titled "<page title> — <heading>".
 Both libraries are small native wheels (also for aarch64) in the ``ingest`` extra; pypdfium2 reads a
 27-page PDF about 10× faster than pure-Python pypdf. A file that cannot be parsed raises InputError naming
 it, so folder indexing can skip it with a warning. Readers return (title, text) sections; chunk.py makes
