@@ -236,6 +236,21 @@ def test_unparsable_files_raise_input_error_naming_them(tmp_path):
         read_documents(latin1)
 
 
+@pytest.mark.parametrize("meta", ['<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">',
+                                  "<META CHARSET=iso-8859-1>"])
+def test_a_page_in_the_charset_it_declares_is_read(tmp_path, meta):
+    """Word's "Save as Web Page" writes windows-1252 and declares it: such a page was refused as not UTF-8."""
+    page = tmp_path / "prices.htm"
+    page.write_bytes(f"<html><head>{meta}<title>Prices</title></head><body><p>Caf\u00e9 \u2013 adult \u00a316, "
+                     "\u201cfree\u201d for members.</p></body></html>".encode("cp1252"))
+    assert [(d.title, d.text) for d in read_documents(page)] == [
+        ("Prices", "Caf\u00e9 \u2013 adult \u00a316, \u201cfree\u201d for members.")]
+    for charset in ("utf-8", "rot13", "x-unknown"):  # none read as declared: the file is refused, saying so
+        page.write_bytes(f'<meta charset="{charset}"><p>Caf\u00e9</p>'.encode("cp1252"))
+        with pytest.raises(InputError, match=f"prices.htm is not UTF-8 HTML .* its charset '{charset}' is none"):
+            read_documents(page)
+
+
 def test_folders_pick_up_pdf_and_html(tmp_path):
     (tmp_path / "a.pdf").write_bytes(pdf_bytes([["A page."]]))
     (tmp_path / "b.htm").write_text("<h1>B</h1><p>Some text.</p>", encoding="utf-8")

@@ -11,6 +11,7 @@ million deep): they run in a child process with memory and time limits (parse_ch
 """
 from __future__ import annotations
 
+import codecs
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ _DIGITS = re.compile(r"\d+")
 # A page number, its digits as "#": "Page #", "p. #", "# of #", "#/#" or a number alone ("- # -"). A line repeated
 # with other numbers ("Gallery 1", "Gallery 2" atop each page) is the page's own text.
 _PAGE_NUMBER = re.compile(r"\b(?:page|p\.|pg\.?|seite|pagina|página)\s*#|#\s*(?:of|/|von|de)\s*#|^\W*#\W*$", re.I)
+# <meta charset="x"> or <meta http-equiv="Content-Type" content="text/html; charset=x">, bytes as the file holds them
+_META_CHARSET = re.compile(rb"<meta\s[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.I)
 # lexbor's parse time grows with the square of the nesting depth (1,000,000 nested <div> never finish), so the
 # depth is counted before parsing; Chromium's own HTML parser nests no deeper than 512 either.
 MAX_HTML_DEPTH = 512
@@ -165,10 +168,7 @@ def _pdf_title(pdf) -> str:
 def read_html(path: Path) -> list[Section]:
     """One section per heading (text before the first heading goes under the page title)."""
     selectolax = _require("selectolax.lexbor", path)
-    try:
-        raw = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 HTML ({exc.reason} at byte {exc.start}); convert it first") from exc
+    raw = _html_source(path)
     _check_depth(path, raw)
     tree = selectolax.LexborHTMLParser(raw)
     title_node = tree.css_first("title")
@@ -188,6 +188,27 @@ def read_html(path: Path) -> list[Section]:
         else:
             sections[-1][1].append(text)
     return [(title, "\n\n".join(paras)) for title, paras in sections if paras]
+
+
+def _html_source(path: Path) -> str:
+    """The page's text: UTF-8, else the charset its <meta> declares in its first 1,024 bytes, where a browser looks
+    (Word's "Save as Web Page" writes windows-1252 and says so: such pages were refused). Latin-1 and ASCII labels
+    read as windows-1252, as browsers do; bytes that charset lacks become U+FFFD."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        error = f"{path} is not UTF-8 HTML ({exc.reason} at byte {exc.start})"
+        if (declared := _META_CHARSET.search(data[:1024])) is None:
+            raise InputError(f"{error} and declares no other charset; convert it first") from exc
+    label = declared.group(1).decode("ascii").lower()
+    try:  # a UTF label on bytes that are not UTF-8 says nothing true; "rot13" and "base64" are codecs but no charset
+        name = codecs.lookup(label).name
+        if name.startswith("utf"):
+            raise LookupError(label)
+        return data.decode("cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name, "replace")
+    except LookupError:
+        raise InputError(f"{error} and its charset {label!r} is none edge-rag reads; convert it to UTF-8") from None
 
 
 def _check_depth(path: Path, raw: str) -> None:
