@@ -282,3 +282,20 @@ def test_an_idle_reset_longer_than_a_browser_timer_never_resets_the_page(browser
         assert page.is_visible("#result") and page.inner_text("#answer") == "I don't know."
         assert not errors, errors
         context.close()
+
+
+def test_the_next_question_never_shows_the_last_answers_badge(browser, served):
+    """While the next question is looked up, the badge of the answer before it is gone: the badge's
+    ``display: inline-block`` overrode ``hidden``, so "Written by the on-device model" stayed over "Looking it up…"
+    (and over a refusal's wait, or an error) until the next route arrived, and a screen reader read it too."""
+    url, questions = served
+    context, page, errors = open_page(browser, url, "800x480")
+    ask(page, questions[0])
+    assert page.is_visible("#badge")
+    page.route("**/api/ask/stream*", lambda route: None)  # the next question is still being looked up
+    page.fill("#question", OFF_TOPIC)
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#status:text-is('Looking it up…')")
+    assert page.is_hidden("#badge"), page.inner_text("#result")
+    assert not errors, errors
+    context.close()
