@@ -299,3 +299,37 @@ def test_the_next_question_never_shows_the_last_answers_badge(browser, served):
     assert page.is_hidden("#badge"), page.inner_text("#result")
     assert not errors, errors
     context.close()
+
+
+
+def test_an_empty_store_and_a_failed_question_are_told_in_plain_words(browser, sample_db, tmp_path):
+    """A kiosk with no documents yet said "Not sure" and showed the pipeline's reason ("nothing to answer from: no
+    documents are indexed"); a question that timed out kept the badge "Written by the on-device model" over no
+    answer and showed the server's message ("no answer within 1 s"). The server's words stay in the tooltip."""
+    from serving import gpt_questions, test_config
+
+    from edge_rag.config import Config
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.serve.config import ServeConfig
+
+    with running_server(EdgeRAG(tmp_path / "empty", config=Config(temperature=0.0, index_threads=1))) as url:
+        context, page, errors = open_page(browser, url, "800x480", ready="#certificate:not(:empty)")
+        ask(page, LONG_ANSWER)
+        assert page.inner_text("#badge") == "Not in the documents" and page.inner_text("#answer") == "I don't know."
+        assert page.inner_text("#reason") == "There are no documents on this kiosk yet, so I cannot answer."
+        assert page.get_attribute("#reason", "title").startswith("nothing to answer from")
+        assert not errors, errors
+        context.close()
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", config=test_config())
+    with running_server(rag, ServeConfig(port=0, question_timeout_s=0.01)) as url:  # no generation is that fast
+        context, page, errors = open_page(browser, url, "800x480")
+        page.fill("#question", gpt_questions(rag, 1)[0])
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#reason:not([hidden])", timeout=60_000)
+        assert page.inner_text("#answer") == "Sorry, that did not work." and page.is_hidden("#badge")
+        assert page.inner_text("#reason") == "That took too long to answer here. Please try again in a moment."
+        assert page.get_attribute("#reason", "title").startswith(("no answer within", "timed out after"))
+        shot(page, "800x480-timeout")
+        assert not errors, errors
+        context.close()

@@ -14,6 +14,7 @@ function text(el, value) { el.textContent = value == null ? "" : String(value); 
 function plainReason(reason) {
   // The pipeline's reasons are precise but technical; lead with a sentence a visitor understands.
   if (!reason) return "I could not find an answer in the documents here.";
+  if (reason.startsWith("nothing to answer from")) return "There are no documents on this kiosk yet, so I cannot answer.";
   if (reason.startsWith("out of domain")) return "That does not seem to be covered by the documents here.";
   if (reason.startsWith("insufficient evidence")) return "The documents here do not say enough about that to answer.";
   if (reason.startsWith("no confident")) return "I found related text, but not a clear answer.";
@@ -30,7 +31,16 @@ function plainReason(reason) {
 function refusalBadge(reason) {
   // "Not in the documents" only when nothing close to the question was found; the other refusals are for want of
   // confidence in an answer the documents may well hold, and saying "not in the documents" there would mislead.
-  return !reason || reason.startsWith("out of domain") || reason.startsWith("insufficient evidence") ? "REFUSE" : "UNSURE";
+  const absent = ["out of domain", "insufficient evidence", "nothing to answer from"];
+  return !reason || absent.some((a) => reason.startsWith(a)) ? "REFUSE" : "UNSURE";
+}
+
+function plainFailure(status) {
+  // The server's message ("no answer within 60 s", "generation failed: RuntimeError: …") is the operator's; the
+  // visitor is told what happened and what to do, the message kept in the tooltip.
+  if (status === 503) return "This kiosk is busy or restarting. Please ask again in a moment.";
+  if (status === 504) return "That took too long to answer here. Please try again in a moment.";
+  return "Something went wrong on this kiosk. Please try again.";
 }
 
 function clearResult() {
@@ -129,13 +139,16 @@ function ask(question) {
   on("answer", (d) => { finished = true; stream.close(); showAnswer(d); });
   on("failed", (d) => {
     finished = true; stream.close(); $("result").setAttribute("aria-busy", "false");
-    text($("status"), ""); text($("answer"), "Sorry, that did not work."); text($("reason"), d.error);
+    $("badge").hidden = true;  // a "Written by the on-device model" badge over no answer would mislead
+    text($("status"), ""); text($("answer"), "Sorry, that did not work."); text($("reason"), plainFailure(d.status));
+    $("reason").title = d.error || "";
     $("reason").hidden = false;
   });
   stream.onerror = () => {
     if (finished) return;
     stream.close();
     $("result").setAttribute("aria-busy", "false");
+    $("badge").hidden = true;
     text($("status"), "");
     text($("answer"), "Sorry, something went wrong. Please try again.");
   };
