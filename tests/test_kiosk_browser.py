@@ -333,3 +333,26 @@ def test_an_empty_store_and_a_failed_question_are_told_in_plain_words(browser, s
         shot(page, "800x480-timeout")
         assert not errors, errors
         context.close()
+
+
+def test_right_to_left_questions_answers_and_passages_read_right_to_left(browser, served):
+    """An Arabic or Hebrew question, answer, document title or passage is laid out right to left, its question mark
+    or full stop at its end (the left): in the left-to-right page "متى يفتح المتحف?" showed its "?" at the right,
+    before the question as an Arabic reader reads it, in the question box, after "You asked:" and in an answer."""
+    url, _ = served
+    answer = {"answer": "يفتح المتحف في الساعة التاسعة.", "route": "RAG", "cache_hit": False,
+              "sources": [{"title": "אגף הילדים", "text": "האגף פתוח בימי ראשון."},
+                          {"title": "Opening hours", "text": "The museum opens at nine o'clock."}]}
+    context, page, errors = open_page(browser, url, "800x480")
+    # the sample corpus is English: the answer and its passages are the stream's, as the server would send them
+    page.route("**/api/ask/stream*", lambda route: route.fulfill(
+        status=200, content_type="text/event-stream", body=f"event: answer\ndata: {json.dumps(answer)}\n\n"))
+    ask(page, "متى يفتح المتحف?")
+    assert page.inner_text("#answer") == answer["answer"]
+    direction = "() => [...document.querySelectorAll(%r)].map(e => getComputedStyle(e).direction)"
+    assert page.evaluate(direction % "#question, #asked, #answer") == ["rtl"] * 3
+    for passage in ("#sources summary", "#sources p"):  # the Hebrew title and passage; the English ones stay
+        assert page.evaluate(direction % passage) == ["rtl", "ltr"], passage
+    shot(page, "800x480-rtl")
+    assert not errors, errors
+    context.close()

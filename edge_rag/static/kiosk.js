@@ -89,6 +89,7 @@ function showSources(sources) {
     text(summary, title);
     const p = document.createElement("p");
     text(p, texts.join(" … "));
+    summary.dir = p.dir = "auto";  // a Hebrew or Arabic title or passage reads right to left, its stops at its end
     details.append(summary, p);
     li.append(details);
     list.append(li);
@@ -122,7 +123,7 @@ function ask(question) {
   $("suggestions").hidden = true;
   $("result").hidden = false;
   $("result").setAttribute("aria-busy", "true");  // screen readers read the answer once it is complete
-  text($("asked"), "You asked: " + question);
+  text($("asked"), question);  // a <bdi>: an Arabic question keeps its "?" at its end
   text($("status"), "Looking it up…");
   let finished = false;
   let streamed = "";
