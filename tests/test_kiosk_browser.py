@@ -356,3 +356,19 @@ def test_right_to_left_questions_answers_and_passages_read_right_to_left(browser
     shot(page, "800x480-rtl")
     assert not errors, errors
     context.close()
+
+
+def test_a_question_of_spaces_is_asked_for_again(browser, served):
+    """Ask with nothing but spaces in the box did nothing at all (the box's "required" takes spaces for a question,
+    the page then dropped it); the box now tells the visitor to fill it, as it does when empty, and nothing is sent."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "800x480")
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if "/api/ask" in request.url else None)
+    for submit in (lambda: page.keyboard.press("Enter"), lambda: page.click("#ask")):
+        page.fill("#question", "   ")
+        submit()
+        assert page.evaluate("document.querySelector('#question').validationMessage")  # "Please fill out this field."
+        assert page.evaluate("document.activeElement.id") == "question" and page.is_hidden("#result")
+    assert not sent and not errors, (sent, errors)
+    context.close()

@@ -117,7 +117,11 @@ function showAnswer(a) {
 
 function ask(question) {
   question = question.trim();
-  if (!question) return;
+  if (!question) {  // spaces alone passed "required" and Ask did nothing: the box says what it wants, as when empty
+    $("question").value = "";
+    $("question").reportValidity();
+    return;
+  }
   clearResult();
   touched();
   $("suggestions").hidden = true;
