@@ -354,6 +354,13 @@ def test_right_to_left_questions_answers_and_passages_read_right_to_left(browser
     for passage in ("#sources summary", "#sources p"):  # the Hebrew title and passage; the English ones stay
         assert page.evaluate(direction % passage) == ["rtl", "ltr"], passage
     shot(page, "800x480-rtl")
+
+    def suggest(route):  # an operator's suggestions in Arabic and English, read again at the next question
+        route.fulfill(json={**route.fetch().json(), "questions": ["متى يفتح المتحف?", "When does it open?"]})
+    page.route("**/api/kiosk*", suggest)
+    ask(page, "When does it open?")
+    page.wait_for_function("document.querySelectorAll('#suggestion-list button').length == 2")
+    assert page.evaluate(direction % "#suggestion-list button") == ["rtl", "ltr"]
     assert not errors, errors
     context.close()
 

@@ -180,6 +180,7 @@ async function loadKiosk() {
       const li = document.createElement("li");
       const b = document.createElement("button");
       b.type = "button";
+      b.dir = "auto";  // an operator's question in Arabic or Hebrew reads right to left, as the visitor's does
       text(b, q);
       b.addEventListener("click", () => { $("question").value = q; ask(q); });
       li.append(b);
