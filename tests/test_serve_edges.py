@@ -33,6 +33,7 @@ import serving  # noqa: E402
 from serving import TOKEN, WRITE, running_server  # noqa: E402
 
 from edge_rag.config import Config  # noqa: E402
+from edge_rag.documents.chunk import make_document  # noqa: E402
 from edge_rag.models import bundle as B  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve import _bind  # noqa: E402
@@ -42,6 +43,7 @@ from edge_rag.serve.http import server as http_server  # noqa: E402
 from edge_rag.serve.question_log import QuestionLog, read  # noqa: E402
 from edge_rag.storage.fair_lock import FairLock  # noqa: E402
 from edge_rag.storage.store import Store  # noqa: E402
+from edge_rag.storage.store_db import Part  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T = httpx.Timeout(300.0, connect=10.0)
@@ -437,6 +439,34 @@ def test_health_answers_while_a_question_holds_the_question_lane(edge):
         thread.join(300)
         rag.cache._lock = kept
     assert asked.get(timeout=1).status_code == 200
+
+
+def test_health_never_waits_for_the_store_to_load_another_process_s_commit(edge):
+    """When another process (`edge-rag index`, a sync) commits to the kiosk's store, the server reloads the store's
+    index under its search lock: seconds on a large store (211,468 passages: 7-9 s). ``/api/health`` read the corpus
+    under that lock, and followed the commit itself, so a watchdog polling it with a short timeout restarted a
+    healthy kiosk (its polls: up to the reload's time). Here another Store object commits to the server's store, as
+    another process does, and the test holds the search lock, as the reload does: health reports the new commit
+    meanwhile, saying it is not loaded yet, and loads nothing; the next question loads it."""
+    url, _, rag = edge
+    store = rag.store
+    other = Store(store.folder, store.dim, store.encoder_id, create=False, passage_kind=store.passage_kind)
+    doc = make_document("The lighthouse lantern was first lit in 1851.", "Lighthouse", doc_id="lighthouse")
+    try:
+        before = httpx.get(f"{url}/api/health", timeout=T).json()["corpus"]
+        other.add([Part(doc, 0, [doc.text], last=True, sha=doc.doc_id)], rag.encoder.encode_one(doc.text)[None])
+        committed = {"passages": before["passages"] + 1, "version": before["version"] + 1}
+        with store._lock:  # as the reload of that commit holds it
+            health = httpx.get(f"{url}/api/health", timeout=httpx.Timeout(10.0))  # before: ReadTimeout
+        assert health.status_code == 200 and health.json()["corpus"] == {**committed, "loading": True}, health.text
+        assert health.json()["decision"]["certified"] is not None
+        assert httpx.get(f"{url}/api/health", timeout=T).json()["corpus"]["loading"] and \
+            store._version == before["version"], "health loaded the commit: a question's work"
+        assert httpx.post(f"{url}/api/ask", json={"question": TICKETS}, timeout=T).status_code == 200
+        assert httpx.get(f"{url}/api/health", timeout=T).json()["corpus"] == {**committed, "loading": False}
+    finally:
+        other.remove([doc.doc_id])
+        other.close()
 
 
 def test_an_answer_is_sent_before_the_questions_that_came_after_it_are_decided(edge):

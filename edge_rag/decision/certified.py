@@ -17,7 +17,7 @@ from ..reading.read import NOTHING, Candidate, NeuralReader, paragraphs, read_ru
 from ..reading.reader import MAX_SEQ_LEN as READER_SEQ_LEN
 from ..reading.reader import reader_file
 from ..storage.fileio import sha256_file
-from ..storage.stores import PassageStore
+from ..storage.stores import PassageStore, Stamped
 from ..types import Passage, Route
 from .calibrated_config import (
     UNRECORDED,
@@ -157,7 +157,7 @@ class CertifiedPath:
     def uncertified(self) -> str | None:
         return self._state.uncertified
 
-    def check_store(self, store: PassageStore) -> None:
+    def check_store(self, store: Stamped) -> None:
         """Certify nothing, saying why, while the store holds passages cut otherwise than those the calibration
         measured (calibrated_config.store_change). Checked again whenever the store's version moves: another process
         (an upload on the kiosk, `edge-rag index`) may add passages of another kind to a store this one has open, or

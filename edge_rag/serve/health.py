@@ -9,14 +9,17 @@ from ..decision.certify import PGVECTOR_CALIBRATION_ASSET
 from ..errors import StoreError, store_damage_is_an_error
 from ..memory import peak_rss_mb, rss_mb
 from ..pipeline import EdgeRAG
+from ..storage.stores import Stamped
 
 
 def health_report(rag: EdgeRAG, waiting: int) -> dict:
     """What an operator checks first: bundle, corpus, memory plan and use, generations waiting, the decision. A store
     found damaged (its files as the next reader finds them: ``PassageStore.check``) makes ``status`` "error", with
     ``error`` saying why, in place of the corpus and the decision: questions fail on it, or restarting would.
-    ``waiting``: generations in line (``Lanes.waiting``, read on the event loop). Runs on the health lane: it reads
-    the store under its search lock (one commit step at most) but waits for no question."""
+    ``waiting``: generations in line (``Lanes.waiting``, read on the event loop). Runs on the health lane and reads the
+    store's last commit as a new reader would, never under its search lock: the lock is held through the reload of
+    another process's commit (seconds at 200,000 passages), so a watchdog polling health restarted a healthy kiosk;
+    ``corpus.loading`` says a question is (or the next will be) loading it."""
     plan = rag.plan
     report: dict = {
         "status": "ok",
@@ -30,21 +33,22 @@ def health_report(rag: EdgeRAG, waiting: int) -> dict:
     }
     try:
         with store_damage_is_an_error(rag.store.location):  # a page its own connection reads damaged, as a question's
-            rag.store.check()
-            report["corpus"] = {"passages": rag.store.count, "version": rag.store.version}
-            report["decision"] = decision(rag)
+            last = rag.store.check()
+            report["corpus"] = {"passages": last.passages, "version": last.version, "loading": last.loaded != last.version}
+            report["decision"] = decision(rag, last)
     except StoreError as exc:
         report.update(status="error", error=str(exc))
     return report
 
 
-def decision(rag: EdgeRAG) -> dict:
+def decision(rag: EdgeRAG, store: Stamped | None = None) -> dict:
     """Whether the answers are certified and by what: alpha, delta, the calibration file, its questions and the
     threshold it certifies (shown also when the seeds' decision runs: the certificate it would use), whether
     generated answers are too (``generation_reason`` when not), ``reason`` when they are not certified, and ``summary``, one line saying so for the
-    kiosk page's footer."""
+    kiosk page's footer. As of ``store`` (default: ``rag.store``, followed to its last commit), as the next question
+    would be decided."""
     path = rag.certified  # one snapshot: the operator may apply another meanwhile
-    path.check_store(rag.store)  # as of the store's last commit, as the next question would be decided
+    path.check_store(rag.store if store is None else store)
     cert, c = path.certificate, path.config
     reason: str | None  # None: certified
     if not c.cgr:

@@ -31,7 +31,7 @@ from . import pgsql as Q
 from .dburl import check_url, mask_url, scrub
 from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
 from .store_db import STORE_ID, DocumentState, Part, new_identity
-from .store_meta import check_meta
+from .store_meta import Committed, check_meta
 from .writer_lock import held
 
 
@@ -87,8 +87,8 @@ class PgStore:
     def passage_kinds(self) -> frozenset[str]:  # PassageStore
         return read_kinds(self._meta().get(KINDS_KEY))
 
-    def check(self) -> None:  # PassageStore: the server keeps the files; a store made again is followed (stamp)
-        self._meta()
+    def check(self) -> Committed:  # PassageStore: the server keeps the files; a store made again is followed (stamp)
+        return Committed.of(meta := self._meta(), int(meta.get("count", 0)))
 
     def has_document(self, doc_id: str) -> bool:
         return (state := self.document(doc_id)) is not None and state.complete

@@ -47,7 +47,7 @@ from .fileio import fsync_dir
 from .passage_kinds import KINDS_KEY, read_kinds, sqlite_kinds_after
 from .store_db import DB_FILE, STORE_ID, DocumentState, Part, check_files, commit_rows, connect
 from .store_fts import FullText
-from .store_meta import check_meta, read_meta
+from .store_meta import Committed, check_meta, read_meta
 
 __all__ = ["COMMIT_STEPS", "DB_FILE", "DocumentState", "Part", "Store"]
 
@@ -107,8 +107,8 @@ class Store:
     def stamp(self) -> tuple[str, int]:  # PassageStore
         return self.identity, self.version
 
-    def check(self) -> None:  # PassageStore
-        store_load.check_on_disk(self.folder, self.identity)
+    def check(self) -> Committed:  # PassageStore; what it searches now: _version, read as an int without the lock
+        return store_load.check_on_disk(self.folder, self.identity, self._version)
 
     def has_document(self, doc_id: str) -> bool:
         return (state := self.document(doc_id)) is not None and state.complete

@@ -19,7 +19,7 @@ import hnswlib
 from ..errors import REINDEX, StoreError
 from . import hnsw
 from .store_db import DB_FILE, STORE_ID
-from .store_meta import read_meta
+from .store_meta import Committed, read_meta
 
 LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written before the commit order
 LOAD_TRIES = 10  # snapshots tried while commits keep removing the file just read (each retry: a newer commit landed)
@@ -50,39 +50,43 @@ def index_name(meta: dict[str, str]) -> str | None:
     return meta.get("index_file", LEGACY_INDEX_FILE if "index_sha256" in meta else None)
 
 
-def check_on_disk(folder: Path, identity: str) -> None:
-    """StoreError unless a new reader of ``folder`` finds the store of identity ``identity`` there, whole as far as its
-    record shows: the database readable (not removed, overwritten or truncated: SQLite checks its header and size),
-    its record, and the index file the last commit names at the size it recorded. A running store reads its pages
+def check_on_disk(folder: Path, identity: str, loaded: int) -> Committed:
+    """The last commit as a new reader of ``folder`` finds it (the asking process searches version ``loaded``);
+    StoreError unless that is the store of identity ``identity``, whole as far as its record shows: the database
+    readable (not removed, overwritten or truncated: SQLite checks its header and size), its record, and the index
+    file the last commit names at the size it recorded. A running store reads its pages
     through its own connection's cache and its index from memory: damage to the files shows only to the next reader
-    (another process, the next start). Bounded: the record and a stat, no hash and no scan (a health poll's check);
-    quick_check at open reads every page."""
-    meta = _fresh_meta(folder)
+    (another process, the next start). Bounded: the record, its passage count and a stat, no hash and no load
+    (a health poll's check); quick_check at open reads every page."""
+    meta, passages = _fresh(folder)
     if meta.get(STORE_ID, "") != identity:
         raise StoreError(f"{folder / DB_FILE} is another store's since this one opened it (made again there): "
                          "restart to answer from it")
     if (name := index_name(meta)) is None:
-        return
+        return Committed.of(meta, passages, loaded)
     path = folder / name
     try:
         size: int | None = path.stat().st_size
     except FileNotFoundError:
         size = None
-    if size == int(meta["index_size"]) or _fresh_meta(folder).get("version") != meta.get("version"):
-        return  # whole, or another process committed meanwhile (it removed the file read): the next check reads its
+    # whole, or another process committed meanwhile (it removed the file read): the next check reads its
+    if size == int(meta["index_size"]) or _fresh(folder)[0].get("version") != meta.get("version"):
+        return Committed.of(meta, passages, loaded)
     found = "is missing" if size is None else f"holds {size:,} bytes"
     raise StoreError(f"index {path} {found}, its commit recorded {int(meta['index_size']):,}; {REINDEX}")
 
 
-def _fresh_meta(folder: Path) -> dict[str, str]:
-    """The store's record as a new read-only connection reads it (none is made if the file is gone)."""
+def _fresh(folder: Path) -> tuple[dict[str, str], int]:
+    """The store's record and passage count, of one commit, as a new read-only connection reads them (none is made
+    if the file is gone)."""
     path = folder / DB_FILE
     try:
         db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise StoreError(f"{path} cannot be opened ({exc}): it was removed or made unreadable; {REINDEX}") from exc
     try:
-        return read_meta(db, folder)
+        with _snapshot(db):
+            return read_meta(db, folder), db.execute("SELECT COUNT(*) FROM passages").fetchone()[0]
     finally:
         db.close()
 

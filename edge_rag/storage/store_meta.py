@@ -4,10 +4,35 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import REINDEX, StoreError
-from .store_db import COUNTS, DB_FILE, INDEX_NAME, UNREACHABLE
+from .passage_kinds import KINDS_KEY, read_kinds
+from .store_db import COUNTS, DB_FILE, INDEX_NAME, STORE_ID, UNREACHABLE
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A store's last commit as a new reader finds it (``PassageStore.check``), read without the search lock and
+    without loading its index: what a health poll reports while a process loads it. ``loaded``: the version the
+    process searches now (older: another process's commit, which its next search loads)."""
+
+    identity: str
+    version: int
+    passages: int
+    passage_kinds: frozenset[str]
+    loaded: int
+
+    @property
+    def stamp(self) -> tuple[str, int]:  # as PassageStore's: what CertifiedPath.check_store reads
+        return self.identity, self.version
+
+    @classmethod
+    def of(cls, meta: dict[str, str], passages: int, loaded: int | None = None) -> Committed:
+        version = int(meta.get("version", 0))
+        return cls(meta.get(STORE_ID, ""), version, passages, read_kinds(meta.get(KINDS_KEY)),
+                   version if loaded is None else loaded)
 
 
 def check_meta(meta: dict[str, str], dim: int, encoder_id: str, where: str, redo: str) -> None:

@@ -23,11 +23,23 @@ from ..types import Passage
 from .dburl import is_remote
 from .passage_kinds import kind_of
 from .store_db import DocumentState, Part
+from .store_meta import Committed
 
 if TYPE_CHECKING:
     from ..config import Config
 
 __all__ = ["DocumentState", "Part", "PassageStore", "open_store"]
+
+
+class Stamped(Protocol):
+    """What a certificate's check of the store reads (CertifiedPath.check_store): a PassageStore, or its last commit
+    as ``check`` found it (a health poll's, which loads no index)."""
+
+    @property
+    def stamp(self) -> tuple[str, int]: ...
+
+    @property
+    def passage_kinds(self) -> frozenset[str]: ...
 
 
 class PassageStore(Protocol):
@@ -60,9 +72,10 @@ class PassageStore(Protocol):
         on. A store dropped and made again at the same place restarts its versions, under another identity."""
         ...
 
-    def check(self) -> None:
-        """StoreError if the store cannot be read as a new reader would find it (its files removed, overwritten,
-        truncated or made again since it opened; the database unreachable): bounded, for a health poll."""
+    def check(self) -> Committed:
+        """The last commit as a new reader finds it, read without the search lock or loading the index; StoreError
+        if the store cannot be read so (its files removed, overwritten, truncated or made again since it opened; the
+        database unreachable): bounded, for a health poll."""
         ...
 
     def has_document(self, doc_id: str) -> bool: ...
