@@ -138,8 +138,8 @@ def test_reupload_of_an_edited_file_replaces_it_and_delete_removes_it(servers):
                                        headers=WRITE, timeout=T))
         assert job["state"] == "done", job
     assert rag.store.count == before + 1  # one version only; the identical third upload added nothing
-    ids = rag.store.documents_from("upload:lockers.md")
-    assert len(ids) == 1
+    ids = job["files"][0]["ids"]  # the upload's job names the document, as a client must to remove it
+    assert ids == rag.store.documents_from("upload:lockers.md") and len(ids) == 1
     text = rag.store.passages([p.id for p in rag.store.search(rag.encoder.encode_one("coin lockers"), 1)])[0].text
     assert "2 pounds" in text
     r = httpx.delete(f"{url}/api/documents/{ids[0]}", headers=WRITE, timeout=T)

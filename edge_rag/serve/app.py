@@ -187,7 +187,8 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
                     job.check()
                     docs = unstash(path)
                     added = rag.add_documents(docs, progress_of(job), source_of(name), jobs.encoder())
-                    job.files.append({"file": name, "documents": len(docs), "passages": added})
+                    job.files.append({"file": name, "documents": len(docs), "passages": added,
+                                      "ids": [d.doc_id for d in docs]})  # what DELETE /api/documents/{id} takes
                     job.changes += 1
                 return {"corpus_passages": rag.store.count}
 
