@@ -52,7 +52,7 @@ async function load() {
 function showInForce(decision) {
   const c = decision.certificate;
   const who = c.source === "operator" ? "yours, applied " + c.applied + " (labels up to " + c.labelled + ")"
-    : c.source === "shipped" ? "the shipped one (SQuAD-2 questions, not this kiosk's)" : "a calibration file";
+    : c.source === "shipped" ? "the shipped one (SQuAD-2 and HotpotQA questions, not this kiosk's)" : "a calibration file";
   $("in-force").textContent = "Certificate in force: " + who + ", on " + c.questions + " questions. " + decision.summary;
 }
 
