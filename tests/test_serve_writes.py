@@ -6,6 +6,7 @@ record reusing a document's id replaced it ("adult tickets cost 999 pounds"); a 
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +43,7 @@ from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.auth import token_from_file  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
-from edge_rag.serve.uploads import TEMP_PREFIX  # noqa: E402
+from edge_rag.serve.uploads import COPY_CHUNK, TEMP_PREFIX, save_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T = httpx.Timeout(300.0, connect=10.0)
@@ -219,6 +221,26 @@ def test_files_are_known_by_their_path_and_a_reupload_in_another_case_replaces(s
                   [("file", (name, b"Crepes all day.")) for name in crepes]):
         r = httpx.post(f"{url}/api/documents", files=twice, headers=WRITE, timeout=T)
         assert r.status_code == 400 and "same file" in r.json()["error"] and rag.store.count == before + 4
+
+
+def test_an_upload_is_saved_a_chunk_at_a_time(tmp_path):
+    """An upload was read whole into memory and written on the event loop; it is copied from the multipart parser's
+    spooled file a chunk at a time (in a worker thread): memory for one chunk, whatever the file's size."""
+    from starlette.datastructures import UploadFile
+
+    data = os.urandom(16 * COPY_CHUNK)
+    spooled = tempfile.SpooledTemporaryFile(max_size=COPY_CHUNK)  # as Starlette's parser keeps a large file
+    spooled.write(data)
+    spooled.seek(0)  # as the parser leaves it
+    tracemalloc.start()
+    try:
+        saved = asyncio.run(save_files([UploadFile(spooled, filename="big/notes.txt")], tmp_path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        spooled.close()
+    assert [(name, path.read_bytes() == data) for name, path in saved] == [("big/notes.txt", True)]
+    assert peak < 4 * COPY_CHUNK, peak
 
 
 def test_upload_folders_left_by_killed_servers_are_removed_at_start(servers, tmp_path, monkeypatch):
