@@ -24,7 +24,9 @@ from edge_rag.cli.commands import main  # noqa: E402
 from edge_rag.config import Config  # noqa: E402
 from edge_rag.decision import calibrate  # noqa: E402
 from edge_rag.decision.certify import Calibration  # noqa: E402
+from edge_rag.decision.labels import Labels, export  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
+from edge_rag.serve import question_log  # noqa: E402
 from edge_rag.serve.admin_cal import Files  # noqa: E402
 from edge_rag.serve.admin_cal import calibrate as calibrate_job  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
@@ -204,6 +206,47 @@ def test_a_listing_holds_one_page_whatever_the_log_holds(sample_db, tmp_path):
         assert listing["labelled"] == 1 and shown[-1]["label"]["label"] == "off-topic"
         for bad in ({"limit": 1001}, {"limit": "-1"}, {"offset": "x"}):
             assert httpx.get(f"{url}/api/admin/questions", params=bad, headers=AUTH, timeout=30).status_code == 400
+
+
+def _traced(call):
+    """(what ``call`` returns, the peak memory Python traced meanwhile: the in-process server's too)."""
+    tracemalloc.start()
+    try:
+        out = call()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _long_log(folder: Path, n: int) -> Path:
+    """The log of ``logged_server``'s folder, then ``n`` more questions in its format, a few of them labelled."""
+    path = folder / "questions.jsonl"
+    labelled = [g["question"] for g in sample_labels()]
+    with open(path, "a", encoding="utf-8") as f:
+        for i in range(n):
+            question = labelled[i // 1000 % 3] if i % 1000 == 1 else f"Visitor question {i}: is the museum open?"
+            f.write(json.dumps({"question": question, "asked": f"2026-11-{1 + i % 28:02d}T10:00:00+00:00"},
+                               ensure_ascii=False) + "\n")
+    return path
+
+
+def test_the_export_streams_the_log_and_holds_the_labels_alone(sample_db, tmp_path):
+    """The export read the whole question log into a list, then the file it sends: a log of 250,000 questions (its
+    first 33 MB, all that is read) rose a real server's RSS by 67 MB at its peak. It now reads the log a line at a
+    time as it sends: here 30,000 questions, its traced peak bounded by a chunk, and the file is the one the old
+    code sent (its expression, on the same log and labels)."""
+    rag, running = logged_server(sample_db, tmp_path)
+    path = _long_log(tmp_path, 30_000)
+    with running as url:
+        for entry in sample_labels()[:3]:
+            body = {"question": entry["question"], "label": "not-in-documents"}
+            assert httpx.post(f"{url}/api/admin/labels", json=body, headers=AUTH, timeout=30).status_code == 200
+        sent, peak = _traced(lambda: httpx.get(f"{url}/api/admin/export", headers=AUTH, timeout=60))
+        assert sent.status_code == 200 and sent.headers["content-type"] == "application/x-ndjson"
+        assert peak < 1_500_000, peak  # the whole log read: 7 MB
+        held = Labels(tmp_path / "db" / "labels.sqlite").all()
+        old = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in export(held, question_log.read(path)))
+        assert sent.text == old and old.count("\n") == 30 + 3 + 1  # the first asked once more
 
 
 def _finished(job: Job) -> Job:

@@ -18,16 +18,18 @@ Every /api/admin call needs the write token and passes the same Host/Origin chec
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..decision.labels import Labels, export, groups
+from ..decision.labels import Labels, exported, groups
 from ..errors import InputError, ascii_width
 from ..pipeline import EdgeRAG
 from ..retrieval.lexical import query_terms
@@ -41,6 +43,7 @@ from .jobs import Job, Jobs
 
 SEARCH_K = 8  # passages a search shows
 KEEP_CANDIDATES = 5  # calibrations measured and not yet applied, kept for "Apply"
+CHUNK = 1 << 16  # bytes of the export sent at a time: the log is read as it is sent (a thread's hop per chunk)
 PAGE, MAX_PAGE = 100, 1000  # questions a listing shows by default, at most: a full log is ~150,000
 
 
@@ -117,10 +120,11 @@ class Admin:
 
     async def export(self, request: Request) -> Response:
         labels = self.labels(request)
-        entries = await asyncio.to_thread(lambda: export(labels.all(), question_log.read(self._log)))
-        return Response("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries),
-                        media_type="application/x-ndjson",
-                        headers={"Content-Disposition": 'attachment; filename="labelled-questions.jsonl"'})
+        held = await asyncio.to_thread(labels.all)
+        body = _chunks(json.dumps(e, ensure_ascii=False) + "\n" for e in exported(held, question_log.lines(self._log)))
+        first = await asyncio.to_thread(next, body)  # a log that cannot be read is refused, not cut off mid-file
+        return StreamingResponse(itertools.chain([first], body), media_type="application/x-ndjson",
+                                 headers={"Content-Disposition": 'attachment; filename="labelled-questions.jsonl"'})
 
     async def import_(self, request: Request) -> Response:
         labels = self.labels(request)
@@ -185,3 +189,16 @@ def _count(request: Request, name: str, default: int, most: int | None) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or (most is not None and int(text) > most):
         raise HTTPException(400, f"{name} is a whole number" + (f" from 0 to {most}" if most is not None else ""))
     return int(text)
+
+
+def _chunks(lines: Iterable[str]) -> Iterator[bytes]:
+    """``lines`` joined into pieces of about CHUNK bytes (Starlette iterates them in a thread, off the event loop)."""
+    held: list[bytes] = []
+    size = 0
+    for line in lines:
+        held.append(line.encode())
+        size += len(held[-1])
+        if size >= CHUNK:
+            yield b"".join(held)
+            held, size = [], 0
+    yield b"".join(held)
