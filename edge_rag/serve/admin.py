@@ -145,7 +145,7 @@ class Admin:
     async def calibrate(self, request: Request) -> Response:
         labels = self.labels(request)
         entries, labelled = await asyncio.to_thread(
-            lambda: ready(labels.all(), question_log.read(self._log), self.rag.store.stamp,
+            lambda: ready(labels.all(), question_log.lines(self._log), self.rag.store.stamp,
                           self.config.min_labels))
         files = self.files
         assert files is not None  # self.labels() made sure

@@ -15,6 +15,7 @@ import datetime
 import json
 import logging
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,11 +63,11 @@ def files_of(rag: EdgeRAG, question_log: str | None) -> Files | None:
     return Files(Path(question_log).parent, Path(question_log).stem + ".") if question_log else None
 
 
-def ready(labels: dict[str, Label], logged: list[tuple[str, str]], store: tuple[str, int],
+def ready(labels: dict[str, Label], logged: Iterable[tuple[str, str]], store: tuple[str, int],
           least: int) -> tuple[list[dict], str]:
     """The labelled questions file's entries and when the last of their labels was saved, or NotReady saying
     plainly why not (a label saved at another stamp than the store's ``store``: its documents changed since, or the
-    store was made again)."""
+    store was made again). ``logged`` (the question log) is read a line at a time: only labelled askings are held."""
     stale = sum(x.store != store for x in labels.values())
     if stale:
         raise NotReady(f"{stale} label(s) were saved before the documents last changed (or on a store made again "
