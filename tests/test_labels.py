@@ -51,13 +51,13 @@ def test_the_three_kinds_export_as_the_file_calibrate_reads(tmp_path):
 def test_groups_are_newest_first_same_questions_together_and_stale_after_the_store_moved(tmp_path):
     labels = Labels(tmp_path / "labels.sqlite")
     labels.set("when does the museum open?", "answer", "10:00", ("a", 3))
-    shown, _ = groups(labels.all(), LOGGED[::-1], LOGGED, ("a", 4))
+    shown, _ = groups(labels.all(), LOGGED[::-1], ("a", 4))
     assert [(g["question"], g["times"]) for g in shown] == [
         ("Who designed the lighthouse lens?", 1), ("when does the museum OPEN?", 2),
         ("How do I bake sourdough bread?", 1)]
     assert shown[1]["label"]["answer"] == ["10:00"] and shown[1]["stale"] and shown[0]["label"] is None
     labels.set("When does the museum open?", "answer", "10:00", ("a", 4))  # saved again after the change: current
-    assert not groups(labels.all(), LOGGED[::-1], LOGGED, ("a", 4))[0][1]["stale"]
+    assert not groups(labels.all(), LOGGED[::-1], ("a", 4))[0][1]["stale"]
 
 
 def test_a_label_file_from_before_store_identities_is_read_and_its_labels_are_stale(tmp_path):
@@ -75,10 +75,10 @@ def test_a_label_file_from_before_store_identities_is_read_and_its_labels_are_st
     old.close()
     labels = Labels(tmp_path / "labels.sqlite")
     assert [(x.answers, x.store) for x in labels.all().values()] == [(("10:00",), ("", 1))]
-    assert groups(labels.all(), LOGGED[::-1], LOGGED, ("a", 1))[0][1]["stale"]
+    assert groups(labels.all(), LOGGED[::-1], ("a", 1))[0][1]["stale"]
     labels.set("When does the museum open?", "answer", "10:00", ("a", 1))
-    assert not groups(labels.all(), LOGGED[::-1], LOGGED, ("a", 1))[0][1]["stale"]
-    assert groups(labels.all(), LOGGED[::-1], LOGGED, ("b", 1))[0][1]["stale"]  # another store, at the same version
+    assert not groups(labels.all(), LOGGED[::-1], ("a", 1))[0][1]["stale"]
+    assert groups(labels.all(), LOGGED[::-1], ("b", 1))[0][1]["stale"]  # another store, at the same version
 
 
 def test_import_takes_an_exported_file_back_whole(tmp_path):

@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 import tracemalloc
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from edge_rag.cli.commands import main  # noqa: E402
 from edge_rag.config import Config  # noqa: E402
 from edge_rag.decision import calibrate  # noqa: E402
 from edge_rag.decision.certify import Calibration  # noqa: E402
-from edge_rag.decision.labels import Labels, export  # noqa: E402
+from edge_rag.decision.labels import Labels, export, groups  # noqa: E402
 from edge_rag.pipeline import EdgeRAG  # noqa: E402
 from edge_rag.serve import question_log  # noqa: E402
 from edge_rag.serve.admin_cal import Files  # noqa: E402
@@ -224,10 +225,36 @@ def _long_log(folder: Path, n: int) -> Path:
     labelled = [g["question"] for g in sample_labels()]
     with open(path, "a", encoding="utf-8") as f:
         for i in range(n):
-            question = labelled[i // 1000 % 3] if i % 1000 == 1 else f"Visitor question {i}: is the museum open?"
+            question = labelled[i // 1000 % 3] if i % 1000 == 999 else f"Visitor question {i}: is the museum open?"
             f.write(json.dumps({"question": question, "asked": f"2026-11-{1 + i % 28:02d}T10:00:00+00:00"},
                                ensure_ascii=False) + "\n")
     return path
+
+
+def test_a_deep_page_of_the_listing_holds_no_more_than_the_first(sample_db, tmp_path):
+    """A page kept the key of every question newer than it, and the log was read twice (back to the page, then whole
+    to count): a page at offset 240,000 of a 1M-question log (its first 33 MB read) rose a real server's RSS by
+    28-43 MB. The log is read once now and those keys are kept in a temporary SQLite file (its memory, ~2 MB of
+    cache, is SQLite's own): a page deep in a log of 20,000 questions traces as little as the first; the deep page is
+    that slice of the whole listing; the first page counts how often its questions were asked as the log holds."""
+    rag, running = logged_server(sample_db, tmp_path)
+    path = _long_log(tmp_path, 20_000)
+    with running as url:
+        def page(offset: int) -> dict:
+            got = httpx.get(f"{url}/api/admin/questions", params={"offset": offset, "limit": 10}, headers=AUTH,
+                            timeout=60)
+            assert got.status_code == 200, got.text
+            return got.json()
+
+        first, _ = _traced(lambda: page(0))
+        deep, peak = _traced(lambda: page(19_900))
+        assert peak < 1_000_000 + 10 * 20_000, peak  # ~0.4 MB; the keys held: 4.6 MB
+        held = Labels(tmp_path / "db" / "labels.sqlite").all()
+        whole, _ = groups(held, question_log.newest(path), rag.store.stamp)
+        assert deep["questions"] == whole[19_900:19_910] and deep["more"]
+        asked = Counter(q.casefold().strip() for q, _ in question_log.read(path))
+        assert [g["times"] for g in first["questions"]] == [asked[g["key"]] for g in first["questions"]]
+        assert first["questions"][0]["times"] > 1
 
 
 def test_the_export_streams_the_log_and_holds_the_labels_alone(sample_db, tmp_path):

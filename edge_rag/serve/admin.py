@@ -88,8 +88,7 @@ class Admin:
 
         def listing() -> dict:
             held, stamp = labels.all(), self.rag.store.stamp
-            shown, more = groups(held, question_log.newest(self._log), question_log.lines(self._log), stamp, offset,
-                                 limit)
+            shown, more = groups(held, question_log.newest(self._log), stamp, offset, limit)
             return {"questions": shown, "question_log": self.config.question_log is not None,
                     "labelled": len(held), "stale": sum(x.store != stamp for x in held.values()),
                     "least": self.config.min_labels, "offset": offset, "limit": limit, "more": more}

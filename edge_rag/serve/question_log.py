@@ -76,8 +76,8 @@ def lines(path: Path | None) -> Iterator[tuple[str, str]]:
 
 
 def newest(path: Path | None) -> Iterator[tuple[str, str]]:
-    """As ``lines``, newest first, read back from the log's end in blocks: a page of the operator's listing reads
-    only as far back as its questions, holding a block and a line at a time."""
+    """As ``lines``, newest first, read back from the log's end in blocks, holding a block and a line at a time: the
+    operator's listing finds its page, then reads on to count how often its questions were asked."""
     for line in _opened(path, _backward):
         if (entry := _entry(line)) is not None:
             yield entry
