@@ -5,6 +5,7 @@ old certificate: too few labels, labels older than the documents, a calibration 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import threading
@@ -255,6 +256,43 @@ def test_a_deep_page_of_the_listing_holds_no_more_than_the_first(sample_db, tmp_
         asked = Counter(q.casefold().strip() for q, _ in question_log.read(path))
         assert [g["times"] for g in first["questions"]] == [asked[g["key"]] for g in first["questions"]]
         assert first["questions"][0]["times"] > 1
+
+
+def test_a_question_is_logged_while_listings_fill_the_default_threads(sample_db, tmp_path, monkeypatch):
+    """A question is logged before it is answered, and was logged on asyncio's default threads (cores + 4), where
+    /admin's reads run: 8 listings of a deep page of a 30 MB log held a real server's question 12 s (0.02 s alone).
+    The log has a thread of its own: here listings hold every default thread (their log read waits) and a question
+    is answered all the same, before any listing is let go."""
+    from edge_rag.serve import question_log as logged
+
+    holding, release = threading.Semaphore(0), threading.Event()
+
+    def held_newest(path):
+        holding.release()
+        release.wait(timeout=120)
+        return iter(())
+
+    monkeypatch.setattr(logged, "newest", held_newest)
+    rag, running = logged_server(sample_db, tmp_path)
+    with running as url:
+        fill = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor (ThreadPoolExecutor's default)
+        listings = [threading.Thread(target=lambda: httpx.get(f"{url}/api/admin/questions", headers=AUTH, timeout=180))
+                    for _ in range(fill)]
+        timer = threading.Timer(20, release.set)  # the old code's question waited for this (no timing assertion)
+        for t in listings:
+            t.start()
+        try:
+            for _ in range(fill):
+                assert holding.acquire(timeout=60)  # every default thread holds a listing
+            timer.start()
+            answered = httpx.post(f"{url}/api/ask", json={"question": OFF_TOPIC[0]}, timeout=180)
+            assert answered.status_code == 200 and not release.is_set(), "the question waited for the listings"
+        finally:
+            timer.cancel()
+            release.set()
+            for t in listings:
+                t.join()
+        assert OFF_TOPIC[0] in (tmp_path / "questions.jsonl").read_text(encoding="utf-8").splitlines()[-1]
 
 
 def test_the_export_streams_the_log_and_holds_the_labels_alone(sample_db, tmp_path):

@@ -70,6 +70,9 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
     # Uploads are parsed one at a time on a thread of their own (one child of PARSE_MEMORY_MB at once): in asyncio's
     # default executor, 6 threads on 2 cores, parses filled it and every logged question waited for a free thread.
     parsing = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-parse")
+    # The question log's appends, so too (they are one at a time anyway, under its lock): in the default executor, a
+    # few /admin listings of a long log filled it and a question waited 12 s for a thread to log it.
+    appending = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-log")
     remove_stale_folders()
     folders = Folders()  # the uploads' files and documents, waiting for their jobs
     deep_check = asyncio.Lock()  # one recall measurement at a time: it reads every stored vector
@@ -84,6 +87,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         yield
         parser.stop()  # a parse in progress does not hold the shutdown
         parsing.shutdown(wait=True, cancel_futures=True)
+        appending.shutdown(wait=True)
         jobs.close()
         folders.remove_all()  # of the uploads whose jobs it dropped
         admin.close()
@@ -119,7 +123,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         is kept in the question log if there is one: the calibration is to see the kiosk's questions as they come."""
         question = _question(text, config)
         if questions.path is not None:  # no thread hop when nothing is kept
-            await asyncio.to_thread(questions.add, text)
+            await asyncio.get_running_loop().run_in_executor(appending, questions.add, text)
         return question
 
     async def ask(request: Request) -> Response:
