@@ -352,7 +352,7 @@ def test_a_calibration_job_makes_no_indexing_encoder_session(sample_db, tmp_path
         try:
             entries = sample_labels()
             cal = _finished(jobs.submit("calibrate", 0, lambda job: calibrate_job(
-                rag, Files(tmp_path), entries, "2026-01-01T00:00:00+00:00", job)[1]))
+                rag, Files(tmp_path), entries, "2026-01-01T00:00:00+00:00", job, rag.store.stamp)[1]))
             assert cal.state == "done", cal.to_dict()
             assert cal.result["questions"] == len(entries) and cal.result["table"]
             encodes = _finished(jobs.submit("upload", 1, lambda job: {"dim": jobs.encoder().dim}))
@@ -481,3 +481,28 @@ def test_no_commit_lands_between_the_version_check_and_the_swap(sample_db, tmp_p
         admin._candidates = {"job": (content, rag.store.stamp)}
         assert client.post("/api/admin/apply", json=body, headers=AUTH).status_code == 200
         assert rag.certified.calibration_path == admin.files.certificate
+
+
+def test_labels_are_checked_against_the_documents_the_calibration_measures(sample_db, tmp_path):
+    """Calibrate checked the labels against the documents when pressed, but measured them when its job ran, after
+    the jobs queued before it: an upload still running then committed in between, and a calibration of labels saved
+    before the documents changed was made and applied (its version the upload's). The job now refuses, as Calibrate
+    refuses labels older than the documents, and the certificate in force stays."""
+    with _admin(sample_db, tmp_path) as (rag, admin, client, _):
+        labelled = tmp_path / "labels.jsonl"
+        entries = sample_labels() * -(-admin.config.min_labels // len(sample_labels()))  # each asked a few times
+        labelled.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+        assert client.post("/api/admin/import", content=labelled.read_bytes(), headers=AUTH).status_code == 200
+        release = threading.Event()
+        upload = admin.jobs.submit("upload", 1, lambda job: (release.wait(300), rag.add_documents(
+            ["From November the museum opens at 11:00 on Mondays."]), {})[-1])  # an upload still being indexed
+        pressed = client.post("/api/admin/calibrate", headers=AUTH)
+        assert pressed.status_code == 202, pressed.text
+        release.set()
+        assert _finished(upload).state == "done", upload.to_dict()
+        job = _finished(admin.jobs.get(pressed.json()["id"]))
+        assert job.state == "failed", job.to_dict()
+        assert "before the documents last changed" in job.error["error"]
+        assert client.post("/api/admin/apply", json={"calibration": job.id, "max_error_rate": 0.5},
+                           headers=AUTH).status_code == 404
+        assert rag.certified.calibration_path == rag.certified.shipped

@@ -143,14 +143,14 @@ class Admin:
 
     async def calibrate(self, request: Request) -> Response:
         labels = self.labels(request)
+        stamp = await asyncio.to_thread(lambda: self.rag.store.stamp)  # it waits for the store's lock
         entries, labelled = await asyncio.to_thread(
-            lambda: ready(labels.all(), question_log.lines(self._log), self.rag.store.stamp,
-                          self.config.min_labels))
+            lambda: ready(labels.all(), question_log.lines(self._log), stamp, self.config.min_labels))
         files = self.files
         assert files is not None  # self.labels() made sure
 
         def work(job: Job) -> dict:
-            content, result = calibrate(self.rag, files, entries, labelled, job)
+            content, result = calibrate(self.rag, files, entries, labelled, job, stamp)
             self._candidates[job.id] = (content, (result["store_id"], result["store_version"]))
             while len(self._candidates) > KEEP_CANDIDATES:
                 self._candidates.pop(next(iter(self._candidates)))

@@ -80,11 +80,16 @@ def ready(labels: dict[str, Label], logged: Iterable[tuple[str, str]], store: tu
     return entries, max(x.labelled for x in labels.values())
 
 
-def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, job: Job) -> tuple[dict, dict]:
+def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, job: Job,
+              checked: tuple[str, int]) -> tuple[dict, dict]:
     """Measure ``entries`` (written to the labelled questions file) as ``edge-rag calibrate`` does: (the
     calibration file's content, the job's result: the table per alpha, the risk–coverage curve, what it was
-    measured on)."""
+    measured on). NotReady unless the store is still at ``checked``, the stamp ``ready`` found the labels saved at:
+    a job queued behind an upload runs after its commit."""
     stamp = rag.store.stamp
+    if stamp != checked:
+        raise NotReady("the labels were saved before the documents last changed (an upload or removal ran before "
+                       "this calibration): check them and save them again; the certificate in force stays")
     with atomic_path(files.questions) as tmp:  # what visitors typed: readable by the server's user alone
         tmp.chmod(0o600)
         tmp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries), encoding="utf-8")
