@@ -168,7 +168,10 @@ def test_calibrating_gives_the_commands_table_and_apply_swaps_and_persists(serve
     assert stale.status_code == 409 and "documents changed" in stale.json()["error"]
     again = httpx.post(f"{url}/api/admin/calibrate", headers=AUTH, timeout=30)
     assert again.status_code == 409 and "before the documents last changed" in again.json()["error"]
-    assert in_force(url)["certificate"] == now["certificate"]
+    assert now["certificate"]["documents_changed"] is False and "before the documents" not in now["summary"]
+    changed = in_force(url)  # in force still, and saying it was measured on other documents (it said nothing)
+    assert changed["certificate"] == {**now["certificate"], "documents_changed": True}
+    assert "measured before the documents last changed" in changed["summary"], changed["summary"]
     listing = httpx.get(f"{url}/api/admin/questions", headers=AUTH, timeout=30).json()
     assert listing["stale"] == len(sample_labels())
 
@@ -506,3 +509,4 @@ def test_labels_are_checked_against_the_documents_the_calibration_measures(sampl
         assert client.post("/api/admin/apply", json={"calibration": job.id, "max_error_rate": 0.5},
                            headers=AUTH).status_code == 404
         assert rag.certified.calibration_path == rag.certified.shipped
+

@@ -115,7 +115,7 @@ def calibrate(rag: EdgeRAG, files: Files, entries: list[dict], labelled: str, jo
               "table": rows(cal, reader, delta),
               "curve": [{"threshold": t, "answered": a, "error": e}
                         for t, (a, e) in zip(table.thresholds, table.curve())]}
-    content["source"]["operator"] = {"labelled": result["labelled"]}
+    content["source"]["operator"] = {"labelled": result["labelled"], "store_id": stamp[0], "store_version": stamp[1]}
     return content, result
 
 

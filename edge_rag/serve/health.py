@@ -60,9 +60,11 @@ def decision(rag: EdgeRAG, store: Stamped | None = None) -> dict:
     threshold = cert.threshold if cert and math.isfinite(cert.threshold) else None
     shipped = "the shipped pgvector calibration" if path.calibration_path == PGVECTOR_CALIBRATION_ASSET else \
         "the shipped calibration"
-    source = certificate_source(path)
+    source = certificate_source(path, (rag.store if store is None else store).stamp)
     if source["source"] == "operator":
         which = f"questions asked at this kiosk, labelled by its operator (last label {str(source['labelled'])[:10]})"
+        if source["documents_changed"]:
+            which += ", measured before the documents last changed: calibrate again"
     elif path.own:
         which = f"questions of an own calibration ({path.calibration_path.name})"
     else:
@@ -80,15 +82,19 @@ def decision(rag: EdgeRAG, store: Stamped | None = None) -> dict:
             "summary": _summary(reason, c.max_error_rate, c.delta, cert.n_cal if cert else 0, threshold, which)}
 
 
-def certificate_source(path: CertifiedPath) -> dict:
+def certificate_source(path: CertifiedPath, stamp: tuple[str, int]) -> dict:
     """Whose certificate is in force: "shipped", "operator" (applied from /admin: when its questions were last
-    labelled, and when it was applied) or "file" (--calibration), and on how many questions."""
+    labelled, when it was applied, and whether the documents changed since it was measured: it stays in force, but
+    its labels may no longer be true; None: not recorded) or "file" (--calibration), and on how many questions.
+    ``stamp``: the store's, as the next question is decided."""
     cal = path.calibration
     operator = cal.source.get("operator") if cal is not None and path.own else None
     source = "operator" if isinstance(operator, dict) else "file" if path.own else "shipped"
     n = cal.reader(path.config.reader).table.n_cal if cal is not None and path.config.reader in cal.readers else 0
+    measured = (operator.get("store_id"), operator.get("store_version")) if operator else (None, None)
     return {"source": source, "questions": n, "labelled": operator.get("labelled") if operator else None,
-            "applied": operator.get("applied") if operator else None}
+            "applied": operator.get("applied") if operator else None,
+            "documents_changed": None if None in measured else measured != tuple(stamp)}
 
 
 def _summary(reason: str | None, alpha: float, delta: float, n_cal: int, threshold: float | None,
