@@ -634,6 +634,20 @@ def test_a_url_python_cannot_read_is_a_clear_error_naming_no_part_of_it():
     assert "s3cr3t" not in str(err.value) and "kiosk" not in str(err.value)
 
 
+@contextlib.contextmanager
+def refusing_connections(url: str):
+    """The database ``url`` names refusing connections, its sessions ended (the server down, as a store sees it),
+    until the block ends."""
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(urlunsplit(urlsplit(url)._replace(path="/postgres")), autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        try:
+            yield
+        finally:
+            admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+
+
 def test_a_database_that_refuses_connections_fails_a_call_as_a_connection_attempt_would(pg_url):
     """The server down (here: the database refusing connections, its sessions ended): every call waited for the
     pool's default 30 s before failing ('couldn't get a connection after 30.00 sec'), each kiosk question with it;
@@ -642,13 +656,9 @@ def test_a_database_that_refuses_connections_fails_a_call_as_a_connection_attemp
 
     store = PgStore(pg_url, DIM, "enc-1")
     store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
-    name = urlsplit(pg_url).path.lstrip("/")
-    with psycopg.connect(urlunsplit(urlsplit(pg_url)._replace(path="/postgres")), autocommit=True) as admin:
-        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+    with refusing_connections(pg_url):
         with pytest.raises(StoreError, match=f"couldn't get a connection after {pgsql.CONNECT_TIMEOUT_S:.2f} sec"):
             store.search(unit_vectors(2)[0], 1)
-        admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
     assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
     store.close()
 
@@ -789,3 +799,21 @@ def test_a_store_made_again_with_other_passages_is_checked_at_its_first_version(
             answer = kiosk.decide(question)
             assert kiosk.store.version == 1 and (kiosk.certified.certificate is not None) is certified
             assert (answer.route is Route.RAG) is certified and (answer.refusal_reason is None) is certified
+
+
+def test_a_question_after_the_server_is_back_is_served_not_failed_by_the_pools_backoff(pg_url, monkeypatch):
+    """The server down a while (here: its database refusing connections, its sessions ended), the pool retried its
+    connections 1, 2, 4, 8… s apart (up to 5 min), so questions kept failing after the server was back, until the next
+    retry came round: 'couldn't get a connection' 10 s after a 20 s outage (the retry 31 s after it began). Retries now
+    stop after one connection attempt's bound, and the next question connects afresh."""
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setattr(pgsql, "CONNECT_TIMEOUT_S", 2)  # the wait of a call while the server is down
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    with refusing_connections(pg_url):
+        with pytest.raises(StoreError, match="couldn't get a connection after 2.00 sec"):
+            store.search(unit_vectors(2)[0], 1)
+        time.sleep(6)  # down 8 s: the pool's retries were then ~7 s and ~15 s after it began
+    assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
+    store.close()

@@ -15,6 +15,9 @@ from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
 WRITER_LOCK = 0x65646765_72616700  # pg_advisory_xact_lock key of edge-rag writers ("edgerag" in ASCII)
 POOL_MIN, POOL_MAX = 1, 4
+# The server down, a call fails as one connection attempt would (not after the pool's default 30 s), and the pool
+# retries a lost connection as long, then the next call connects afresh: its retries backing off 1, 2, 4… s apart for
+# 5 min failed questions for up to as long again after the server was back (10 s after a 20 s outage).
 CONNECT_TIMEOUT_S = 10
 # A device that lost power mid-run held the writers' session lock until the server's TCP gave up on it: 2 h 11 min at
 # Linux's default keepalive (7,200 s idle, then 9 probes 75 s apart), every other device's indexing refused meanwhile.

@@ -65,7 +65,7 @@ class PgStore:
                 url, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True,
                 configure=partial(Q.configure, register=self._register, ef_search=ef_search),
                 check=pool_mod.ConnectionPool.check_connection,  # one the server dropped (a restart) is replaced
-                timeout=Q.CONNECT_TIMEOUT_S,  # the server down: a call fails as a connection attempt would, not in 30 s
+                timeout=Q.CONNECT_TIMEOUT_S, reconnect_timeout=Q.CONNECT_TIMEOUT_S,  # the server down: pgsql.py
                 kwargs={"autocommit": True, **Q.CLIENT}, name="edge-rag")
 
     # -- reading -------------------------------------------------------------------------------
