@@ -817,3 +817,22 @@ def test_a_question_after_the_server_is_back_is_served_not_failed_by_the_pools_b
         time.sleep(6)  # down 8 s: the pool's retries were then ~7 s and ~15 s after it began
     assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
     store.close()
+
+
+def test_a_question_waits_for_another_sessions_table_lock_a_bounded_time_and_a_writer_as_before(pg_url, monkeypatch):
+    """An operator's VACUUM FULL (here: a LOCK TABLE in ACCESS EXCLUSIVE mode, as it takes) held every search for as
+    long as it held the table (40 s of a 40 s lock): a kiosk's questions, and its health checks, waited with no bound.
+    Reads now wait pgsql.LOCK_WAIT_S at most, then fail naming the lock; an indexer's add still waits its turn."""
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setattr(pgsql, "LOCK_WAIT_S", 0.5, raising=False)
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    with psycopg.connect(pg_url) as blocker:
+        blocker.execute(f"LOCK TABLE {pgsql.PASSAGES} IN ACCESS EXCLUSIVE MODE")
+        threading.Timer(3, blocker.rollback).start()  # the lock is let go in 3 s (the old code's search waited so)
+        with pytest.raises(StoreError, match="due to lock timeout.*; another session holds a lock on the store.s tables"):
+            store.search(unit_vectors(2)[0], 1)
+        assert store.add(whole(docs(1, "new"), [["c"]]), unit_vectors(1, seed=1)) == 1  # waited past LOCK_WAIT_S
+    assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0] and store.count == 3
+    store.close()

@@ -25,6 +25,17 @@ CONNECT_TIMEOUT_S = 10
 # locks freed within ~30 s), and libpq probes the server alike (a device waiting on a dead server gives up as soon).
 KEEPALIVE = {"idle": 15, "interval": 5, "count": 3}
 CLIENT = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, **{f"keepalives_{k}": v for k, v in KEEPALIVE.items()}}
+# How long a read waits for another session's lock on the store's tables (VACUUM FULL, LOCK TABLE, an upgrade): a
+# kiosk's question waited as long as the lock was held (40 s of a 40 s LOCK TABLE; a VACUUM FULL of a big store takes
+# minutes), health checks with it. Set on each pooled connection unless its URL, role or database sets lock_timeout;
+# writers wait as before (PgStore._lock). HINTS: what a StoreError adds to the server's message, by its SQLSTATE.
+LOCK_WAIT_S = 10.0
+LOCK_WAIT = ", set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN %s ELSE " \
+    "current_setting('lock_timeout') END, false)"
+HINTS = {"42501": "; the role needs SELECT (devices) or INSERT/UPDATE (indexers) on the edge_rag_* tables, and an "
+                  "administrator must run CREATE EXTENSION vector once",
+         "55P03": "; another session holds a lock on the store's tables (VACUUM FULL, LOCK TABLE, an upgrade): "
+                  "ask again when it has finished"}
 COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
 
 # Vectors stay in the row (compressed first, out of line only as a last resort): PostgreSQL's default moves a row's
@@ -113,13 +124,14 @@ def client():
 
 def configure(conn, register, ef_search: int) -> None:
     """Each pooled connection: the pgvector adapter (``register``), the HNSW search breadth (``PgStore.search`` widens
-    it with the store), the server's keepalive probes (KEEPALIVE; ignored on a Unix socket), in one round trip, and,
+    it with the store), the server's keepalive probes (KEEPALIVE; ignored on a Unix socket), a bound on waiting for
+    another session's lock (LOCK_WAIT_S), in one round trip, and,
     on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted passages in the graph)
     goes on searching instead of returning short."""
     register(conn)
     settings = {"hnsw.ef_search": ef_search, **{f"tcp_keepalives_{k}": v for k, v in KEEPALIVE.items()}}
-    conn.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
-                 [x for name, value in settings.items() for x in (name, str(value))])
+    conn.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)) + LOCK_WAIT,
+                 [x for name, value in settings.items() for x in (name, str(value))] + [f"{LOCK_WAIT_S * 1000:.0f}ms"])
     version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     if version and tuple(int(x) for x in version[0].split(".")[:2] if x.isdigit()) >= (0, 8):
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', false)")

@@ -258,7 +258,9 @@ class PgStore:
         return self._meta(conn)
 
     def _lock(self, conn) -> dict[str, str]:
-        """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: made meanwhile?)."""
+        """Inside a transaction: wait for the writers' lock, then the meta as committed (checked: made meanwhile?).
+        A writer waits for other sessions' locks as long as its session would without ``pgsql.LOCK_WAIT_S``."""
+        conn.execute("SET LOCAL lock_timeout TO DEFAULT")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (Q.WRITER_LOCK,))
         check_meta(meta := self._meta(conn), self.dim, self.encoder_id, self.location, "database")
         return meta
@@ -293,8 +295,6 @@ class PgStore:
             message = scrub(" ".join(str(exc).split()), self._url)
             if isinstance(exc, self._psycopg.errors.UniqueViolation):
                 message = f"a document is already in the store ({message})"
-            elif isinstance(exc, self._psycopg.errors.InsufficientPrivilege):
-                message += ("; the role needs SELECT (devices) or INSERT/UPDATE (indexers) on the edge_rag_* "
-                            "tables, and an administrator must run CREATE EXTENSION vector once")
+            message += Q.HINTS.get(exc.sqlstate or "", "")
             raise StoreError(f"{what} store {self.location}: {message}") from None
 
