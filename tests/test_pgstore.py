@@ -251,6 +251,10 @@ def test_passwords_never_printed(pg_url, bundle_dir, caplog):
     store = PgStore(pg_url, DIM, "enc-1")
     assert password not in repr(store) and password not in str(store.location)
     store.close()
+    # the passphrase of the client's SSL key is as secret (libpq takes it on a server without SSL too)
+    keyed = PgStore(f"{pg_url}?sslmode=prefer&sslpassword=K3yPassphrase", DIM, "enc-1")
+    assert keyed.location.endswith("?sslmode=prefer&sslpassword=***") and "K3y" not in repr(keyed)
+    keyed.close()
     assert password not in caplog.text
     cli = [sys.executable, "-m", "edge_rag", "ask", "Who founded the museum?", "--db", wrong, "--bundle", str(bundle_dir)]
     done = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})

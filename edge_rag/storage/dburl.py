@@ -8,6 +8,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from ..errors import StoreError
 
 URL_SCHEMES = ("postgresql://", "postgres://")
+SECRET_PARAMS = ("password", "sslpassword")  # libpq's: the role's, and the passphrase of the client's SSL key
 
 
 def is_remote(db: str | Path) -> bool:
@@ -26,7 +27,7 @@ def check_url(url: str) -> str:
 
 
 def mask_url(db: str | Path) -> str:
-    """``db`` fit to print: a URL's password (``user:pw@`` or ``?password=``) replaced by ``***``;
+    """``db`` fit to print: a URL's password (``user:pw@``, ``?password=`` or ``?sslpassword=``) replaced by ``***``;
     folders are returned as they are."""
     if not is_remote(db):
         return str(db)
@@ -34,7 +35,7 @@ def mask_url(db: str | Path) -> str:
     userinfo, at, host = parts.netloc.rpartition("@")
     if at and ":" in userinfo:
         parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
-    query = "&".join("password=***" if q.partition("=")[0] == "password" else q
+    query = "&".join(f"{key}=***" if (key := q.partition("=")[0]) in SECRET_PARAMS else q
                      for q in parts.query.split("&")) if parts.query else ""
     return urlunsplit(parts._replace(query=query))
 
