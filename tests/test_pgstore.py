@@ -242,6 +242,10 @@ def test_passwords_never_printed(pg_url, bundle_dir, caplog):
     assert mask_url("postgresql://db/venue?sslmode=require&password=s3cret") == \
         "postgresql://db/venue?sslmode=require&password=***"
     assert mask_url("kiosk-db") == "kiosk-db" and is_remote("postgres://db/x") and not is_remote(Path("postgresql:"))
+    # no host (a Unix socket's URL): was printed postgresql:/venue…, which --db reads as a folder
+    assert mask_url("postgresql:///venue?host=/run/postgresql&password=s3cret") == \
+        "postgresql:///venue?host=/run/postgresql&password=***"
+    assert mask_url("postgresql://?host=%2Frun&dbname=venue") == "postgresql://?host=%2Frun&dbname=venue"
     password = urlsplit(pg_url).password
     assert password
     wrong = pg_url.replace(password, "Wr0ngPassw0rd")

@@ -27,8 +27,8 @@ def check_url(url: str) -> str:
 
 
 def mask_url(db: str | Path) -> str:
-    """``db`` fit to print: a URL's password (``user:pw@``, ``?password=`` or ``?sslpassword=``) replaced by ``***``;
-    folders are returned as they are."""
+    """``db`` fit to print: a URL's password (``user:pw@``, ``?password=`` or ``?sslpassword=``) replaced by ``***``,
+    still a URL (``postgresql:///museum?host=/run/postgresql``, a Unix socket's, too); folders are returned as they are."""
     if not is_remote(db):
         return str(db)
     parts = urlsplit(str(db))
@@ -37,7 +37,8 @@ def mask_url(db: str | Path) -> str:
         parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
     query = "&".join(f"{key}=***" if (key := q.partition("=")[0]) in SECRET_PARAMS else q
                      for q in parts.query.split("&")) if parts.query else ""
-    return urlunsplit(parts._replace(query=query))
+    masked = urlunsplit(parts._replace(query=query))
+    return masked if parts.netloc else masked.replace(":", "://", 1)  # urlunsplit drops the // before no host
 
 
 def scrub(message: str, url: str) -> str:
