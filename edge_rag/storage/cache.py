@@ -1,6 +1,6 @@
 """Step 1 of the pipeline: a repeated question is answered from memory, skipping encode to generate.
 
-An LRU of ``config.cache_size`` answers keyed by the normalised question, optionally mirrored in a
+An LRU of ``config.cache_size`` answers keyed by the question as the pipeline reads it, optionally mirrored in a
 SQLite file so answers survive restarts. Every entry records the corpus version it was computed on;
 an entry from another version is a miss, so adding documents invalidates the cache without a sweep.
 A stored entry carries the CRC32 of its key, version and answer: one that fails it (bit rot on an SD card turned a
@@ -18,7 +18,6 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ..config import Config, Tier
-from ..documents.text import normalize
 from ..errors import StoreError
 from ..types import Answer, PassageRef, Route
 from .wal import wal_mode
@@ -35,8 +34,10 @@ OPEN_WAIT_S = 5.0  # how long opening waits for another process (sqlite3's defau
 
 
 def cache_key(question: str) -> str:
-    """Case, spacing and trailing punctuation (?.!,;:) do not make a new question."""
-    return normalize(question).rstrip("?.!,;: ")
+    """The question as the pipeline reads it (check_question's spacing): the cased reader reads case and closing
+    punctuation, so one question lower-cased or without its "?" is another answer ("Where is the US office?" read
+    "Boston", "where is the us office" refused; keyed on the lower-cased form, each was served the other's)."""
+    return " ".join(question.split())
 
 
 def _crc(key: str, version: str, text: str) -> int:
