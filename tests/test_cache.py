@@ -1,5 +1,6 @@
 import json
 import math
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 from edge_rag.config import Config, Tier
 from edge_rag.errors import StoreError
 from edge_rag.events import Final
+from edge_rag.models import bundle as B
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.storage.cache import AnswerCache, answer_from_dict, cache_key
 from edge_rag.types import Answer, Document, PassageRef, Route
@@ -238,3 +240,30 @@ def test_an_answer_computed_before_an_edit_commits_is_not_served_after_it(tmp_pa
         again = rag.ask(question)
         assert not again.cache_hit and 0 not in [p.id for p in again.passages]
         assert all(rag.store.passages([p.id]) for p in again.passages)
+
+
+def _installed(bundle_dir, at, router: bool) -> None:
+    """A bundle at ``at`` of ``bundle_dir``'s files (linked), without its router unless ``router``."""
+    shutil.rmtree(at, ignore_errors=True)
+    at.mkdir()
+    manifest = json.loads((bundle_dir / B.MANIFEST).read_text())
+    manifest["files"] = [f for f in manifest["files"] if router or f["role"] != B.ROLE_ROUTER]
+    for f in manifest["files"]:
+        (at / f["name"]).symlink_to(bundle_dir / f["name"])
+    (at / B.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_bundle_installed_in_the_others_place_is_not_served_the_others_answers(tmp_path, bundle_dir):
+    """Another bundle at the same path (here: one without a router, so every question reads the fallback tier's
+    context) answers otherwise. Before: the persistent cache kept the first bundle's answers across the restart
+    (tier EASY, 80 context characters, where the new bundle answers MEDIUM)."""
+    question, at, config = "How much do the coin lockers cost?", tmp_path / "bundle", Config(persistent_cache=True)
+    _installed(bundle_dir, at, router=True)
+    with EdgeRAG(tmp_path / "db", bundle=at, config=config) as rag:
+        rag.add_documents([_lockers(3)])
+        assert rag.ask(question).tier is Tier.EASY and rag.ask(question).cache_hit
+    _installed(bundle_dir, at, router=False)
+    with EdgeRAG(tmp_path / "db", bundle=at, config=config) as rag:
+        live, served = rag.decide(question), rag.ask(question)
+        assert not served.cache_hit and (served.tier, served.context) == (live.tier, live.context)
+        assert live.tier is config.fallback_tier is not Tier.EASY

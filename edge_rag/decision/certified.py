@@ -101,7 +101,7 @@ class CertifiedPath:
                    or generation_change(cal.source, config))
             self._measured = State(by_kind, None, gpt)
         self._state = self._measured
-        self._cache_key = _cache_key(config, self.calibration_sha256, self._measured)
+        self._cache_key = _cache_key(config, self.calibration_sha256, self._measured, bundle)
         self._store_stamp: tuple[str, int] | None = None  # as of the store's identity and version last checked
         self._retired: frozenset[str] = frozenset()  # identities of stores made again since: never taken again
         self._state_lock = threading.Lock()
@@ -120,7 +120,7 @@ class CertifiedPath:
             raise ValueError("a planned config may differ from the path's only in n_ctx and encode_batch_tokens")
         new = copy.copy(self)
         new.config, new._neural_lock, new._state_lock = config, threading.Lock(), threading.Lock()
-        new._cache_key = _cache_key(config, self.calibration_sha256, self._measured)
+        new._cache_key = _cache_key(config, self.calibration_sha256, self._measured, self.bundle)
         if new._neural is not None:  # loaded already: it reads in the batch the plan now holds
             new._neural.reader.batch_tokens = max(config.encode_batch_tokens, READER_SEQ_LEN)
         return new
@@ -238,11 +238,13 @@ class CertifiedPath:
             "cal_error": cert.error, "kind": kind.value})
 
 
-def _cache_key(config: Config, calibration_sha256: str | None, measured: State) -> str:
-    """Cached answers were decided under one config, one calibration and the certificates chosen from it: all three
-    are the cache's key. The certificates too, as the rule choosing them may change with edge-rag itself (sharing delta
-    raised the default threshold 0.481 -> 0.499 for the same file): a persisted cache must not answer by the old one."""
-    return hashlib.sha1(repr((config, calibration_sha256, measured)).encode()).hexdigest()[:12]
+def _cache_key(config: Config, calibration_sha256: str | None, measured: State, bundle: B.Bundle) -> str:
+    """Cached answers were decided under one config, one calibration and the certificates chosen from it, by one
+    bundle's models: all four are the cache's key. The certificates too, as the rule choosing them may change with
+    edge-rag itself (sharing delta raised the default threshold 0.481 -> 0.499 for the same file): a persisted cache
+    must not answer by the old one. The bundle by its manifest (each file's sha256, the generator's settings): another
+    installed at the same path (`edge-rag models install`) routes and generates otherwise."""
+    return hashlib.sha1(repr((config, calibration_sha256, measured, bundle.manifest)).encode()).hexdigest()[:12]
 
 
 def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None:
