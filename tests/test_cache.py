@@ -218,6 +218,30 @@ def test_corrupt_file_is_a_clear_store_error(tmp_path):
         AnswerCache(Config(), tmp_path / "missing" / "cache.sqlite")
 
 
+ASK_ON_A_FULL_DISK = """
+import resource, sys
+from edge_rag.config import Config
+from edge_rag.pipeline import EdgeRAG
+from edge_rag.types import Document
+rooms = [Document(f"room{i}", f"Room {i}", f"Room {i} of the museum opens at {i % 12 + 1} o'clock.") for i in range(20)]
+with EdgeRAG(sys.argv[1], bundle=sys.argv[2], config=Config(persistent_cache=True)) as rag:
+    rag.add_documents(rooms)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (32_768, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))  # the disk full
+    answers = [rag.ask(f"When does room {i} open?") for i in range(20)]
+    print(sum(a.answer is not None for a in answers), "answered;", rag.ask("When does room 3 open?").cache_hit)
+"""
+
+
+def test_a_cache_file_that_cannot_grow_never_fails_a_question(tmp_path, bundle_dir):
+    """A full disk (here: a 32 KB file size limit) refuses the cache file's writes; the questions are answered all the
+    same, and kept in memory. Before: a question past the first few raised StoreError ("disk I/O error ... delete it")."""
+    run = subprocess.run([sys.executable, "-c", ASK_ON_A_FULL_DISK, str(tmp_path / "db"), str(bundle_dir)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-800:]
+    assert run.stdout.split()[1:] == ["answered;", "True"] and int(run.stdout.split()[0]) > 0, run.stdout
+    assert "cannot keep answers" in run.stderr and run.stderr.count("answer cache") == 1
+
+
 def _lockers(pounds: int) -> Document:
     return Document("lockers", "Cloakroom lockers", f"The coin lockers next to the cloakroom cost {pounds} pounds per day.")
 

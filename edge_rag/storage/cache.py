@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import sqlite3
 import threading
@@ -31,6 +32,7 @@ _TOUCH = "UPDATE answers SET used = (SELECT MAX(used) + 1 FROM answers) WHERE ke
 _INSERT = "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM answers), ?)"
 _EVICT = "DELETE FROM answers WHERE key NOT IN (SELECT key FROM answers ORDER BY used DESC LIMIT ?)"
 OPEN_WAIT_S = 5.0  # how long opening waits for another process (sqlite3's default busy timeout)
+log = logging.getLogger("edge_rag")
 
 
 def cache_key(question: str) -> str:
@@ -68,6 +70,7 @@ class AnswerCache:
         self._memory: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._lock = threading.Lock()  # one cache may serve several threads
         self._db: sqlite3.Connection | None = None
+        self._failed = False  # a write to the file failed: said once
         if self.path is not None:
             try:
                 self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=OPEN_WAIT_S)
@@ -102,7 +105,7 @@ class AnswerCache:
             text = entry[1]
             self._remember(key, corpus_version, text)
             if self._db is not None:
-                self._sql(_TOUCH, (key,))
+                self._write(_TOUCH, (key,))
         answer = answer_from_dict(json.loads(text))
         answer.cache_hit = True
         return answer
@@ -113,9 +116,8 @@ class AnswerCache:
         key, text = cache_key(question), json.dumps(answer.to_dict())
         with self._lock:
             self._remember(key, corpus_version, text)
-            if self._db is not None:
-                self._sql(_INSERT, (key, corpus_version, text, _crc(key, corpus_version, text)))
-                self._sql(_EVICT, (self.capacity,))
+            if self._db is not None and self._write(_INSERT, (key, corpus_version, text, _crc(key, corpus_version, text))):
+                self._write(_EVICT, (self.capacity,))
 
     def clear(self) -> None:
         with self._lock:
@@ -146,6 +148,20 @@ class AnswerCache:
                 return self._db.execute(sql, params).fetchall()
         except sqlite3.Error as e:
             raise self._error(e) from e
+
+    def _write(self, sql: str, params: tuple) -> bool:
+        """Whether the file took this write: one that fails (disk full, the file locked past OPEN_WAIT_S) is logged
+        once and never fails the question, already answered (the kept answer is in memory)."""
+        assert self._db is not None
+        try:
+            with self._db:
+                self._db.execute(sql, params)
+            return True
+        except sqlite3.Error as e:
+            if not self._failed:
+                log.warning("answer cache %s: cannot keep answers in it (%s); they are kept in memory", self.path, e)
+            self._failed = True
+            return False
 
     def _error(self, e: sqlite3.Error) -> StoreError:
         return StoreError(
