@@ -203,12 +203,37 @@ def test_closing_a_cache_while_other_threads_read_it_never_crashes(tmp_path):
     assert run.returncode == 0 and "closed 50 times" in run.stdout, (run.returncode, run.stderr[-500:])
 
 
-def test_corrupt_file_is_a_clear_store_error(tmp_path):
-    garbage = tmp_path / "cache.sqlite"
-    garbage.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StoreError, match="cache.sqlite"):
-        AnswerCache(Config(), garbage)
+def test_a_damaged_cache_file_is_started_afresh_and_never_stops_the_kiosk(tmp_path, bundle_dir, caplog):
+    """A torn write or bit rot damages the file (its header, or a page read later): the cache starts afresh, the
+    store starts and answers. Before: EdgeRAG raised StoreError ("file is not a database ... delete it") at start,
+    and a page damaged after opening failed every question that read it ("database disk image is malformed")."""
+    question, config = "How much do the coin lockers cost?", Config(persistent_cache=True)
+    with EdgeRAG(tmp_path, bundle=bundle_dir, config=config) as rag:
+        rag.add_documents([_lockers(3)])
+        first = rag.ask(question)
+    (tmp_path / "answers.sqlite").write_bytes(b"this is not a database" * 100)
+    with EdgeRAG(tmp_path, bundle=bundle_dir, config=config) as rag:
+        again = rag.ask(question)
+        assert not again.cache_hit and again.answer == first.answer and rag.ask(question).cache_hit
+    assert "is damaged (file is not a database)" in caplog.text
 
+    path = tmp_path / "pages.sqlite"
+    cache = AnswerCache(_small(50), path)
+    for i in range(50):
+        cache.put(f"q{i}", _answer(f"q{i}", "x" * 3000), V1)
+    cache.close()
+    sqlite3.connect(path).execute("PRAGMA wal_checkpoint(TRUNCATE)").connection.close()
+    damaged = bytearray(path.read_bytes())
+    for offset in range(2 * 4096, len(damaged), 997):
+        damaged[offset] ^= 0xFF
+    path.write_bytes(damaged)
+    cache = AnswerCache(_small(50), path)  # its first pages are sound: opened
+    assert cache.get("q7", V1) is None  # a damaged page: a miss, the file made again
+    cache.put("q7", _answer("q7"), V1)
+    assert cache.get("q7", V1).answer == "1889" and AnswerCache(_small(50), path).get("q7", V1).answer == "1889"
+
+
+def test_a_cache_file_of_another_table_or_in_no_folder_is_a_clear_store_error(tmp_path):
     other = tmp_path / "other.sqlite"
     sqlite3.connect(other).execute("CREATE TABLE answers (key TEXT, value TEXT)").connection.commit()
     with pytest.raises(StoreError, match="other.sqlite.*columns"):

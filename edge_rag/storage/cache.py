@@ -42,6 +42,11 @@ def cache_key(question: str) -> str:
     return " ".join(question.split())
 
 
+def _damaged(e: BaseException | None) -> bool:
+    """SQLite's "file is not a database" or "database disk image is malformed" (not a lock, I/O, a missing folder)."""
+    return type(e) is sqlite3.DatabaseError  # its subclasses are locks, I/O, constraints, misuse
+
+
 def _crc(key: str, version: str, text: str) -> int:
     return zlib.crc32(f"{key}\0{version}\0{text}".encode())
 
@@ -73,23 +78,43 @@ class AnswerCache:
         self._failed = False  # a write to the file failed: said once
         if self.path is not None:
             try:
-                self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=OPEN_WAIT_S)
-                wal_mode(self._db, OPEN_WAIT_S)  # a server and a CLI run may open it at once
-            except sqlite3.Error as e:
-                raise self._error(e) from e
-            # WAL + synchronous=NORMAL: one fsync per checkpoint, not per put; a crash loses at most
-            # the last answers, which a cache can afford.
-            for sql in ("PRAGMA synchronous=NORMAL", _SCHEMA):
-                self._sql(sql)
-            columns = {row[1] for row in self._sql("PRAGMA table_info(answers)")}
-            if columns == _COLUMNS - {"crc"}:  # a cache from before the CRC: its entries are misses
-                self._sql("ALTER TABLE answers ADD COLUMN crc INTEGER")
-                columns.add("crc")
-            if columns != _COLUMNS:
-                raise StoreError(
-                    f"answer cache {self.path}: table 'answers' has columns {sorted(columns)}, "
-                    f"expected {sorted(_COLUMNS)}; delete the file to start a fresh cache"
-                )
+                self._open()
+            except StoreError as exc:
+                if not _damaged(exc.__cause__):
+                    raise
+                self._start_afresh(exc)
+
+    def _open(self) -> None:
+        """Connect to the file, made if absent, and check its table."""
+        assert self.path is not None
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=OPEN_WAIT_S)
+            wal_mode(self._db, OPEN_WAIT_S)  # a server and a CLI run may open it at once
+        except sqlite3.Error as e:
+            raise self._error(e) from e
+        # WAL + synchronous=NORMAL: one fsync per checkpoint, not per put; a crash loses at most
+        # the last answers, which a cache can afford.
+        for sql in ("PRAGMA synchronous=NORMAL", _SCHEMA):
+            self._sql(sql)
+        columns = {row[1] for row in self._sql("PRAGMA table_info(answers)")}
+        if columns == _COLUMNS - {"crc"}:  # a cache from before the CRC: its entries are misses
+            self._sql("ALTER TABLE answers ADD COLUMN crc INTEGER")
+            columns.add("crc")
+        if columns != _COLUMNS:
+            raise StoreError(
+                f"answer cache {self.path}: table 'answers' has columns {sorted(columns)}, "
+                f"expected {sorted(_COLUMNS)}; delete the file to start a fresh cache"
+            )
+
+    def _start_afresh(self, exc: StoreError) -> None:
+        """A damaged file (a torn write, bit rot) is deleted and made again: a cache can lose its answers, but a
+        kiosk must not fail to start, nor to answer, for it."""
+        log.warning("answer cache %s is damaged (%s): a fresh one is started", self.path, exc.__cause__)
+        if self._db is not None:
+            self._db.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self._open()
 
     def get(self, question: str, corpus_version: str) -> Answer | None:
         """The stored answer (a fresh copy with ``cache_hit=True``) or None on a miss."""
@@ -97,7 +122,13 @@ class AnswerCache:
         with self._lock:
             entry = self._memory.get(key)
             if (entry is None or entry[0] != corpus_version) and self._db is not None:
-                rows = self._sql(_SELECT, (key, corpus_version))
+                try:
+                    rows = self._sql(_SELECT, (key, corpus_version))
+                except StoreError as exc:  # damaged since it was opened
+                    if not _damaged(exc.__cause__):
+                        raise
+                    self._start_afresh(exc)
+                    rows = []
                 intact = rows and rows[0][1] == _crc(key, corpus_version, rows[0][0])
                 entry = (corpus_version, rows[0][0]) if intact else None
             if entry is None or entry[0] != corpus_version:
