@@ -13,7 +13,7 @@ from edge_rag.errors import StoreError
 from edge_rag.events import Final
 from edge_rag.models import bundle as B
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.storage.cache import AnswerCache, answer_from_dict, cache_key
+from edge_rag.storage.cache import MAX_ANSWER_BYTES, AnswerCache, answer_from_dict, cache_key
 from edge_rag.types import Answer, Document, PassageRef, Route
 
 V1, V2 = "corpus-v1", "corpus-v2"
@@ -316,3 +316,17 @@ def test_a_bundle_installed_in_the_others_place_is_not_served_the_others_answers
         live, served = rag.decide(question), rag.ask(question)
         assert not served.cache_hit and (served.tier, served.context) == (live.tier, live.context)
         assert live.tier is config.fallback_tier is not Tier.EASY
+
+
+def test_a_huge_answer_is_answered_again_never_kept(tmp_path, bundle_dir):
+    """With compression off an answer's context is whole passages, and a document without a sentence break is one
+    passage: its answers are not kept (answered again each time), so cache_size of them cannot hold hundreds of MB.
+    Before: each 100 KB answer was kept, in memory and in the file. (The seeds' extractor: the neural reader takes
+    seconds over a passage this long.)"""
+    prices = " ".join(f"locker{i} costs {i % 9} pounds" for i in range(4_000))  # ~100 KB, no sentence break
+    config = Config(compression=False, certified=False, persistent_cache=True)
+    with EdgeRAG(tmp_path, bundle=bundle_dir, config=config) as rag:
+        rag.add_documents([Document("prices", "Locker prices", prices)])
+        huge = rag.ask("How much does locker17 cost?")
+        assert len(json.dumps(huge.to_dict())) > MAX_ANSWER_BYTES and not rag.ask("How much does locker17 cost?").cache_hit
+        assert len(rag.cache) == 0 and (tmp_path / "answers.sqlite").stat().st_size < MAX_ANSWER_BYTES

@@ -32,6 +32,9 @@ _TOUCH = "UPDATE answers SET used = (SELECT MAX(used) + 1 FROM answers) WHERE ke
 _INSERT = "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, (SELECT COALESCE(MAX(used), 0) + 1 FROM answers), ?)"
 _EVICT = "DELETE FROM answers WHERE key NOT IN (SELECT key FROM answers ORDER BY used DESC LIMIT ?)"
 OPEN_WAIT_S = 5.0  # how long opening waits for another process (sqlite3's default busy timeout)
+# An answer is ~2 KB (its context at most a tier's context_chars); with compression off its context is whole passages,
+# and one unbroken 390 KB "sentence" made a 395 KB answer: cache_size 256 of them would hold 100 MB outside the plan.
+MAX_ANSWER_BYTES = 64 * 1024  # a larger answer is answered again each time, never kept
 log = logging.getLogger("edge_rag")
 
 
@@ -145,6 +148,8 @@ class AnswerCache:
         if self.capacity <= 0 and self._db is None:
             return  # caching off: nothing would be kept, so nothing is serialised (~0.2 ms of a question)
         key, text = cache_key(question), json.dumps(answer.to_dict())
+        if len(text) > MAX_ANSWER_BYTES:
+            return
         with self._lock:
             self._remember(key, corpus_version, text)
             if self._db is not None and self._write(_INSERT, (key, corpus_version, text, _crc(key, corpus_version, text))):
