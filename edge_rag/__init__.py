@@ -1,7 +1,7 @@
 """edge-rag: retrieval-augmented question answering on the device, inside a memory budget."""
 import os
 
-# onnxruntime >= 1.29 on Linux and macOS writes a device id into ~/.cache and queues usage events to send to Microsoft
+# onnxruntime 1.32 on Linux writes a device id into ~/.cache and sends usage events to Microsoft
 # unless this is set before it loads; the device runs offline and keeps nothing of its own. "0" keeps it on.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 

@@ -172,7 +172,7 @@ from edge_rag.serve import question_log
 with contextlib.suppress(OSError):
     Path("/proc/self/clear_refs").write_text("5")  # the high-water mark from here on (Linux)
 before = rss_mb()
-entries = question_log.read(Path(sys.argv[1]))
+entries = list(question_log.lines(Path(sys.argv[1])))
 print(json.dumps({"entries": len(entries), "peak": peak_rss_mb() - before, "held": rss_mb() - before}))
 """
 
@@ -197,8 +197,8 @@ def test_the_question_log_is_read_back_skipping_a_line_cut_by_a_crash(tmp_path):
     with open(tmp_path / "q.jsonl", "a", encoding="utf-8") as f:
         f.write('{"question": "cut')
     log.add("Where is the café?")
-    assert [q for q, _ in question_log.read(tmp_path / "q.jsonl")] == ["When does the museum open?"]
-    assert question_log.read(tmp_path / "none.jsonl") == []
+    assert [q for q, _ in question_log.lines(tmp_path / "q.jsonl")] == ["When does the museum open?"]
+    assert list(question_log.lines(tmp_path / "none.jsonl")) == []
 
 
 def test_the_question_log_read_back_from_its_end_holds_the_same_questions_newest_first(tmp_path):
@@ -212,6 +212,6 @@ def test_the_question_log_read_back_from_its_end_holds_the_same_questions_newest
         f.write(json.dumps({"question": "x" * (3 * question_log.MAX_LINE)}) + "\n" + '{"question": "cut')
     log = question_log.QuestionLog(path)  # ends the cut line
     log.add("Where is the café?")
-    forward = question_log.read(path)
+    forward = list(question_log.lines(path))
     assert list(question_log.newest(path)) == [e for e in forward[::-1] if len(e[0]) < question_log.MAX_LINE]
     assert len(forward) == 3002 and list(question_log.newest(tmp_path / "none.jsonl")) == []

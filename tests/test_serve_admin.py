@@ -256,7 +256,7 @@ def test_a_deep_page_of_the_listing_holds_no_more_than_the_first(sample_db, tmp_
         held = Labels(tmp_path / "db" / "labels.sqlite").all()
         whole, _ = groups(held, question_log.newest(path), rag.store.stamp)
         assert deep["questions"] == whole[19_900:19_910] and deep["more"]
-        asked = Counter(q.casefold().strip() for q, _ in question_log.read(path))
+        asked = Counter(q.casefold().strip() for q, _ in question_log.lines(path))
         assert [g["times"] for g in first["questions"]] == [asked[g["key"]] for g in first["questions"]]
         assert first["questions"][0]["times"] > 1
 
@@ -313,7 +313,7 @@ def test_the_export_streams_the_log_and_holds_the_labels_alone(sample_db, tmp_pa
         assert sent.status_code == 200 and sent.headers["content-type"] == "application/x-ndjson"
         assert peak < 1_500_000, peak  # the whole log read: 7 MB
         held = Labels(tmp_path / "db" / "labels.sqlite").all()
-        old = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in export(held, question_log.read(path)))
+        old = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in export(held, question_log.lines(path)))
         assert sent.text == old and old.count("\n") == 30 + 3 + 1  # the first asked once more
 
 
@@ -331,7 +331,7 @@ def test_calibrating_holds_the_labelled_askings_not_the_log(sample_db, tmp_path)
         assert peak < 1_500_000, peak  # the whole log read: 7 MB
         held = Labels(tmp_path / "db" / "labels.sqlite").all()
         assert refused.status_code == 409, refused.text
-        assert refused.json()["error"].startswith(f"{len(export(held, question_log.read(path)))} labelled question")
+        assert refused.json()["error"].startswith(f"{len(export(held, question_log.lines(path)))} labelled question")
 
 
 def _finished(job: Job) -> Job:

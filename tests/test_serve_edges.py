@@ -40,7 +40,7 @@ from edge_rag.serve import _bind  # noqa: E402
 from edge_rag.serve.app import create_app  # noqa: E402
 from edge_rag.serve.config import ServeConfig  # noqa: E402
 from edge_rag.serve.http import server as http_server  # noqa: E402
-from edge_rag.serve.question_log import QuestionLog, read  # noqa: E402
+from edge_rag.serve.question_log import QuestionLog, lines  # noqa: E402
 from edge_rag.storage.fair_lock import FairLock  # noqa: E402
 from edge_rag.storage.store import Store  # noqa: E402
 from edge_rag.storage.store_db import Part  # noqa: E402
@@ -133,7 +133,7 @@ def test_a_line_cut_by_a_crash_loses_no_later_question(tmp_path):
         f.write(b'{"question": "When does the muse')  # the crash
     QuestionLog(path).add("How much is a ticket?")  # the server started again
     QuestionLog(path).add("Where can I park?")  # and again, the log whole this time: no empty line is added
-    assert [question for question, _ in read(path)] == ["Where is the cafe?", "How much is a ticket?",
+    assert [question for question, _ in lines(path)] == ["Where is the cafe?", "How much is a ticket?",
                                                         "Where can I park?"]
     assert path.read_bytes().count(b"\n") == 4
 
@@ -145,7 +145,7 @@ def test_questions_with_unicode_line_separators_are_listed(tmp_path):
     log = QuestionLog(tmp_path / "questions.jsonl")
     for question in typed:
         log.add(question)
-    assert [question for question, _ in read(log.path)] == typed
+    assert [question for question, _ in lines(log.path)] == typed
 
 
 def test_deep_health_needs_the_token_and_runs_one_at_a_time(edge):

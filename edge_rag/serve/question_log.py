@@ -61,15 +61,11 @@ class QuestionLog:
                 self._failed = True
 
 
-def read(path: Path | None) -> list[tuple[str, str]]:
-    """(question as typed, when asked) of every whole line of the log, oldest first (a line cut by a crash, or not
-    a question, is skipped); nothing when there is no log yet. Read up to MAX_BYTES, as far as the log grows."""
-    return list(lines(path))
-
-
 def lines(path: Path | None) -> Iterator[tuple[str, str]]:
-    """As ``read``, one at a time: a line at a time (split at newlines only: U+2028 is inside a string); read whole, then
-    decoded and split, a full log rose peak RSS by 160 MB, twice the 83 MB of what it returns."""
+    """(question as typed, when asked) of every whole line of the log, oldest first (a line cut by a crash, or not
+    a question, is skipped); nothing when there is no log yet. Read up to MAX_BYTES, as far as the log grows, a line
+    at a time (split at newlines only: U+2028 is inside a string); read whole, then decoded and split, a full log
+    rose peak RSS by 160 MB, twice the 83 MB of what it returns."""
     for line in _opened(path, _forward):
         if (entry := _entry(line)) is not None:
             yield entry

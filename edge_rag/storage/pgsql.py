@@ -125,9 +125,8 @@ def client():
 def configure(conn, register, ef_search: int) -> None:
     """Each pooled connection: the pgvector adapter (``register``), the HNSW search breadth (``PgStore.search`` widens
     it with the store), the server's keepalive probes (KEEPALIVE; ignored on a Unix socket), a bound on waiting for
-    another session's lock (LOCK_WAIT_S), in one round trip, and,
-    on pgvector ≥ 0.8, iterative scans: a scan that ends with fewer than k live rows (deleted passages in the graph)
-    goes on searching instead of returning short."""
+    another session's lock (LOCK_WAIT_S), in one round trip, and, on pgvector ≥ 0.8, iterative scans: a scan that
+    ends with fewer than k live rows (deleted passages in the graph) goes on searching instead of returning short."""
     register(conn)
     settings = {"hnsw.ef_search": ef_search, **{f"tcp_keepalives_{k}": v for k, v in KEEPALIVE.items()}}
     conn.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)) + LOCK_WAIT,
