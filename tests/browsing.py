@@ -42,3 +42,13 @@ def shot(page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path))
     return path
+
+
+def described(page, selector: str) -> str:
+    """The accessible description Chromium gives ``selector``'s element: what a screen reader reads after its text."""
+    cdp = page.context.new_cdp_session(page)
+    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+    ax = cdp.send("Accessibility.getPartialAXTree", {"nodeId": node, "fetchRelatives": False})["nodes"][0]
+    cdp.detach()
+    return (ax.get("description") or {}).get("value", "")

@@ -14,7 +14,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
                                "pip install 'edge-rag[dev]' (make test installs it)")
 httpx = pytest.importorskip("httpx")
 
-from browsing import WAIT_MS, ask, open_page, shot  # noqa: E402
+from browsing import WAIT_MS, ask, described, open_page, shot  # noqa: E402
 from serving import MULTI_HOP, OFF_TOPIC, running_server  # noqa: E402
 
 from edge_rag.documents.text import split_sentences, whole_sentences  # noqa: E402
@@ -193,12 +193,12 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
                 ask(page, MULTI_HOP)
                 assert page.inner_text("#badge") == "Not sure"
                 assert page.inner_text("#reason").startswith("This question links two facts")
-                assert page.get_attribute("#reason", "title").startswith("a multi-hop question")
-            else:  # every question refused: in plain words, the technical reason in the tooltip
+                assert page.get_attribute("#reason", "data-detail").startswith("a multi-hop question")
+            else:  # every question refused: in plain words, the technical reason kept for the operator
                 ask(page, LONG_ANSWER)
                 assert page.inner_text("#answer") == "I don't know." and page.inner_text("#badge") == "Not sure"
                 assert page.inner_text("#reason").startswith("This kiosk is not set up to give answers")
-                assert page.get_attribute("#reason", "title").startswith("not calibrated for this Config")
+                assert page.get_attribute("#reason", "data-detail").startswith("not calibrated for this Config")
                 footer_in_view(page)
                 shot(page, f"800x480-footer-{n}-refusal")
             assert not errors, errors
@@ -305,7 +305,7 @@ def test_the_next_question_never_shows_the_last_answers_badge(browser, served):
 def test_an_empty_store_and_a_failed_question_are_told_in_plain_words(browser, sample_db, tmp_path):
     """A kiosk with no documents yet said "Not sure" and showed the pipeline's reason ("nothing to answer from: no
     documents are indexed"); a question that timed out kept the badge "Written by the on-device model" over no
-    answer and showed the server's message ("no answer within 1 s"). The server's words stay in the tooltip."""
+    answer and showed the server's message ("no answer within 1 s"). The server's words are kept for the operator."""
     from serving import gpt_questions, test_config
 
     from edge_rag.config import Config
@@ -317,7 +317,7 @@ def test_an_empty_store_and_a_failed_question_are_told_in_plain_words(browser, s
         ask(page, LONG_ANSWER)
         assert page.inner_text("#badge") == "Not in the documents" and page.inner_text("#answer") == "I don't know."
         assert page.inner_text("#reason") == "There are no documents on this kiosk yet, so I cannot answer."
-        assert page.get_attribute("#reason", "title").startswith("nothing to answer from")
+        assert page.get_attribute("#reason", "data-detail").startswith("nothing to answer from")
         assert not errors, errors
         context.close()
     shutil.copytree(sample_db, tmp_path / "db")
@@ -329,10 +329,34 @@ def test_an_empty_store_and_a_failed_question_are_told_in_plain_words(browser, s
         page.wait_for_selector("#reason:not([hidden])", timeout=60_000)
         assert page.inner_text("#answer") == "Sorry, that did not work." and page.is_hidden("#badge")
         assert page.inner_text("#reason") == "That took too long to answer here. Please try again in a moment."
-        assert page.get_attribute("#reason", "title").startswith(("no answer within", "timed out after"))
+        assert page.get_attribute("#reason", "data-detail").startswith(("no answer within", "timed out after"))
         shot(page, "800x480-timeout")
         assert not errors, errors
         context.close()
+
+
+def test_a_refusal_reads_plain_words_never_the_pipelines(browser, served):
+    """A refusal's technical reason ("out of domain: nearest passage at squared distance 1.577 > 1.226 …") was the
+    reason's title: a tooltip, and its accessible description, so a screen reader read it to the visitor after the
+    plain sentence; a reason the page had no sentence for (an own calibration's "the calibration records no Config
+    …: calibrate again …") was shown as it came. The visitor gets plain words; data-detail keeps the reason."""
+    from edge_rag.config import Config
+    from edge_rag.decision.calibrated_config import config_change
+
+    url, _ = served
+    context, page, errors = open_page(browser, url, "800x480")
+    ask(page, OFF_TOPIC)
+    assert described(page, "#reason") == "" and page.get_attribute("#reason", "title") is None
+    assert page.get_attribute("#reason", "data-detail").startswith("out of domain")
+    unplain = config_change({}, Config())  # what the server sends with an own calibration that records no Config
+    answer = {"answer": None, "route": "REFUSE", "refusal_reason": unplain, "cache_hit": False, "sources": []}
+    page.route("**/api/ask/stream*", lambda route: route.fulfill(
+        status=200, content_type="text/event-stream", body=f"event: answer\ndata: {json.dumps(answer)}\n\n"))
+    ask(page, LONG_ANSWER)
+    assert page.get_attribute("#reason", "data-detail") == unplain and described(page, "#reason") == ""
+    assert "calibrat" not in page.inner_text("#result").lower(), page.inner_text("#result")
+    assert not errors, errors
+    context.close()
 
 
 def test_right_to_left_questions_answers_and_passages_read_right_to_left(browser, served):

@@ -25,7 +25,7 @@ function plainReason(reason) {
   if (reason.startsWith("the generator gave no answer")) return "I found related text, but could not put an answer to that into words.";
   if (reason.startsWith("no score threshold")) return "No answer here can be given within this kiosk's error limit.";
   if (reason.startsWith("a multi-hop question")) return "This question links two facts, and I answer only what one passage says. Try asking each part on its own.";
-  return reason;
+  return "I cannot give an answer to that here that I can vouch for.";  // never the operator's words ("calibrate again …")
 }
 
 function refusalBadge(reason) {
@@ -37,10 +37,16 @@ function refusalBadge(reason) {
 
 function plainFailure(status) {
   // The server's message ("no answer within 60 s", "generation failed: RuntimeError: …") is the operator's; the
-  // visitor is told what happened and what to do, the message kept in the tooltip.
+  // visitor is told what happened and what to do, the message kept for the operator (see showDetail).
   if (status === 503) return "This kiosk is busy or restarting. Please ask again in a moment.";
   if (status === 504) return "That took too long to answer here. Please try again in a moment.";
   return "Something went wrong on this kiosk. Please try again.";
+}
+
+function showDetail(detail) {
+  // The pipeline's or server's own words ("out of domain: … squared distance 1.577 > 1.226") are for the operator,
+  // in the developer tools: as a title they were a tooltip and the reason's accessible description, read aloud.
+  $("reason").dataset.detail = detail || "";
 }
 
 function clearResult() {
@@ -104,7 +110,7 @@ function showAnswer(a) {
   if (a.answer == null) {
     text($("answer"), "I don't know.");
     text($("reason"), plainReason(a.refusal_reason));
-    $("reason").title = a.refusal_reason || "";
+    showDetail(a.refusal_reason);
     $("reason").hidden = false;
   } else {
     text($("answer"), a.answer);
@@ -146,7 +152,7 @@ function ask(question) {
     finished = true; stream.close(); $("result").setAttribute("aria-busy", "false");
     $("badge").hidden = true;  // a "Written by the on-device model" badge over no answer would mislead
     text($("status"), ""); text($("answer"), "Sorry, that did not work."); text($("reason"), plainFailure(d.status));
-    $("reason").title = d.error || "";
+    showDetail(d.error);
     $("reason").hidden = false;
   });
   stream.onerror = () => {
