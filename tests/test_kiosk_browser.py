@@ -403,3 +403,32 @@ def test_a_question_of_spaces_is_asked_for_again(browser, served):
         assert page.evaluate("document.activeElement.id") == "question" and page.is_hidden("#result")
     assert not sent and not errors, (sent, errors)
     context.close()
+
+
+def test_a_long_pasted_question_is_told_never_cut(browser, served):
+    """A pasted question over the server's 500 characters was cut to 500 without a word (maxlength), and maxlength
+    counts UTF-16 units where the server counts characters: 300 emoji were cut to 250. Nothing is cut now, the visitor
+    is told and nothing is sent, and the page counts as the server does."""
+    url, _ = served
+    limit = httpx.get(f"{url}/api/kiosk", timeout=60).json()["max_question_chars"]
+    context, page, errors = open_page(browser, url, "800x480")
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if "/api/ask" in request.url else None)
+    page.focus("#question")
+    page.keyboard.insert_text("a" * (limit + 1))  # as a paste inserts it
+    assert len(page.input_value("#question")) == limit + 1
+    assert page.is_visible("#too-long") and f"{limit} characters" in page.inner_text("#too-long")
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.querySelector('#question').validationMessage") == page.inner_text("#too-long")
+    assert not sent and page.is_hidden("#result")
+    page.keyboard.press("Backspace")
+    assert page.is_hidden("#too-long")
+    page.fill("#question", "")
+    emoji = "\N{GRINNING FACE}" * limit  # as many characters as the server takes, twice as many UTF-16 units
+    page.keyboard.insert_text(emoji)
+    assert page.input_value("#question") == emoji and page.is_hidden("#too-long")
+    with page.expect_response("**/api/ask/stream*") as response:
+        page.keyboard.press("Enter")
+    assert response.value.status == 200, response.value.text()  # not 413: the server takes it too
+    assert not errors, errors
+    context.close()

@@ -8,6 +8,7 @@ const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model"
 let stream = null;
 let idleTimer = null;
 let idleMs = 90000;
+let maxChars = 500;  // the server's max_question_chars, read from /api/kiosk
 
 function text(el, value) { el.textContent = value == null ? "" : String(value); }
 
@@ -59,9 +60,20 @@ function clearResult() {
   $("sources").replaceChildren();
 }
 
+function tooLong() {
+  // Counted as the server counts (characters of the trimmed question) and told, never cut: maxlength cut a paste
+  // silently, and counted UTF-16 units, so 300 emoji were cut to 250 where the server takes 500.
+  const over = [...$("question").value.trim()].length > maxChars;
+  const message = over ? `Please shorten your question: this kiosk takes up to ${maxChars} characters.` : "";
+  if ($("too-long").textContent !== message) text($("too-long"), message);  // read out once, as it appears
+  $("question").setCustomValidity(message);
+  return over;
+}
+
 function resetPage() {
   clearResult();
   $("question").value = "";
+  tooLong();
   $("suggestions").hidden = false;
   loadKiosk();  // the next visitor sees the certificate and the suggestions in force now, not those of the page's load
 }
@@ -128,6 +140,7 @@ function ask(question) {
     $("question").reportValidity();
     return;
   }
+  if (tooLong()) { $("question").reportValidity(); return; }
   clearResult();
   touched();
   $("suggestions").hidden = true;
@@ -177,7 +190,8 @@ async function loadKiosk() {
     // setTimeout takes 2^31 - 1 ms (24.8 days) at most and fires at once past it: a longer --idle-reset ("never")
     // reset the page as soon as it was touched, and no answer ever showed
     idleMs = Math.min(k.idle_reset_s * 1000, 2 ** 31 - 1);
-    $("question").maxLength = k.max_question_chars;
+    maxChars = k.max_question_chars;
+    tooLong();
     // Which certificate decides, in a discreet footer; a server's text, so textContent only, never markup.
     text($("certificate"), k.decision.summary);
     $("certificate").title = k.decision.summary;  // whole, where the small panel shows two lines of it
@@ -204,6 +218,7 @@ function init() {
   // find the operator's page open (admin.js keeps the token for its tab).
   sessionStorage.removeItem("token");
   $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
+  $("question").addEventListener("input", tooLong);
   $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
   for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
   $("certificate").addEventListener("click", () => $("certificate").classList.toggle("open"));  // and on a tap
