@@ -432,3 +432,39 @@ def test_a_long_pasted_question_is_told_never_cut(browser, served):
     assert response.value.status == 200, response.value.text()  # not 413: the server takes it too
     assert not errors, errors
     context.close()
+
+
+# What a screen reader is sent, modelled in the page: each batch of changes (one task's) inside a live region, as the
+# text added, or the whole region when it is aria-atomic; aria-busy is not counted on (screen readers differ on it).
+LISTEN = """() => { window.said = [];
+    new MutationObserver((records) => { const batch = new Map();
+      for (const r of records) {
+        const node = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+        const live = node.closest('[aria-live]:not([aria-live=off]), [role=status], [role=alert], [role=log]');
+        const text = r.type === 'characterData' ? r.target.textContent : [...r.addedNodes].map(n => n.textContent).join(' ');
+        if (!live || live.closest('[hidden]') || !text.trim()) continue;
+        batch.set(live, live.getAttribute('aria-atomic') === 'true' ? live.textContent : text);
+      }
+      window.said.push(...batch.values());
+    }).observe(document.body, {childList: true, characterData: true, subtree: true}); }"""
+
+
+def test_a_streamed_answer_is_read_out_once_whole(browser, served):
+    """The answer streamed into #result, the page's live region, marked aria-busy meanwhile: a screen reader that does
+    not wait for aria-busy read each streamed sentence and then the whole answer again ("First." then "First. Second."
+    with the badge), and "Thinking…" twice (at the route and at the queue). Each is read once now."""
+    url, _ = served
+    first, second = "The dome seats ninety.", " Shows run hourly."
+    events = [("route", {"route": "GPT", "cache_hit": False}), ("queue", {"position": 0}),
+              ("token", {"text": first}), ("token", {"text": second}),
+              ("answer", {"answer": first + second, "route": "GPT", "cache_hit": False, "sources": []})]
+    context, page, errors = open_page(browser, url, "800x480")
+    page.route("**/api/ask/stream*", lambda route: route.fulfill(status=200, content_type="text/event-stream", body="".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)))
+    page.evaluate(LISTEN)
+    ask(page, "Tell me about the planetarium")
+    said = page.evaluate("window.said")
+    assert [s for s in said if first in s] == ["Written by the on-device model: " + first + second], said
+    assert len(said) == len(set(said)), said
+    assert not errors, errors
+    context.close()

@@ -53,7 +53,7 @@ function showDetail(detail) {
 function clearResult() {
   if (stream) { stream.close(); stream = null; }
   $("result").hidden = true;
-  for (const id of ["asked", "status", "answer", "reason", "meta"]) text($(id), "");
+  for (const id of ["asked", "status", "answer", "reason", "meta", "said"]) text($(id), "");
   $("badge").hidden = true;
   $("reason").hidden = true;
   $("sources-block").hidden = true;
@@ -81,6 +81,19 @@ function resetPage() {
 function touched() {
   clearTimeout(idleTimer);
   idleTimer = setTimeout(resetPage, idleMs);
+}
+
+function status(message) {
+  // #status is a live region: the same text set again ("Thinking…" at the route, again at the queue) is read again
+  if ($("status").textContent !== message) text($("status"), message);
+}
+
+function announce() {
+  // The answer is read out once, whole, from one live region written in one statement. #result was the live region,
+  // aria-busy while the answer streamed in, but screen readers differ on aria-busy: some read each streamed sentence
+  // and then the answer again, NVDA reads nothing of what changed while it was set.
+  const badge = $("badge").hidden ? "" : $("badge").textContent + ": ";
+  text($("said"), badge + $("answer").textContent + ($("reason").hidden ? "" : " " + $("reason").textContent));
 }
 
 function showRoute(route) {
@@ -116,9 +129,8 @@ function showSources(sources) {
 }
 
 function showAnswer(a) {
-  $("result").setAttribute("aria-busy", "false");
   showRoute(a.answer == null ? refusalBadge(a.refusal_reason) : a.route);
-  text($("status"), "");
+  status("");
   if (a.answer == null) {
     text($("answer"), "I don't know.");
     text($("reason"), plainReason(a.refusal_reason));
@@ -131,6 +143,7 @@ function showAnswer(a) {
   const ms = Object.values(a.timings_ms || {}).reduce((x, y) => x + y, 0);
   text($("meta"), a.cache_hit ? "Answered on this device (asked before)" :
        `Answered on this device in ${ms < 1000 ? Math.round(ms) + " ms" : (ms / 1000).toFixed(1) + " s"}`);
+  announce();
 }
 
 function ask(question) {
@@ -145,36 +158,36 @@ function ask(question) {
   touched();
   $("suggestions").hidden = true;
   $("result").hidden = false;
-  $("result").setAttribute("aria-busy", "true");  // screen readers read the answer once it is complete
   text($("asked"), question);  // a <bdi>: an Arabic question keeps its "?" at its end
-  text($("status"), "Looking it up…");
+  status("Looking it up…");
   let finished = false;
   let streamed = "";
   loadKiosk();  // the footer beside this answer names the certificate deciding it (the operator may have applied one)
   stream = new EventSource("/api/ask/stream?q=" + encodeURIComponent(question));
   const on = (name, fn) => stream.addEventListener(name, (e) => { touched(); fn(JSON.parse(e.data)); });
   on("route", (d) => {
-    if (d.route === "GPT" && !d.cache_hit) { showRoute("GPT"); text($("status"), "Thinking…"); }
+    if (d.route === "GPT" && !d.cache_hit) { showRoute("GPT"); status("Thinking…"); }
   });
   on("queue", (d) => {
-    text($("status"), d.position > 0 ? `Thinking… (${d.position} ${d.position === 1 ? "question" : "questions"} ahead of yours)` : "Thinking…");
+    status(d.position > 0 ? `Thinking… (${d.position} ${d.position === 1 ? "question" : "questions"} ahead of yours)` : "Thinking…");
   });
   on("token", (d) => { streamed += d.text; text($("answer"), streamed); });
   on("answer", (d) => { finished = true; stream.close(); showAnswer(d); });
   on("failed", (d) => {
-    finished = true; stream.close(); $("result").setAttribute("aria-busy", "false");
+    finished = true; stream.close();
     $("badge").hidden = true;  // a "Written by the on-device model" badge over no answer would mislead
-    text($("status"), ""); text($("answer"), "Sorry, that did not work."); text($("reason"), plainFailure(d.status));
+    status(""); text($("answer"), "Sorry, that did not work."); text($("reason"), plainFailure(d.status));
     showDetail(d.error);
     $("reason").hidden = false;
+    announce();
   });
   stream.onerror = () => {
     if (finished) return;
     stream.close();
-    $("result").setAttribute("aria-busy", "false");
     $("badge").hidden = true;
-    text($("status"), "");
+    status("");
     text($("answer"), "Sorry, something went wrong. Please try again.");
+    announce();
   };
 }
 
