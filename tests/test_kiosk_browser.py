@@ -468,3 +468,24 @@ def test_a_streamed_answer_is_read_out_once_whole(browser, served):
     assert len(said) == len(set(said)), said
     assert not errors, errors
     context.close()
+
+
+def test_enter_that_confirms_a_composition_never_asks(browser, served):
+    """Japanese input: Enter confirms the characters being composed ("とうきょう" before it becomes 東京), and the page took
+    it as Ask, sending the half-typed question; it asks at the next Enter now."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "800x480")
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if "/api/ask" in request.url else None)
+    page.route("**/api/ask/stream*", lambda route: None)  # only whether it is asked matters here
+    ime = context.new_cdp_session(page)
+    page.focus("#question")
+    ime.send("Input.imeSetComposition", {"text": "とうきょう", "selectionStart": 5, "selectionEnd": 5})
+    page.keyboard.press("Enter")
+    ime.send("Input.insertText", {"text": "東京"})  # the composition confirmed
+    assert not sent and page.is_hidden("#result"), sent
+    assert page.input_value("#question") == "東京"
+    with page.expect_request("**/api/ask/stream*"):
+        page.keyboard.press("Enter")
+    assert not errors, errors
+    context.close()

@@ -232,6 +232,11 @@ function init() {
   sessionStorage.removeItem("token");
   $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
   $("question").addEventListener("input", tooLong);
+  $("question").addEventListener("keydown", (e) => {
+    // Enter that confirms a Japanese, Chinese or Korean composition is the input method's: it submitted the half-typed
+    // question (keyCode 229: Safari ends the composition before this keydown)
+    if (e.key === "Enter" && (e.isComposing || e.keyCode === 229)) e.preventDefault();
+  });
   $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
   for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
   $("certificate").addEventListener("click", () => $("certificate").classList.toggle("open"));  // and on a tap
