@@ -6,6 +6,7 @@ go to tests/.artifacts/ (git-ignored) for a person to look at.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -487,5 +488,49 @@ def test_enter_that_confirms_a_composition_never_asks(browser, served):
     assert page.input_value("#question") == "東京"
     with page.expect_request("**/api/ask/stream*"):
         page.keyboard.press("Enter")
+    assert not errors, errors
+    context.close()
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG contrast ratio of two CSS rgb() colours."""
+    def luminance(colour: str) -> float:
+        srgb = [float(v) / 255 for v in re.findall(r"[\d.]+", colour)[:3]]
+        r, g, b = (v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in srgb)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+# The focused element's id or text, the colours of its focus rings (outline, box-shadow) and the colour behind it.
+FOCUS_RINGS = """() => { const e = document.activeElement, s = getComputedStyle(e);
+    let behind = 'rgb(255, 255, 255)';
+    for (let p = e.parentElement; p; p = p.parentElement) {
+      const c = getComputedStyle(p).backgroundColor; if (c !== 'rgba(0, 0, 0, 0)') { behind = c; break; } }
+    const rings = (s.outlineStyle === 'none' ? [] : [s.outlineColor]).concat(s.boxShadow.match(/rgba?\\([^)]*\\)/g) || []);
+    return [e.id || e.textContent.slice(0, 30), rings, behind]; }"""
+
+
+def test_focus_is_seen_on_every_control_a_key_reaches(browser, served):
+    """The focus ring was amber (#ffbf00) alone: 1.5:1 on the page's paper and 1.7:1 on the answer's white card, where
+    a focus indicator needs 3:1 against what it replaces. Each control Tab reaches, a passage's title included, now
+    has a ring of 3:1 or more."""
+    url, _ = served
+    answer = {"answer": "At nine.", "route": "RAG", "cache_hit": False,
+              "sources": [{"title": "Opening hours", "text": "The museum opens at nine."}]}
+    context, page, errors = open_page(browser, url, "800x480")
+    page.route("**/api/ask/stream*", lambda route: route.fulfill(
+        status=200, content_type="text/event-stream", body=f"event: answer\ndata: {json.dumps(answer)}\n\n"))
+    reached = []
+    for _ in range(2):  # the start page, then an answer with its passage
+        page.keyboard.press("Tab")
+        while page.evaluate("document.activeElement !== document.body"):  # past the last control: the body
+            name, rings, behind = page.evaluate(FOCUS_RINGS)
+            assert max((contrast(ring, behind) for ring in rings), default=0) >= 3, (name, rings, behind)
+            reached.append(name)
+            page.keyboard.press("Tab")
+        ask(page, "When does the museum open?")
+        page.evaluate("document.activeElement.blur()")
+    assert {"question", "ask", "Opening hours"} <= set(reached), reached
     assert not errors, errors
     context.close()
