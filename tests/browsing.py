@@ -11,7 +11,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Offline and quiet: no sandbox (root in CI), no GPU, no background fetches, never a downloaded browser.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SIZES = {"800x480": (800, 480), "1920x1080": (1920, 1080)}
+SIZES = {"800x480": (800, 480), "1920x1080": (1920, 1080), "320x256": (320, 256)}  # the last: 1280x1024 at 400%
 WAIT_MS = 900_000
 
 

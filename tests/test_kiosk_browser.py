@@ -534,3 +534,24 @@ def test_focus_is_seen_on_every_control_a_key_reaches(browser, served):
     assert {"question", "ask", "Opening hours"} <= set(reached), reached
     assert not errors, errors
     context.close()
+
+
+# Words of the page's own controls, label and headings that a line break cuts in two.
+BROKEN_WORDS = """() => [...document.querySelectorAll('#reset, #ask, #question-label, h1, h2')]
+    .filter(e => e.getClientRects().length && e.firstChild && e.firstChild.nodeType === 3).flatMap(e => {
+      const t = e.firstChild;
+      return [...t.textContent.matchAll(/\\S+/g)].filter(m => { const r = document.createRange();
+        r.setStart(t, m.index); r.setEnd(t, m.index + m[0].length);
+        return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size > 1; }).map(m => m[0]); })"""
+
+
+def test_the_page_at_400_percent_zoom_breaks_no_word_of_its_own(browser, served):
+    """At 400% zoom (1280x1024 seen as 320x256) "Start over" was squeezed to "Star / t / over": the page lets any
+    word break (a long URL must not widen it), and the header's flex box shrank the button to one letter's width."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "320x256")
+    assert page.evaluate(BROKEN_WORDS) == []
+    assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0
+    shot(page, "320x256-start")
+    assert not errors, errors
+    context.close()
