@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -553,5 +554,26 @@ def test_the_page_at_400_percent_zoom_breaks_no_word_of_its_own(browser, served)
     assert page.evaluate(BROKEN_WORDS) == []
     assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0
     shot(page, "320x256-start")
+    assert not errors, errors
+    context.close()
+
+
+def test_a_double_tap_on_ask_asks_once(browser, served):
+    """Ask tapped twice (0.4 s apart, a real server with --question-log) asked the same question twice: the first
+    stream dropped, its generation begun again, and the question logged twice, two askings for calibrate. A second
+    tap while it is looked up does nothing now; another question is still asked at once."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "800x480")
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if "/api/ask" in request.url else None)
+    page.route("**/api/ask/stream*", lambda route: None)  # still being looked up
+    page.fill("#question", LONG_ANSWER)
+    with page.expect_request("**/api/ask/stream*"):
+        page.tap("#ask")
+    page.tap("#ask")
+    page.fill("#question", OFF_TOPIC)
+    with page.expect_request("**/api/ask/stream*bread*"):  # requests are sent in order: a second ask came before
+        page.keyboard.press("Enter")
+    assert [parse_qs(urlsplit(u).query)["q"] for u in sent] == [[LONG_ANSWER], [OFF_TOPIC]], sent
     assert not errors, errors
     context.close()

@@ -154,6 +154,9 @@ function ask(question) {
     return;
   }
   if (tooLong()) { $("question").reportValidity(); return; }
+  // A second tap on Ask while the same question is looked up restarted it: asked and logged twice (calibrate counts
+  // each asking), its generation begun again
+  if (stream && stream.readyState !== EventSource.CLOSED && question === $("asked").textContent) return;
   clearResult();
   touched();
   $("suggestions").hidden = true;
