@@ -577,3 +577,25 @@ def test_a_double_tap_on_ask_asks_once(browser, served):
     assert [parse_qs(urlsplit(u).query)["q"] for u in sent] == [[LONG_ANSWER], [OFF_TOPIC]], sent
     assert not errors, errors
     context.close()
+
+
+def test_a_question_typed_before_the_script_runs_is_kept_and_asked(browser, served):
+    """Enter in the box while kiosk.js was still on its way (a kiosk starting slowly) sent the form itself: the page
+    reloaded at /?q=When+does…, the question gone from the box, nothing asked, and the question left in the browser's
+    history for the next visitor. It stays in the box now and is asked once the script runs."""
+    url, _ = served
+    context = browser.new_context(viewport={"width": 800, "height": 480})
+    page = context.new_page()
+    held = []
+    page.route("**/static/kiosk.js", lambda route: held.append(route))  # answered later
+    page.goto(url, wait_until="commit")
+    page.fill("#question", LONG_ANSWER)
+    page.keyboard.press("Enter")
+    page.click("#ask", force=True)  # a tap on Ask too
+    assert held and page.url.rstrip("/") == url and page.input_value("#question") == LONG_ANSWER, page.url
+    held[0].continue_()
+    page.wait_for_selector("#suggestion-list button")
+    with page.expect_request("**/api/ask/stream*") as asked:
+        page.press("#question", "Enter")
+    assert parse_qs(urlsplit(asked.value.url).query)["q"] == [LONG_ANSWER]
+    context.close()

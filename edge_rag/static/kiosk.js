@@ -234,6 +234,9 @@ function init() {
   // find the operator's page open (admin.js keeps the token for its tab).
   sessionStorage.removeItem("token");
   $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
+  // Ask is disabled in the page until now: Enter before this script had run (a slow start) sent the form itself, to
+  // /?q=…, a reload that lost the question and left it in the browser's history for the next visitor
+  $("ask").disabled = false;
   $("question").addEventListener("input", tooLong);
   $("question").addEventListener("keydown", (e) => {
     // Enter that confirms a Japanese, Chinese or Korean composition is the input method's: it submitted the half-typed
