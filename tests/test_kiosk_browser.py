@@ -599,3 +599,20 @@ def test_a_question_typed_before_the_script_runs_is_kept_and_asked(browser, serv
         page.press("#question", "Enter")
     assert parse_qs(urlsplit(asked.value.url).query)["q"] == [LONG_ANSWER]
     context.close()
+
+
+def test_a_suggestion_chosen_by_key_leaves_the_focus_on_the_page(browser, served):
+    """A suggestion chosen with Tab and Enter hid the list it was in, and the focus with it: it fell to the page's
+    body, where a screen reader loses its place. It goes to the question box now (a tap leaves it, so the on-screen
+    keyboard does not cover the answer)."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "800x480")
+    page.route("**/api/ask/stream*", lambda route: None)  # only where the focus goes matters here
+    page.locator("#suggestion-list button").first.tap()
+    assert page.is_visible("#result") and page.evaluate("document.activeElement.id") != "question"
+    page.click("#reset")
+    page.locator("#suggestion-list button").first.focus()
+    page.keyboard.press("Enter")
+    assert page.is_visible("#result") and page.evaluate("document.activeElement.id") == "question"
+    assert not errors, errors
+    context.close()

@@ -218,7 +218,13 @@ async function loadKiosk() {
       b.type = "button";
       b.dir = "auto";  // an operator's question in Arabic or Hebrew reads right to left, as the visitor's does
       text(b, q);
-      b.addEventListener("click", () => { $("question").value = q; ask(q); });
+      b.addEventListener("click", (e) => {
+        $("question").value = q;
+        ask(q);
+        // the list it was in is hidden now: chosen by key (detail 0), focus went to nothing; a tap keeps the
+        // on-screen keyboard away
+        if (e.detail === 0) $("question").focus();
+      });
       li.append(b);
       return li;
     });
