@@ -616,3 +616,30 @@ def test_a_suggestion_chosen_by_key_leaves_the_focus_on_the_page(browser, served
     assert page.is_visible("#result") and page.evaluate("document.activeElement.id") == "question"
     assert not errors, errors
     context.close()
+
+
+def test_the_page_warns_before_it_clears_and_a_touch_keeps_it(browser, served):
+    """The page cleared itself 90 s after the last touch or key with no warning: a visitor reading a long answer
+    slowly, or with a screen reader (whose reading keys never reach the page), lost it mid-sentence. A warning comes
+    20 s before, only when there is something of the visitor's to clear; its button, a touch or a key keeps the page."""
+    url, _ = served
+    idle = httpx.get(f"{url}/api/kiosk", timeout=60).json()["idle_reset_s"] * 1000
+    answer = {"answer": "At nine.", "route": "RAG", "cache_hit": False, "sources": []}
+    context, page, errors = open_page(browser, url, "800x480")
+    page.route("**/api/ask/stream*", lambda route: route.fulfill(
+        status=200, content_type="text/event-stream", body=f"event: answer\ndata: {json.dumps(answer)}\n\n"))
+    page.clock.install()  # the page's timers from here on run when the test says
+    page.keyboard.press("Shift")  # a visitor's key: the timers start again, on this clock
+    page.clock.run_for(idle - 15_000)
+    assert page.is_hidden("#idle"), "warned with nothing to clear"
+    ask(page, "When does the museum open?")
+    page.clock.run_for(idle - 15_000)
+    assert page.is_visible("#idle") and "20 seconds" in page.inner_text("#idle") and page.is_visible("#result")
+    page.click("#stay")
+    assert page.is_hidden("#idle")
+    page.clock.run_for(idle - 5_000)
+    assert page.is_visible("#result")  # kept
+    page.clock.run_for(10_000)
+    assert page.is_hidden("#result") and page.is_hidden("#idle")  # cleared for the next visitor
+    assert not errors, errors
+    context.close()

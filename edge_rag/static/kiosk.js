@@ -7,6 +7,8 @@ const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model"
                 UNSURE: "Not sure" };
 let stream = null;
 let idleTimer = null;
+let warnTimer = null;
+const WARN_MS = 20000;  // the visitor is told this long before the page clears (WCAG 2.2.1: at least 20 s)
 let idleMs = 90000;
 let maxChars = 500;  // the server's max_question_chars, read from /api/kiosk
 
@@ -72,6 +74,7 @@ function tooLong() {
 
 function resetPage() {
   clearResult();
+  $("idle").hidden = true;
   $("question").value = "";
   tooLong();
   $("suggestions").hidden = false;
@@ -79,7 +82,18 @@ function resetPage() {
 }
 
 function touched() {
+  // The page cleared itself with no warning: a visitor reading a long answer with a screen reader (whose reading
+  // keys never reach the page) or slowly lost it mid-sentence. A warning comes first now, when there is something
+  // of the visitor's to clear; any touch or key, or its button, keeps the page.
   clearTimeout(idleTimer);
+  clearTimeout(warnTimer);
+  $("idle").hidden = true;
+  const lead = Math.min(WARN_MS, idleMs / 2);
+  warnTimer = setTimeout(() => {
+    if ($("result").hidden && !$("question").value) return;
+    text($("idle-text"), `Still there? This page clears in ${Math.round(lead / 1000)} seconds for the next visitor.`);
+    $("idle").hidden = false;
+  }, idleMs - lead);
   idleTimer = setTimeout(resetPage, idleMs);
 }
 
@@ -250,6 +264,7 @@ function init() {
     if (e.key === "Enter" && (e.isComposing || e.keyCode === 229)) e.preventDefault();
   });
   $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
+  $("stay").addEventListener("click", touched);  // a screen reader's activation is a click, without pointer or key
   for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
   $("certificate").addEventListener("click", () => $("certificate").classList.toggle("open"));  // and on a tap
   loadKiosk();
