@@ -558,6 +558,22 @@ def test_the_page_at_400_percent_zoom_breaks_no_word_of_its_own(browser, served)
     context.close()
 
 
+def test_the_generated_answers_badge_stays_on_a_320_px_screen(browser, served):
+    """At 400% zoom (320 px wide) the badge "Written by the on-device model", kept on one line, ran 67 px out of the
+    answer's card and the page panned sideways by 51 px (a real generated answer). It wraps where it must now."""
+    url, _ = served
+    answer = {"answer": "Big Mary is a steam engine.", "route": "GPT", "cache_hit": False, "sources": []}
+    context, page, errors = open_page(browser, url, "320x256")
+    page.route("**/api/ask/stream*", lambda route: route.fulfill(
+        status=200, content_type="text/event-stream", body=f"event: answer\ndata: {json.dumps(answer)}\n\n"))
+    ask(page, "Tell me about Big Mary")
+    badge, card = page.locator("#badge").bounding_box(), page.locator("#result").bounding_box()
+    assert badge["x"] + badge["width"] <= card["x"] + card["width"], (badge, card)
+    assert page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth") <= 0
+    assert not errors, errors
+    context.close()
+
+
 def test_a_double_tap_on_ask_asks_once(browser, served):
     """Ask tapped twice (0.4 s apart, a real server with --question-log) asked the same question twice: the first
     stream dropped, its generation begun again, and the question logged twice, two askings for calibrate. A second
