@@ -44,11 +44,16 @@ def shot(page, name: str) -> Path:
     return path
 
 
-def described(page, selector: str) -> str:
-    """The accessible description Chromium gives ``selector``'s element: what a screen reader reads after its text."""
+def accessible(page, selector: str) -> dict:
+    """Chromium's accessibility node for ``selector``'s element: what a screen reader is given ("ignored": nothing)."""
     cdp = page.context.new_cdp_session(page)
     root = cdp.send("DOM.getDocument")["root"]["nodeId"]
     node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
     ax = cdp.send("Accessibility.getPartialAXTree", {"nodeId": node, "fetchRelatives": False})["nodes"][0]
     cdp.detach()
-    return (ax.get("description") or {}).get("value", "")
+    return ax
+
+
+def described(page, selector: str) -> str:
+    """The accessible description of ``selector``'s element: what a screen reader reads after its text."""
+    return (accessible(page, selector).get("description") or {}).get("value", "")

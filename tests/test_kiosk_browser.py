@@ -16,7 +16,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
                                "pip install 'edge-rag[dev]' (make test installs it)")
 httpx = pytest.importorskip("httpx")
 
-from browsing import WAIT_MS, ask, described, open_page, shot  # noqa: E402
+from browsing import WAIT_MS, accessible, ask, described, open_page, shot  # noqa: E402
 from serving import MULTI_HOP, OFF_TOPIC, running_server  # noqa: E402
 
 from edge_rag.documents.text import split_sentences, whole_sentences  # noqa: E402
@@ -416,6 +416,7 @@ def test_a_long_pasted_question_is_told_never_cut(browser, served):
     context, page, errors = open_page(browser, url, "800x480")
     sent = []
     page.on("request", lambda request: sent.append(request.url) if "/api/ask" in request.url else None)
+    assert not accessible(page, "#too-long").get("ignored")  # a live region before it speaks: NVDA reads none new
     page.focus("#question")
     page.keyboard.insert_text("a" * (limit + 1))  # as a paste inserts it
     assert len(page.input_value("#question")) == limit + 1
