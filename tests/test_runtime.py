@@ -108,6 +108,16 @@ def test_answers_piped_into_a_reader_that_leaves_end_quietly(sample_rag, bundle_
     assert ask.returncode == 1 and err == ""
 
 
+def test_json_answers_to_several_questions_are_one_object_per_line(sample_rag, bundle_dir):
+    """`edge-rag ask Q1 Q2 --json` printed two indented objects back to back: no JSON parser read the output."""
+    questions = ["What is Big Mary?", "Where can I park?"]
+    ask = subprocess.run([sys.executable, "-m", "edge_rag", "ask", *questions, "--json", "--db",
+                          str(sample_rag.store.folder), "--bundle", str(bundle_dir)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert ask.returncode == 0, ask.stderr
+    assert [json.loads(line)["question"] for line in ask.stdout.splitlines()] == questions
+
+
 @pytest.mark.parametrize("closed", [1, 2])
 def test_a_command_started_with_its_output_closed_still_runs(tmp_path, bundle_dir, closed):
     """`edge-rag index … 2>&-` indexed nothing and exited 1 in silence (the progress bar wrote to no stream);

@@ -102,7 +102,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 def _print_answer(answer, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(answer.to_dict(), indent=2))
+        print(json.dumps(answer.to_dict()))  # JSON Lines: one object a line, several questions parse one by one
         return
     print(f"Q: {answer.question}")
     print(f"A: {answer.answer if answer.answer is not None else '(no answer: ' + str(answer.refusal_reason) + ')'}")
@@ -228,7 +228,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ask", help="answer questions from a store")
     p.add_argument("questions", nargs="+", metavar="QUESTION", help="one or more questions, each answered in turn")
-    p.add_argument("--json", action="store_true", help="print the whole Answer as JSON")
+    p.add_argument("--json", action="store_true", help="print each whole Answer as JSON, one object per line (JSON Lines)")
     p.add_argument("--temperature", type=config_value("temperature"),
                    help=f"of generated answers (default {Config().temperature:g}; 0 for deterministic ones)")
     add_decision(p)
