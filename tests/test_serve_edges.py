@@ -266,6 +266,19 @@ def test_sigterm_stops_a_running_upload_at_its_next_commit(bundle_dir, sample_db
         store.close()
 
 
+def test_a_bracketed_ipv6_host_is_served(bundle_dir, sample_db, tmp_path):
+    """`--host '[::1]'`, as URLs write IPv6, failed: 'listening on [::1] (not loopback) needs an API token', and with
+    a token 'cannot listen on [::1]:0: Name or service not known'. It is the loopback address, served."""
+    try:
+        _bind("::1", 0).close()
+    except Exception as exc:  # noqa: BLE001 - no IPv6 loopback on this machine
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    shutil.copytree(sample_db, tmp_path / "db")
+    with _cli_server(bundle_dir, tmp_path / "db", "--host", "[::1]") as (proc, url):
+        assert url.startswith("http://[::1]:")
+        assert httpx.get(f"{url}/api/health", timeout=T).status_code == 200
+
+
 def test_stopping_aborts_the_batch_being_encoded(bundle):
     """A job stops at its next commit, and the batch before it (1,024 passages: seconds on one core of a small CPU)
     is not waited for: the indexing encoder's running batch is aborted (onnxruntime's terminate flag)."""

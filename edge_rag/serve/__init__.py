@@ -23,8 +23,8 @@ INDEX_THREADS = 1
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = ServeConfig()
-    p.add_argument("--host", default=d.host, help="interface to listen on (default loopback only; "
-                   f"anything else needs --token or ${TOKEN_ENV})")
+    p.add_argument("--host", default=d.host, type=_address, help="interface to listen on (default loopback only; "
+                   f"anything else needs --token or ${TOKEN_ENV}); an IPv6 address bare or in brackets")
     p.add_argument("--port", type=int, default=d.port, help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--token", help=f"API token for uploads and removals (default ${TOKEN_ENV}); "
                    "without one (or --token-file) the server is read-only; with one, its memory plan also holds the "
@@ -39,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-reset", type=int, default=d.idle_reset_s, help="seconds before the page resets")
     p.add_argument("--question-log", metavar="FILE.jsonl", help="append every question asked to this file, to "
                    "label and calibrate on (`edge-rag calibrate`); it holds what visitors typed (off by default)")
+
+
+def _address(host: str) -> str:
+    """--host as bind() takes it: ``[::1]``, as URLs spell it, was 'not loopback' (and bind's 'Name or service not
+    known' with a token)."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def main(args: argparse.Namespace, open_rag: Callable) -> int:
