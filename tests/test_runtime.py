@@ -1,6 +1,7 @@
 """End to end through the public API and the CLI, in fresh processes."""
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -116,6 +117,24 @@ def test_json_answers_to_several_questions_are_one_object_per_line(sample_rag, b
                          text=True, timeout=120)
     assert ask.returncode == 0, ask.stderr
     assert [json.loads(line)["question"] for line in ask.stdout.splitlines()] == questions
+
+
+def test_questions_from_standard_input_are_answered_line_by_line(sample_rag, bundle_dir):
+    """`edge-rag ask -` answered the question "-" (refused, out of domain); `-` now reads standard input's lines as
+    questions, each answered as it arrives (the next line is written only once its answer was read)."""
+    ask = subprocess.Popen([sys.executable, "-m", "edge_rag", "ask", "-", "--json", "--db", str(sample_rag.store.folder),
+                            "--bundle", str(bundle_dir)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        for question in ("What is Big Mary?", "  Where can I park?  "):
+            ask.stdin.write(f"{question}\n\n")
+            ask.stdin.flush()
+            assert select.select([ask.stdout], [], [], 120)[0], "no answer while standard input stays open"
+            assert json.loads(ask.stdout.readline())["question"] == question.strip()
+        _, err = ask.communicate(timeout=60)  # end of input: done
+        assert ask.returncode == 0, err
+    finally:
+        ask.kill()
 
 
 @pytest.mark.parametrize("closed", [1, 2])

@@ -17,6 +17,7 @@ from ..errors import EdgeRAGError
 from ..models.registry import PROFILES, default_bundle, home
 from ..storage.dburl import mask_url
 from ..types import Route
+from .answers import print_answer, questions
 from .options import add_common, add_decision, add_delta, add_wait, config_value, open_rag, positive
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample"
@@ -100,21 +101,11 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_answer(answer, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(answer.to_dict()))  # JSON Lines: one object a line, several questions parse one by one
-        return
-    print(f"Q: {answer.question}")
-    print(f"A: {answer.answer if answer.answer is not None else '(no answer: ' + str(answer.refusal_reason) + ')'}")
-    timings = ", ".join(f"{k} {v:.1f}" for k, v in answer.timings_ms.items())
-    print(f"   route {answer.route.value} | tier {answer.tier.value} | d_min {answer.d_min:.3f} | "
-          f"{answer.total_ms:.0f} ms ({timings}) | peak RSS {answer.peak_rss_mb:.0f} MB")
-
-
 def cmd_ask(args: argparse.Namespace) -> int:
     with open_rag(args, create=False) as rag:
-        for question in args.questions:
-            _print_answer(rag.ask(question), args.json)
+        for question in questions(args.questions):
+            print_answer(rag.ask(question), args.json)
+            sys.stdout.flush()  # each answer as it is made, not when a pipe's buffer fills
     return 0
 
 
@@ -131,7 +122,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rag.warm_up()  # each question's time below is its own, not the first one's model load
         for item in items:
             answer = rag.ask(item["question"])
-            _print_answer(answer, as_json=False)
+            print_answer(answer, as_json=False)
             print()
             if answer.route is Route.REFUSE and item["answer"]:
                 refused.append(item)
@@ -227,8 +218,10 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_remove)
 
     p = sub.add_parser("ask", help="answer questions from a store")
-    p.add_argument("questions", nargs="+", metavar="QUESTION", help="one or more questions, each answered in turn")
-    p.add_argument("--json", action="store_true", help="print each whole Answer as JSON, one object per line (JSON Lines)")
+    p.add_argument("questions", nargs="+", metavar="QUESTION",
+                   help="one or more questions, each answered in turn; - reads them from standard input, one per line")
+    p.add_argument("--json", action="store_true",
+                   help="print each whole Answer as JSON, one object a line (JSON Lines)")
     p.add_argument("--temperature", type=config_value("temperature"),
                    help=f"of generated answers (default {Config().temperature:g}; 0 for deterministic ones)")
     add_decision(p)
