@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from edge_rag.cli.commands import main
+from edge_rag.config import Config
 from edge_rag.documents.chunk import make_document
 from edge_rag.errors import DiskFullError, StoreError
 from edge_rag.pipeline import EdgeRAG
@@ -136,20 +137,29 @@ def test_a_short_index_file_is_never_committed(disk: Path, bundle_dir: Path) -> 
         assert rag.remove([lockers.doc_id]) == 1 and rag.store.count == count - 1
 
 
-def test_a_store_on_a_read_only_disk_is_named_read_only(disk: Path, bundle_dir: Path) -> None:
-    """A store on a read-only mount (an overlay root, a card the kernel remounted read-only after I/O errors):
-    opening it said '... passages.sqlite is not a readable SQLite database: unable to open database file', as if it
-    were damaged, and indexing into a new folder there failed with a bare OSError (EROFS). Now each says what is
-    wrong, and the store is whole once the disk is writable again."""
+def test_a_store_on_a_read_only_disk_answers_and_refuses_writes(disk: Path, bundle_dir: Path) -> None:
+    """A store on a read-only mount (an overlay root, read-only media, a card the kernel remounted read-only after I/O
+    errors) could not be opened to ask it: 'the store folder … is read-only: SQLite writes its -wal and -shm files'.
+    It now answers (its persistent answer cache kept in memory), and a write says the folder is read-only; indexing
+    into a new or an empty folder there says no store can be made there. The store is whole once the disk is
+    writable again."""
     db = disk / "db"
     with EdgeRAG(db, bundle=bundle_dir) as rag:
         rag.add_documents([make_document(LOCKERS, "Lockers")])
         count = rag.store.count
+    files = sorted(p.name for p in db.iterdir())
+    (disk / "empty").mkdir()
     subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-    with pytest.raises(StoreError, match=f"the store folder {db} is read-only"):
-        EdgeRAG(db, bundle=bundle_dir, create=False)
+    with EdgeRAG(db, bundle=bundle_dir, create=False, config=Config(persistent_cache=True)) as rag:
+        assert rag.store.count == count and not rag.ask("How much do the coin lockers cost?").cache_hit
+        assert rag.ask("How much do the coin lockers cost?").cache_hit  # kept in memory
+        with pytest.raises(StoreError, match="the store folder is read-only here"):
+            rag.add_documents([make_document(TOURS, "Tours")])
     with pytest.raises(StoreError, match="cannot make the store folder .*: Read-only file system"):
         EdgeRAG(disk / "new", bundle=bundle_dir)
+    with pytest.raises(StoreError, match="passages.sqlite is missing and the folder is read-only here"):
+        EdgeRAG(disk / "empty", bundle=bundle_dir)
     subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+    assert sorted(p.name for p in db.iterdir()) == files
     with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
         assert rag.store.count == count

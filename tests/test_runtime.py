@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, SAMPLE_DOCS
+from conftest import ROOT, SAMPLE_DOCS, sample_store
 
 from edge_rag import Config, EdgeRAG
 from edge_rag.errors import InputError
@@ -135,6 +135,31 @@ def test_questions_from_standard_input_are_answered_line_by_line(sample_rag, bun
         assert ask.returncode == 0, err
     finally:
         ask.kill()
+
+
+def test_a_store_this_user_may_not_write_answers(bundle_dir, tmp_path):
+    """A store copied read-only (`chmod -R a-w`, or another user's) stopped `edge-rag ask` with 'the store folder …
+    is read-only: … make the folder writable' (status 2). It answers, writing nothing there; `remove` says why not.
+    Root writes anyway, so as root the command runs without the capabilities that let it (setpriv)."""
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("as root, a read-only folder needs setpriv to drop CAP_DAC_OVERRIDE")
+    as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    db = sample_store(bundle_dir, tmp_path / "db")  # closed: no -wal or -shm file beside passages.sqlite
+    files = sorted(p.name for p in db.iterdir())
+    for path in [db, *db.iterdir()]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        cli = [*as_user, sys.executable, "-m", "edge_rag"]
+        ask = subprocess.run(cli + ["ask", "How much is an adult ticket?", "--json", "--db", str(db), "--bundle",
+                                    str(bundle_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert ask.returncode == 0, ask.stderr
+        assert json.loads(ask.stdout)["route"] == Route.RAG.value  # the sample's price
+        remove = subprocess.run(cli + ["remove", "x", "--db", str(db), "--bundle", str(bundle_dir)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert remove.returncode == 2 and "the store folder is read-only here" in remove.stderr, remove.stderr
+        assert sorted(p.name for p in db.iterdir()) == files
+    finally:
+        db.chmod(0o755)
 
 
 @pytest.mark.parametrize("closed", [1, 2])

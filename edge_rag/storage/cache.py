@@ -21,6 +21,7 @@ from pathlib import Path
 from ..config import Config, Tier
 from ..errors import StoreError
 from ..types import Answer, PassageRef, Route
+from .readonly import writable
 from .wal import wal_mode
 
 # One row per question; ``used`` is a counter bumped on every put and hit, so LRU order survives restarts.
@@ -79,6 +80,9 @@ class AnswerCache:
         self._lock = threading.Lock()  # one cache may serve several threads
         self._db: sqlite3.Connection | None = None
         self._failed = False  # a write to the file failed: said once
+        if self.path is not None and not writable(self.path.parent):  # a read-only store still answers, and fast
+            log.warning("answer cache %s: its folder is read-only here; answers are kept in memory only", self.path)
+            self.path = None
         if self.path is not None:
             try:
                 self._open()

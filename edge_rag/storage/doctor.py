@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import hnsw, store_db, store_fts_index
+from .readonly import writable
 from .stores import PassageStore
 
 RECALL_FLOOR = 0.95
@@ -174,10 +175,10 @@ def _out_of_line(store, count: int) -> bool | None:
 
 def _full_text_damaged(store) -> bool | None:
     """The embedded store: whether its full-text index fails FTS5's integrity check (store_fts_index.damaged), on a
-    connection of its own; None for pgvector."""
+    connection of its own; None for pgvector, and in a folder this process may not write (the check is an INSERT)."""
     from .store import Store
 
-    if not isinstance(store, Store):
+    if not isinstance(store, Store) or not writable(store.folder):
         return None
     db = store_db.second_connection(store.folder)
     try:

@@ -5,7 +5,6 @@ A lost or emptied database beside an existing index is an error, never a silent 
 """
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from ..errors import REINDEX, StoreError, full_disk_is_an_error
 from ..types import Document
 from . import hnsw, store_fts_index
+from .readonly import check_current, uri, writable
 from .store_fts_index import FTS_DDL, FTS_TABLE, FTS_TRIGGERS
 
 DB_FILE = "passages.sqlite"
@@ -187,9 +187,6 @@ def connect(folder: Path) -> sqlite3.Connection:
             with full_disk_is_an_error(folder):  # opening makes the WAL files
                 return _open(path)
         except sqlite3.OperationalError as exc:
-            if not os.access(folder, os.W_OK):  # SQLite said only "unable to open database file"
-                raise StoreError(f"the store folder {folder} is read-only: SQLite writes its -wal and -shm files "
-                                 f"beside {DB_FILE}, even to read it; make the folder writable") from exc
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise StoreError(f"{path} is not a readable SQLite database: {exc}") from exc
             # SQLite fails at once, without waiting, when two connections set up a new store together (the
@@ -236,20 +233,24 @@ def second_connection(folder: Path, create: bool = False) -> sqlite3.Connection:
     new empty database ("no such table", and the folder's passages lost at the next open)."""
     # A writer in another process may hold the database for a while (a commit fsyncs on an SD card):
     # wait for it rather than fail; the writer lock (writer_lock.py) decides who writes.
-    db = sqlite3.connect(f"{(folder / DB_FILE).absolute().as_uri()}?mode={'rwc' if create else 'rw'}", uri=True,
-                         check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+    db = sqlite3.connect(uri(folder / DB_FILE, "rwc" if create else "rw"), uri=True, check_same_thread=False,
+                         timeout=BUSY_TIMEOUT_S)
     db.execute("PRAGMA synchronous=FULL")  # a returned commit is on disk: the old index may go
     db.execute("PRAGMA foreign_keys=ON")
     return db
 
 
 def _open(path: Path) -> sqlite3.Connection:
-    db = second_connection(path.parent, create=True)
+    db, read_only = second_connection(path.parent, create=True), not writable(path.parent)
     try:
-        db.execute("PRAGMA journal_mode=WAL")  # a race with another opening process: connect opens again
+        if not read_only:
+            db.execute("PRAGMA journal_mode=WAL")  # a race with another opening process: connect opens again
         check = db.execute("PRAGMA quick_check").fetchall()
         if check != [("ok",)]:
             raise StoreError(f"{path} is corrupt (quick_check: {'; '.join(r[0] for r in check[:3])}); {REINDEX}")
+        if read_only:  # nothing to make or bring up to date: SQLite would say "attempt to write a readonly database"
+            check_current(db, path, {**_ADDED_COLUMNS, "meta": (), "deleted": (), FTS_TABLE: ("context",)})
+            return db
         db.executescript(_SCHEMA)
         for table, columns in _ADDED_COLUMNS.items():
             have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}

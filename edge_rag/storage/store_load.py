@@ -18,6 +18,7 @@ import hnswlib
 
 from ..errors import REINDEX, StoreError
 from . import hnsw
+from .readonly import uri
 from .store_db import DB_FILE, STORE_ID
 from .store_meta import Committed, read_meta
 
@@ -81,7 +82,7 @@ def _fresh(folder: Path) -> tuple[dict[str, str], int]:
     if the file is gone)."""
     path = folder / DB_FILE
     try:
-        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+        db = sqlite3.connect(uri(path, "ro"), uri=True)
     except sqlite3.Error as exc:
         raise StoreError(f"{path} cannot be opened ({exc}): it was removed or made unreadable; {REINDEX}") from exc
     try:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import StoreError, check_seconds
+from .readonly import writable
 
 LOCK_FILE = "writer.lock"
 
@@ -26,7 +27,9 @@ def acquire(folder: Path, timeout: float) -> int:
     try:
         fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:  # another user's file, a folder in its place: was a bare traceback
-        raise StoreError(f"cannot open the store's writer lock {folder / LOCK_FILE}: {exc.strerror}") from exc
+        why = "" if writable(folder) else (
+            "; the store folder is read-only here: it answers questions, indexing and removing need it writable")
+        raise StoreError(f"cannot open the store's writer lock {folder / LOCK_FILE}: {exc.strerror}{why}") from exc
     deadline = time.monotonic() + timeout
     while True:
         try:
