@@ -12,11 +12,9 @@ the same answer whatever was generated before it.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import re
-import sys
 import threading
 from collections import abc, deque
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from pathlib import Path
 from ..config import Config, default_threads
 from ..documents.text import whole_sentences
 from ..errors import BundleError, ConfigError, InputError, check_str
+from .llama_log import errors_only, interrupts_after
 from .prompt import Template
 
 # End-of-turn pieces of the common chat templates (Gemma, ChatML, Llama 3, GPT-2 style): a bundle's profile may add
@@ -58,28 +57,6 @@ class RepetitionDetector:
         return any(tuple(seq[i : i + self.n]) == last for i in range(len(seq) - self.n))
 
 
-GGML_LOG_ERROR, GGML_LOG_CONT = 4, 5  # ggml_log_level of the llama.cpp that llama-cpp-python 0.3.36 builds
-_log_callback = None  # the ctypes callback llama.cpp holds: it must outlive every model
-_last_log_level = 0
-
-
-def _llama_errors_only() -> None:
-    """Let only llama.cpp's errors through to stderr. llama-cpp-python's own filter reads ggml's log levels one
-    off (a WARN passes as an ERROR), so its ``verbose=False`` let a KV-cache notice into the demo's output."""
-    global _log_callback
-    import llama_cpp
-
-    if _log_callback is None:
-        @llama_cpp.llama_log_callback
-        def errors_only(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-            global _last_log_level
-            _last_log_level = _last_log_level if level == GGML_LOG_CONT else level
-            if _last_log_level >= GGML_LOG_ERROR:
-                sys.stderr.write(text.decode("utf-8", "replace"))
-
-        _log_callback = errors_only
-    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-
 # Tokens n_ctx must leave the evidence, and as many the question: at n_ctx 100 Gemma's prompt held "Context: The
 # Normans" and "Question: When", and it answered "1066" from its own knowledge, or "1889" from the one-shot example.
 MIN_EVIDENCE = 64
@@ -103,7 +80,7 @@ class Generator:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from llama_cpp import Llama  # imported here: the RAG route never needs llama.cpp
 
-        _llama_errors_only()
+        errors_only()
         path = Path(gguf_path)
         if not path.is_file():
             raise BundleError(f"generator model missing: {path}")
@@ -111,8 +88,9 @@ class Generator:
             # flash attention (llama.cpp's own default; llama-cpp-python turns it off unless asked): without it a
             # token's attention holds and reads scores against every earlier position, so a long prompt costs more
             # time and memory the further it goes (docs/decisions/flash-attention.md)
-            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or default_threads(),
-                             n_batch=min(512, n_ctx), flash_attn=True, seed=seed, verbose=False)
+            with interrupts_after():  # Ctrl-C in llama.cpp's log callback, which ctypes swallowed
+                self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads or default_threads(),
+                                 n_batch=min(512, n_ctx), flash_attn=True, seed=seed, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise BundleError(f"llama.cpp cannot load {path}: {exc}") from exc
         self.prompt_style, self.template = prompt_style, Template(self.llm, prompt_style)
