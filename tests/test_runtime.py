@@ -162,6 +162,14 @@ def test_a_store_this_user_may_not_write_answers(bundle_dir, tmp_path):
         db.chmod(0o755)
 
 
+def test_questions_from_a_closed_standard_input_are_none(sample_rag, bundle_dir):
+    """`edge-rag ask - <&-` ended on TypeError's traceback (sys.stdin is None): a closed input holds no question."""
+    ask = subprocess.run([sys.executable, "-m", "edge_rag", "ask", "-", "--db", str(sample_rag.store.folder),
+                          "--bundle", str(bundle_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))
+    assert (ask.returncode, ask.stdout, ask.stderr) == (0, "", "")
+
+
 @pytest.mark.parametrize("closed", [1, 2])
 def test_a_command_started_with_its_output_closed_still_runs(tmp_path, bundle_dir, closed):
     """`edge-rag index … 2>&-` indexed nothing and exited 1 in silence (the progress bar wrote to no stream);

@@ -260,9 +260,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for name in ("stdout", "stderr"):  # started with it closed (`>&-`): print() skips a None stream, flush and the
-        if getattr(sys, name) is None:  # progress bar raised; and the file opened next would take its descriptor
-            setattr(sys, name, open(os.devnull, "w"))
+    for name in ("stdin", "stdout", "stderr"):  # started with it closed (`>&-`, `<&-`): print() skips a None stream,
+        if getattr(sys, name) is None:  # flush, the progress bar and `ask -` raised; the file opened next took its fd
+            setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w"))
     if isinstance(sys.stdout, io.TextIOWrapper):  # a locale that cannot spell an answer ("£16" in ASCII): "?16",
         sys.stdout.reconfigure(errors="replace")  # not UnicodeEncodeError's traceback
     args = parser().parse_args(argv)
