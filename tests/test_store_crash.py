@@ -15,6 +15,7 @@ from edge_rag.config import Config
 from edge_rag.documents.chunk import make_document
 from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
+from edge_rag.storage.fileio import atomic_write_text
 from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Part, Store
 
 BATCH = 20  # passages per commit in the crashing process, so the corpus below takes several commits
@@ -325,3 +326,43 @@ def test_a_database_that_goes_bad_under_a_running_kiosk_is_a_store_error(tmp_pat
         for ask in (rag.ask, lambda q: list(rag.ask_stream(q)), rag.decide):
             with pytest.raises(StoreError, match=f"the store {db} cannot be read .*re-index into a new folder"):
                 ask("Who founded the museum and when?")
+
+
+KILLED_MID_WRITE = """
+import os, signal, sys
+from edge_rag.storage.fileio import atomic_path
+with atomic_path(sys.argv[1]) as tmp:
+    tmp.write_text("half a certificate")
+    if sys.argv[2] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # no finally block runs
+    print("writing", flush=True)
+    sys.stdin.readline()  # a live writer, mid-write until told to go on
+    tmp.write_text("the live writer's")
+"""
+
+
+def test_temps_of_writers_killed_mid_write_do_not_pile_up(tmp_path):
+    """Each writer killed inside ``atomic_path`` left its temp file for good (5 kills: 5 temps of 1 MB beside the
+    operator's certificate). Each write of the same file first removes those of dead processes, and only those: a
+    live writer's temp, another file's temps and files not named as they are stay."""
+    target = tmp_path / "operator-calibration.json"
+
+    def run(how: str, **kw):
+        return subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(target), how], cwd=ROOT, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, **kw)
+
+    for _ in range(3):
+        assert run("kill").wait(timeout=60) == -9
+    assert len(list(tmp_path.glob(".operator-calibration.json.*.tmp"))) == 1  # the last one's: before, 3
+    live = run("live")
+    assert live.stdout.readline() == "writing\n"
+    others = [tmp_path / ".labels.sqlite.1.0123abcd.tmp", tmp_path / ".operator-calibration.json.tmp",
+              tmp_path / "operator-calibration.json.1.0123abcd.tmp"]
+    for other in others:
+        other.write_text("not a temp of this file's")
+    atomic_write_text(target, "{}")
+    left = sorted(p.name for p in tmp_path.glob(".operator-calibration.json.*.tmp"))
+    assert left == [f".operator-calibration.json.{live.pid}.{left[0].split('.')[-2]}.tmp"], left
+    assert all(other.exists() for other in others)
+    live.communicate("\n", timeout=60)
+    assert live.returncode == 0 and target.read_text() == "the live writer's"

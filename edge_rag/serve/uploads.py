@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException
 from ..documents.chunk import read_documents
 from ..documents.parse_child import Parser
 from ..errors import InputError
+from ..storage.fileio import pid_alive
 from ..types import Document
 
 UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
@@ -56,7 +57,7 @@ def remove_stale_folders() -> None:
     """Remove upload folders left by servers that were killed (their pid is gone)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
         pid = folder.name[len(TEMP_PREFIX):].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -172,13 +173,3 @@ def parse(name: str, path: Path, parser: Parser) -> list[Document]:
     except InputError as exc:
         raise InputError(str(exc).replace(str(path), name)) from None
     return [replace(d, source=source_of(name)) for d in docs]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
