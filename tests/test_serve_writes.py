@@ -245,19 +245,22 @@ def test_an_upload_is_saved_a_chunk_at_a_time(tmp_path):
 
 def test_upload_folders_left_by_killed_servers_are_removed_at_start(servers, tmp_path, monkeypatch):
     """Issue #43: the server killed mid-upload left its temporary folder behind. The next start removes the
-    folders whose server is gone and keeps those of running ones."""
+    folders whose server is gone and keeps those of running ones. A folder named with a number no pid can be, or
+    with a digit int() does not read (any user can make one in the shared temporary folder), stopped the server from
+    starting (OverflowError, ValueError)."""
     _, rag, _, _ = servers
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process now
     with subprocess.Popen(["sleep", "60"]) as running:
         stale, live = tmp_path / f"edge-rag-upload-{gone.pid}-x1", tmp_path / f"edge-rag-upload-{running.pid}-x2"
-        other = tmp_path / "edge-rag-upload-notmine"
-        for folder in (stale / "000", live / "000", other):
+        other, huge = tmp_path / "edge-rag-upload-notmine", tmp_path / f"edge-rag-upload-{2**64}-x3"
+        superscript = tmp_path / "edge-rag-upload-\u00b2-x4"  # a digit to str.isdigit, not to int()
+        for folder in (stale / "000", live / "000", other, huge, superscript):
             folder.mkdir(parents=True)
         (stale / "000" / "bomb.pdf").write_bytes(b"%PDF-1.4")
         create_app(rag, ServeConfig(port=0, token=serving.TOKEN))
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, superscript.name])
         running.kill()
 
 

@@ -57,7 +57,7 @@ def remove_stale_folders() -> None:
     """Remove upload folders left by servers that were killed (their pid is gone)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
         pid = folder.name[len(TEMP_PREFIX):].split("-")[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if pid.isascii() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 

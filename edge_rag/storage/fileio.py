@@ -34,7 +34,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def remove_stale_temps(path: Path) -> None:
     """Remove ``atomic_path``'s temps for ``path`` whose process is gone: only its own naming, never another file's
     temp, never one a live process (this one included) is writing."""
-    ours = re.compile(rf"\.{re.escape(path.name)}\.(\d{{1,7}})\.[0-9a-f]{{8}}\.tmp")  # pids are 7 digits at most
+    ours = re.compile(rf"\.{re.escape(path.name)}\.([0-9]+)\.[0-9a-f]{{8}}\.tmp")
     with contextlib.suppress(OSError), os.scandir(path.parent) as entries:  # unlisted: the write says what is wrong
         for entry in entries:
             found = ours.fullmatch(entry.name)
@@ -51,6 +51,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # another user's process
         return True
+    except OverflowError:  # a number no pid can be (a name anyone may give a file in a shared folder)
+        return False
     return True
 
 
