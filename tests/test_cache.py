@@ -119,6 +119,23 @@ def test_persists_across_instances_and_stays_bounded(tmp_path):
     assert AnswerCache(_small(2), path).get("d", V1) is None
 
 
+def test_a_cache_turned_off_never_writes_its_file(tmp_path):
+    """cache_size 0 with persistent_cache on: each answer was written to the file and deleted again, a needless
+    write per question on an SD card (20 questions: 40 row writes, 330 KB through its WAL). Now the file is neither
+    written nor read."""
+    path = tmp_path / "answers.sqlite"
+    kept = AnswerCache(_small(2), path)  # a file of a run with the cache on
+    kept.put("a", _answer("a"), V1)
+    kept.close()
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    off = AnswerCache(Config(cache_size=0, persistent_cache=True), path)
+    for q in ("b", "c", "a"):
+        off.put(q, _answer(q), V1)
+        assert off.get(q, V1) is None
+    off.close()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+
+
 @pytest.mark.parametrize(("column", "old", "new"), [("answer", "1889", "1888"), ("corpus_version", V1, "corpus-v0")])
 def test_a_stored_answer_that_rotted_is_a_miss_never_served(tmp_path, column, old, new):
     """Bit rot on the card ('9' -> '8', one bit) in a persisted answer was served as it read, with its route and

@@ -74,7 +74,9 @@ class AnswerCache:
 
     def __init__(self, config: Config, path: str | Path | None = None):
         self.capacity = config.cache_size
-        self.path = Path(path) if path is not None else None
+        # cache_size 0 turns the cache off, file and all: with persistent_cache on, each question wrote its answer to
+        # the file and deleted it again (20 questions: 40 row writes, 330 KB through the WAL on an SD card)
+        self.path = Path(path) if path is not None and self.capacity > 0 else None
         # key -> (corpus version, Answer JSON); JSON so no caller can mutate a cached answer in place
         self._memory: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._lock = threading.Lock()  # one cache may serve several threads
