@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 
+import onnxruntime
 import pytest
 
 from edge_rag.config import Config, Tier
@@ -333,6 +334,19 @@ def test_a_bundle_installed_in_the_others_place_is_not_served_the_others_answers
         live, served = rag.decide(question), rag.ask(question)
         assert not served.cache_hit and (served.tier, served.context) == (live.tier, live.context)
         assert live.tier is config.fallback_tier is not Tier.EASY
+
+
+def test_an_answer_kept_under_another_onnxruntime_is_not_served(tmp_path, bundle_dir, monkeypatch):
+    """onnxruntime's kernels round otherwise from version to version: with 1.22.1's a kiosk refused "What is Big
+    Mary?", with 1.32.0's it answers "Mary Penhale", and after the upgrade the persistent cache served the refusal.
+    The version is in the key (here an upgrade is the version it reports)."""
+    question, config = "How much do the coin lockers cost?", Config(persistent_cache=True)
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config) as rag:
+        rag.add_documents([_lockers(3)])
+        assert not rag.ask(question).cache_hit and rag.ask(question).cache_hit
+    monkeypatch.setattr(onnxruntime, "__version__", f"{onnxruntime.__version__}.upgraded")
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config) as rag:
+        assert not rag.ask(question).cache_hit and rag.ask(question).cache_hit
 
 
 def test_a_huge_answer_is_answered_again_never_kept(tmp_path, bundle_dir):

@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import onnxruntime as ort
+
 from ..config import Config
 from ..errors import BundleError
 from ..models import bundle as B
@@ -243,8 +245,11 @@ def _cache_key(config: Config, calibration_sha256: str | None, measured: State, 
     bundle's models: all four are the cache's key. The certificates too, as the rule choosing them may change with
     edge-rag itself (sharing delta raised the default threshold 0.481 -> 0.499 for the same file): a persisted cache
     must not answer by the old one. The bundle by its manifest (each file's sha256, the generator's settings): another
-    installed at the same path (`edge-rag models install`) routes and generates otherwise."""
-    return hashlib.sha1(repr((config, calibration_sha256, measured, bundle.manifest)).encode()).hexdigest()[:12]
+    installed at the same path (`edge-rag models install`) routes and generates otherwise. And the onnxruntime that
+    runs them: its kernels round otherwise from version to version (1.22.1 against 1.32.0 on one CPU: 3 of the 24
+    sample questions decided or answered otherwise, "What is Big Mary?" refused by one and answered by the other)."""
+    return hashlib.sha1(repr((config, calibration_sha256, measured, bundle.manifest,
+                              ort.__version__)).encode()).hexdigest()[:12]
 
 
 def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None:
