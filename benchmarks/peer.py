@@ -2,8 +2,9 @@
 
 Peer = sentence-transformers (torch) + FAISS (exact inner product) + llama-cpp-python on the same GGUF,
 unconditional top-k (LangChain-style). It indexes the same passages edge-rag stored; both answer the
-same questions. Cold start is process launch → first answer with the index already on disk; peak RSS
-is each process's own high-water mark; warm latency is the p50 over the following questions.
+same questions. Cold start is process launch → first answer with the index already on disk, each stack loading
+its models first (the peer llama.cpp, edge-rag what ``edge-rag serve`` loads: ``EdgeRAG.warm_up``); peak RSS is
+each process's own high-water mark; warm latency is the p50 over the following questions.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from benchmarks import decision, peer, routing, run, scale_backends
+from benchmarks import decision, peer, peer_worker, routing, run, scale_backends
 from benchmarks.systems import bench_config, preset, run_settings, settings_config
 from edge_rag import EdgeRAG, Tier
 from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
@@ -243,6 +243,32 @@ def test_the_peer_stacks_answer_with_the_runs_settings():
     expected = bench_config(1, 900, "paragraph", 6, {Tier.EASY: 300})
     assert preset(settings_config(job["config"]), "fixed_k") == preset(expected, "fixed_k")
     assert expected.passage_mode == "paragraph" and expected.tier(Tier.EASY).context_chars == 300
+
+
+def test_each_peer_stack_loads_at_start_what_it_may_use(bundle_dir: Path, sample_db: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    """The peer loads llama.cpp before its first answer; edge-rag's stacks loaded it at their first generated answer,
+    so full_cgr, none of whose 11 questions was generated for, was measured without it (peak RSS 119 MB, where
+    `edge-rag serve` with its decision holds 442 MB), and a warm answer that generated would have paid its load. Each
+    stack now loads at start what it may use (EdgeRAG.warm_up), as the served kiosk does: llama.cpp for full_cgr,
+    nothing more for certified, which never generates."""
+    import llama_cpp
+
+    loaded: list[str] = []
+    load = llama_cpp.Llama.__init__
+
+    def observed(self, *args, **kwargs) -> None:  # observed, not changed
+        loaded.append(kwargs["model_path"])
+        load(self, *args, **kwargs)
+
+    monkeypatch.setattr(llama_cpp.Llama, "__init__", observed)
+    shutil.copytree(sample_db, tmp_path / "db")
+    job = {"db": str(tmp_path / "db"), "bundle": str(bundle_dir),
+           "config": run_settings(run.parse_args(["--threads", "1"]))}
+    peer_worker.edge_answerer("full_cgr", job)  # no question asked yet
+    assert loaded == [str(Bundle.load(bundle_dir).require(ROLE_GENERATOR))]
+    peer_worker.edge_answerer("certified", job)
+    assert len(loaded) == 1
 
 
 def test_a_reused_folder_keeps_only_this_runs_figures_and_peer_files(small_run, bundle_dir: Path, tmp_path: Path):
