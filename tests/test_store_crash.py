@@ -1,9 +1,11 @@
 """Crash safety and one writer per store, with real processes: a crash (os._exit, no clean-up) at every
 step of the commit sequence, and two `edge-rag index` processes writing into one store at once."""
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from edge_rag.config import Config
 from edge_rag.documents.chunk import make_document
 from edge_rag.errors import StoreError
 from edge_rag.pipeline import EdgeRAG
-from edge_rag.storage.fileio import atomic_write_text
+from edge_rag.storage.fileio import atomic_path, atomic_write_text
 from edge_rag.storage.store import COMMIT_STEPS, DB_FILE, Part, Store
 
 BATCH = 20  # passages per commit in the crashing process, so the corpus below takes several commits
@@ -366,3 +368,31 @@ def test_temps_of_writers_killed_mid_write_do_not_pile_up(tmp_path):
     assert all(other.exists() for other in others)
     live.communicate("\n", timeout=60)
     assert live.returncode == 0 and target.read_text() == "the live writer's"
+
+
+def test_temps_left_by_a_killed_process_that_had_this_ones_pid_do_not_pile_up(tmp_path):
+    """A container's entrypoint is pid 1 at every start: each one killed mid-write (the OOM killer, `docker kill`)
+    left a temp named with the pid the next one has, alive, so they piled up all the same (5 real kills under
+    `unshare -pf`: 5 temps). A temp of this process's pid that it is not writing and that was made before it started
+    is removed; one another of its threads is writing stays, however old its time."""
+    target = tmp_path / "operator-calibration.json"
+    earlier = tmp_path / f".{target.name}.{os.getpid()}.0123abcd.tmp"  # as the killed process with this pid left it
+    earlier.write_text("half a certificate")
+    os.utime(earlier, (0, 0))
+    inside, go = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with atomic_path(target) as tmp:
+            tmp.write_text("the other thread's")
+            os.utime(tmp, (0, 0))
+            inside.set()
+            go.wait(60)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert inside.wait(60)
+    atomic_write_text(target, "{}")
+    left = list(tmp_path.glob(f".{target.name}.*.tmp"))
+    go.set()
+    writer.join(60)
+    assert not earlier.exists() and len(left) == 1 and target.read_text() == "the other thread's"

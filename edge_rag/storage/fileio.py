@@ -5,9 +5,15 @@ import contextlib
 import hashlib
 import os
 import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+_WRITING: set[str] = set()  # names of the temps this process is writing now
+_WRITING_LOCK = threading.Lock()
+_STARTED = time.time()  # this process was running by then
 
 
 @contextlib.contextmanager
@@ -19,16 +25,22 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     remove_stale_temps(path)
     # Not mkstemp: its 0600 mode would leave bundles and stores unreadable to a kiosk's service user.
     tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for open()
+    with _WRITING_LOCK:  # before it exists: another thread's remove_stale_temps must never take it for stale
+        _WRITING.add(tmp.name)
     try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for open()
+        try:
+            yield Path(tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(path.parent)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        with _WRITING_LOCK:
+            _WRITING.discard(tmp.name)
 
 
 def remove_stale_temps(path: Path) -> None:
@@ -37,10 +49,20 @@ def remove_stale_temps(path: Path) -> None:
     ours = re.compile(rf"\.{re.escape(path.name)}\.([0-9]+)\.[0-9a-f]{{8}}\.tmp")
     with contextlib.suppress(OSError), os.scandir(path.parent) as entries:  # unlisted: the write says what is wrong
         for entry in entries:
-            found = ours.fullmatch(entry.name)
-            if found and not pid_alive(int(found[1])):
+            if (found := ours.fullmatch(entry.name)) and _stale(entry, int(found[1])):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
+
+
+def _stale(entry: os.DirEntry, pid: int) -> bool:
+    """A temp of a gone process, or of this one's pid that it is not writing, made before it started: a container's
+    entrypoint has the same pid (1) at every start, and each one killed mid-write left a temp for good."""
+    if pid != os.getpid():
+        return not pid_alive(pid)
+    with _WRITING_LOCK:
+        if entry.name in _WRITING:
+            return False
+    return entry.stat().st_mtime < _STARTED
 
 
 def pid_alive(pid: int) -> bool:
