@@ -247,7 +247,9 @@ def test_upload_folders_left_by_killed_servers_are_removed_at_start(servers, tmp
     """Issue #43: the server killed mid-upload left its temporary folder behind. The next start removes the
     folders whose server is gone and keeps those of running ones. A folder named with a number no pid can be, or
     with a digit int() does not read (any user can make one in the shared temporary folder), stopped the server from
-    starting (OverflowError, ValueError)."""
+    starting (OverflowError, ValueError). A container's entrypoint has pid 1 at every start: the folders of one
+    killed, named with the pid the next start has, were kept (3 real SIGKILLs under `unshare -pf`: 3 folders, 15 MB);
+    this pid's folders made before this process started are removed, those made since (another server's) kept."""
     _, rag, _, _ = servers
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.Popen(["true"])
@@ -256,11 +258,14 @@ def test_upload_folders_left_by_killed_servers_are_removed_at_start(servers, tmp
         stale, live = tmp_path / f"edge-rag-upload-{gone.pid}-x1", tmp_path / f"edge-rag-upload-{running.pid}-x2"
         other, huge = tmp_path / "edge-rag-upload-notmine", tmp_path / f"edge-rag-upload-{2**64}-x3"
         superscript = tmp_path / "edge-rag-upload-\u00b2-x4"  # a digit to str.isdigit, not to int()
-        for folder in (stale / "000", live / "000", other, huge, superscript):
+        before, since = (tmp_path / f"edge-rag-upload-{os.getpid()}-{x}" for x in ("x5", "x6"))
+        for folder in (stale / "000", live / "000", other, huge, superscript, before, since):
             folder.mkdir(parents=True)
         (stale / "000" / "bomb.pdf").write_bytes(b"%PDF-1.4")
+        os.utime(before, (0, 0))  # as a killed process that had this pid left it
         create_app(rag, ServeConfig(port=0, token=serving.TOKEN))
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, superscript.name])
+        kept = [live.name, other.name, superscript.name, since.name]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
         running.kill()
 
 

@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException
 from ..documents.chunk import read_documents
 from ..documents.parse_child import Parser
 from ..errors import InputError
-from ..storage.fileio import pid_alive
+from ..storage.fileio import left_by_a_gone_process
 from ..types import Document
 
 UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
@@ -54,11 +54,12 @@ def upload_folder() -> Path:
 
 
 def remove_stale_folders() -> None:
-    """Remove upload folders left by servers that were killed (their pid is gone)."""
+    """Remove upload folders left by servers that were killed (their process is gone)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
         pid = folder.name[len(TEMP_PREFIX):].split("-")[0]
-        if pid.isascii() and pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if pid.isascii() and pid.isdigit() and left_by_a_gone_process(int(pid), folder.stat().st_mtime):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 class Folders:

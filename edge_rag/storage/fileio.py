@@ -55,14 +55,18 @@ def remove_stale_temps(path: Path) -> None:
 
 
 def _stale(entry: os.DirEntry, pid: int) -> bool:
-    """A temp of a gone process, or of this one's pid that it is not writing, made before it started: a container's
-    entrypoint has the same pid (1) at every start, and each one killed mid-write left a temp for good."""
-    if pid != os.getpid():
-        return not pid_alive(pid)
+    """A temp of a gone process that this process is not writing (it may have this one's pid)."""
     with _WRITING_LOCK:
         if entry.name in _WRITING:
             return False
-    return entry.stat().st_mtime < _STARTED
+    return left_by_a_gone_process(pid, entry.stat().st_mtime)
+
+
+def left_by_a_gone_process(pid: int, changed: float) -> bool:
+    """Whether a file or folder named with ``pid``, last changed at ``changed``, was left by a process that is gone:
+    one with another pid that runs no process, or one that had this process's pid before it started (a container's
+    entrypoint has pid 1 at every start: each one killed left what it was writing for good)."""
+    return changed < _STARTED if pid == os.getpid() else not pid_alive(pid)
 
 
 def pid_alive(pid: int) -> bool:
