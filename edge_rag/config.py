@@ -239,7 +239,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {"gate": GATES, "passage_mode": PASSAGE_M
 _INT, _REAL = True, False
 _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "memory_budget_mb": (1, None, True, True, _INT),
-    "max_seq_len": (1, None, True, True, _INT),
+    "max_seq_len": (2, None, True, True, _INT),  # [CLS] and [SEP]: a tokenizer ignores a shorter truncation
     "encode_batch_tokens": (1, None, True, True, _INT),
     "lexical_budget": (1, None, True, True, _INT),
     "threads": (0, 1024, True, True, _INT),  # more would reach onnxruntime's C++ as an overflow, blamed on the model

@@ -3,7 +3,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from edge_rag.retrieval.encode import HEAD_CHARS_PER_TOKEN
+from edge_rag.config import Config
+from edge_rag.errors import ConfigError
+from edge_rag.models import bundle as B
+from edge_rag.retrieval.encode import HEAD_CHARS_PER_TOKEN, Encoder
 
 
 def test_squad_recall_at_5(squad_default_rag):
@@ -62,3 +65,18 @@ def test_a_long_text_is_tokenized_from_its_head_into_the_whole_texts_tokens(enco
     got += encoder._tokenize(hard)
     assert [(list(t.ids), list(t.attention_mask), list(t.type_ids)) for t in got] == [
         (w.ids, w.attention_mask, w.type_ids) for w in whole]
+
+
+def test_every_max_seq_len_config_accepts_cuts_a_text_to_it(bundle):
+    """Config(max_seq_len=1) was accepted, but the tokenizer ignores a truncation shorter than its [CLS] and [SEP]:
+    every text was kept whole (302 tokens of a 300-word one), priced by the plan at 1 token, and a passage past the
+    model's 512 positions failed indexing with onnxruntime's broadcast error. Each length Config accepts is kept."""
+    text = " ".join(["museum"] * 600)
+    for seq in (1, 2, 3):
+        try:
+            Config(max_seq_len=seq)
+        except ConfigError:
+            continue
+        encoder = Encoder(bundle.require(B.ROLE_ENCODER), bundle.require(B.ROLE_TOKENIZER), seq, threads=1)
+        assert len(encoder._tokenize([text])[0].ids) <= seq
+        assert encoder.encode_one(text).shape == (encoder.dim,)
