@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     p = result["plan"]
     print(f"plan: n_ctx {p['n_ctx']}, encode_batch_tokens {p['encode_batch_tokens']}, {p['passages']} passages; "
-          + ", ".join(f"{k} {p[k]:.0f}" for k in ("runtime base", "generator", "encoder", "reader", "index") if k in p)
+          + ", ".join(f"{k} {p[k]:.0f}" for k in ("runtime base", "generator", "encoder", "reader", "answer cache", "index") if k in p)
           + " MB")
     print("RSS after: " + ", ".join(f"{k} {v:.0f}" for k, v in result["rss_mb"].items()) + " MB")
     print(f"peak RSS {result['peak_rss_mb']:.0f} MB vs plan {p['total_mb']:.0f} MB "

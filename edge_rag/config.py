@@ -191,7 +191,7 @@ class Config:
     seed: int = 0  # sampling seed
 
     # -- cache
-    cache_size: int = 256  # answers kept (LRU); 0 turns the cache off
+    cache_size: int = 256  # answers kept (LRU), priced full in the memory plan; 0 turns the cache off
     persistent_cache: bool = False  # also keep answers in <db>/answers.sqlite across restarts
 
     def __post_init__(self) -> None:

@@ -9,22 +9,25 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edge_rag import memory, pipeline
-from edge_rag.config import Config
+from edge_rag.config import Config, Tier
 from edge_rag.decision.certified import CertifiedPath
 from edge_rag.documents.chunk import chunk, read_documents
 from edge_rag.documents.files import iter_files
-from edge_rag.errors import BudgetError, BundleError
+from edge_rag.errors import MAX_QUESTION_CHARS, BudgetError, BundleError
 from edge_rag.memory import MIN_N_CTX, RUNTIME_BASE_MB, plan, read_gguf
 from edge_rag.memory.estimate import ENCODER_HEADS, encoder_estimate
 from edge_rag.models import bundle as B
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.reading.reader import reader_file
+from edge_rag.storage.cache import MAX_ANSWER_BYTES, AnswerCache
+from edge_rag.types import Answer, Route
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
@@ -184,7 +187,7 @@ def test_plan_is_cheap_and_within_budget(bundle: B.Bundle, sample_passages: int)
     assert time.perf_counter() - start < 2.0
     p = fixed_plan(bundle, Config(), sample_passages)
     assert p.total_mb <= Config().memory_budget_mb
-    assert {c.name for c in p.components} == {"runtime base", "encoder", "reader", "index", "generator"}
+    assert {c.name for c in p.components} == {"runtime base", "encoder", "reader", "index", "generator", "answer cache"}
     assert (p.n_ctx, p.encode_batch_tokens) == (Config().n_ctx, Config().encode_batch_tokens)
     assert "generator" in str(p) and p.apply(Config()).n_ctx == p.n_ctx
 
@@ -253,6 +256,31 @@ def test_impossible_budget_names_the_component_and_numbers(bundle: B.Bundle) -> 
     assert "KV cache" in msg and f"n_ctx {MIN_N_CTX}" in msg and "raise memory_budget_mb to at least" in msg
     with pytest.raises(BudgetError, match=r"^runtime base needs ~75 MB"):
         fixed_plan(bundle, Config(memory_budget_mb=50))
+
+
+def test_the_plan_holds_the_answer_cache_full(bundle: B.Bundle) -> None:
+    """The answer cache was outside the plan: Config(cache_size=10**6) in a 345 MB budget (a plan of 339) peaked at
+    464 MB after 5,000 questions of 45 KB answers, and grew on. The plan prices cache_size answers of the largest
+    size the cache keeps, under the longest questions: a cache full of them holds no more; one too large is refused."""
+    config = Config(cache_size=32)
+    priced = fixed_plan(bundle, config, 100).component("answer cache").mb
+    cache = AnswerCache(config)
+    tracemalloc.start()
+    try:
+        for i in range(2 * config.cache_size):
+            question = f"{i} " + "\U0001F600" * (MAX_QUESTION_CHARS - 8)  # 4 bytes a character, 12 in JSON
+            answer = Answer(question=question, answer="a", route=Route.RAG, tier=Tier.EASY)
+            room = MAX_ANSWER_BYTES - len(json.dumps(answer.to_dict()))
+            cache.put(question, Answer(question=question, answer="a", route=Route.RAG, tier=Tier.EASY,
+                                       context="x" * room), "f" * 32 + ":100000:" + "0" * 12)
+        del question, answer
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == config.cache_size and held / memory.rss.MB <= priced
+    fits = fixed_plan(bundle, config.with_(cache_size=0), 100).total_mb
+    with pytest.raises(BudgetError, match=r"^answer cache needs"):
+        fixed_plan(bundle, config.with_(cache_size=10**5, memory_budget_mb=int(fits) + 100), 100)
 
 
 def test_tight_budget_shrinks_n_ctx_then_the_encoder_batch(bundle: B.Bundle) -> None:

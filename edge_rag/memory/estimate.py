@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from ..documents.chunk import PARAGRAPH_WINDOW_CHARS
 from ..documents.indexing import INDEX_BATCH_PASSAGES
+from ..errors import MAX_QUESTION_CHARS
+from ..storage.cache import MAX_ANSWER_BYTES
 from ..storage.hnsw import COMMIT_GROWTH
 from ..storage.store_db import CONTEXT_NEIGHBOURS
 from .gguf import GGUFInfo
@@ -67,6 +69,11 @@ PY_STR_OVERHEAD_BYTES = 64
 # With edge_rag imported, opening a PgStore (psycopg + its bundled libpq, psycopg_pool, pgvector) and
 # checking out all 4 pool connections added 15.9 MB RSS (3 fresh processes, identical).
 PG_CLIENT_MB = 18.0
+
+# The answer cache (storage/cache.py) keeps Config.cache_size answers in memory: each a JSON string of at most
+# MAX_ANSWER_BYTES (ASCII: json.dumps escapes the rest), under its question (up to 4 bytes a character), with the
+# corpus version, a tuple and the LRU's node. An answer is ~2 KB, but a kiosk's cache fills with what it is asked.
+CACHE_ENTRY_BYTES = MAX_ANSWER_BYTES + 4 * MAX_QUESTION_CHARS + 1024
 
 # The HARD tier needs 2000 context chars + question + 128 new tokens. Measured with the gemma
 # tokenizer on SQuAD: the one-shot template is 69 tokens, English text ≥ 4.35 chars/token, the
@@ -165,3 +172,8 @@ def index_estimate(passages: int, dim: int, m: int, remote: bool = False, text_b
     return Estimate("index", {**store, "documents": text_bytes / MB,
                               "texts in hand": (in_hand + passages * 2 * PY_STR_OVERHEAD_BYTES) / MB,
                               "commit in hand": min(held, passages) * dim * 4 / MB})
+
+
+def cache_estimate(entries: int) -> Estimate:
+    """The answer cache full: ``entries`` (Config.cache_size) answers of the largest size it keeps."""
+    return Estimate("answer cache", {f"{entries} answers": entries * CACHE_ENTRY_BYTES / MB})

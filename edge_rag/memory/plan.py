@@ -25,6 +25,7 @@ from .estimate import (
     ENCODER_HEADS,
     MIN_N_CTX,
     Estimate,
+    cache_estimate,
     encoder_estimate,
     generator_estimate,
     index_estimate,
@@ -114,7 +115,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     nothing the tiers use. ``passages``: how many the store will hold (present + about to be added).
     Raises BudgetError naming the first component that overflows, in the order runtime base,
     generator, encoder, the neural reader when the config reads with it (Config.reads_neural), the indexing
-    encoder when config.index_threads asks for one (the server with writes), index
+    encoder when config.index_threads asks for one (the server with writes), the answer cache full, index
     (fixed costs first, largest first, so the message names what dominates, and a store too big names the index).
     ``base_mb`` replaces the measured runtime base (tests, or planning for another process).
     ``remote_index``: the store is a PostgreSQL database, so the index is priced as its client only.
@@ -137,6 +138,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
     # The neural reader is loaded only where the certified decision reads with it (on first use, planned up front).
     reader = reader_file(bundle) if config.reads_neural else None
     reader_bytes = reader.stat().st_size if reader is not None and reader.is_file() else 0
+    cache = (cache_estimate(config.cache_size),) if config.cache_size else ()
 
     def price(n_ctx: int, batch: int) -> tuple[Estimate, ...]:
         encoder = encoder_estimate(onnx_bytes, dim, batch, seq, heads, ffn)
@@ -145,7 +147,7 @@ def plan(bundle: B.Bundle, config: Config, passages: int = 0, base_mb: float | N
         indexing = (replace(second, name=INDEXING_ENCODER),) if second else ()
         reader_part = (reader_estimate(reader_bytes, dim, batch, READER_SEQ_LEN),) if reader_bytes else ()
         llm = (generator_estimate(info, n_ctx),) if generator else ()
-        return base, *llm, encoder, *reader_part, *indexing  # errors name the first over, the index last
+        return base, *llm, encoder, *reader_part, *indexing, *cache  # errors name the first over, the index last
 
     budget = config.memory_budget_mb
     ctxs = _n_ctx_candidates(config.n_ctx, info.context_length) if generator else [config.n_ctx]
