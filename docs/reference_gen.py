@@ -109,6 +109,7 @@ def config_table() -> str:
 
     allowed = {name: ", ".join(f"`{v}`" for v in values) for name, values in C._CHOICES.items()}
     for name, (low, high, low_in, high_in, integer) in C._RANGES.items():
+        high = C.INT_MAX if integer and high is None else high  # as _check_range bounds every count
         bounds = [f"{'≥' if low_in else '>'} {low}" if low is not None else "",
                   f"{'≤' if high_in else '<'} {high}" if high is not None else ""]
         allowed[name] = (("integer" if integer else "number") + " " + " and ".join(b for b in bounds if b)).strip()

@@ -5,8 +5,8 @@ gate), the edge-RAG thesis (sentence passages, tier router, correction, rerank s
 """
 from __future__ import annotations
 
-import math
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
@@ -25,6 +25,7 @@ class Tier(str, Enum):
 
 
 TIERS: tuple[Tier, ...] = tuple(Tier)  # cost order, and the router's class order (its logits' columns)
+INT_MAX = 2**31 - 1  # the largest count a field takes: they reach SQLite, hnswlib, llama.cpp (2**63 failed each ask)
 
 
 def default_threads() -> int:
@@ -50,8 +51,8 @@ class TierSpec:
     def __post_init__(self) -> None:
         for name in ("k", "context_chars", "max_new_tokens"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"TierSpec.{name}={value!r}: allowed values are integers >= 1")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
+                raise ConfigError(f"TierSpec.{name}={value!r}: allowed values are integers >= 1 and <= {INT_MAX}")
         if not isinstance(self.rerank, bool):
             raise ConfigError(f"TierSpec.rerank={self.rerank!r}: allowed values are True, False")
 
@@ -252,8 +253,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "lexical_weight": (0.0, None, True, True, _REAL),
     "correction_threshold": (-1.0, 1.0, True, True, _REAL),  # a cosine
     "correction_extra_k": (0, None, True, True, _INT),
-    "rerank_dense_weight": (0.0, None, True, True, _REAL),
-    "rerank_lexical_weight": (0.0, None, True, True, _REAL),
+    "rerank_dense_weight": (0.0, None, True, True, _REAL), "rerank_lexical_weight": (0.0, None, True, True, _REAL),
     "rerank_title_weight": (0.0, None, True, True, _REAL),
     "compression_floor": (0.0, None, True, True, _REAL),
     "dedupe_prefix_chars": (1, None, True, True, _INT),
@@ -288,9 +288,9 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
 
 def _check_range(name: str, value: object, low: float | None, high: float | None, low_in: bool, high_in: bool,
                  integer: bool) -> None:
-    kind = "an integer" if integer else "a number"
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and (isinstance(value, int) if integer else math.isfinite(value))
+    kind, high = ("an integer", INT_MAX if high is None else high) if integer else ("a number", high)
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)  # abs: an int past a float's range, or NaN
+          and (isinstance(value, int) if integer else abs(value) <= sys.float_info.max)
           and (low is None or (value >= low if low_in else value > low))
           and (high is None or (value <= high if high_in else value < high)))
     if not ok:

@@ -29,6 +29,14 @@ from edge_rag.errors import ConfigError, EdgeRAGError
     ({"seed": 2**32 - 1}, "seed=4294967295: allowed values are an integer >= 0 and <= 4294967294"),
     # each question listed the 2 x reader_window + 1 passage ids around its hit: 10**9 ran the process out of memory
     ({"reader_window": 10**9}, "reader_window=1000000000: allowed values are an integer >= 0 and <= 1000"),
+    # counts reach SQLite's LIMIT and hnswlib: baseline_k (gate_max_n, correction_extra_k) 2**63 was accepted and every
+    # question failed with OverflowError "Python int too large to convert to SQLite INTEGER"; ef_construction 2**64
+    # failed indexing with hnswlib's TypeError
+    ({"router": False, "baseline_k": 2**63}, f"baseline_k={2**63}: allowed values are an integer >= 1 and <= 2147483647"),
+    ({"hnsw_ef_construction": 2**64}, "hnsw_ef_construction=18446744073709551616: allowed values are an integer >= 1 and"),
+    # an int past a float's range (a settings JSON may hold one) raised OverflowError, not a ConfigError
+    ({"temperature": 10**400}, f"temperature={10**400}: allowed values are a number >= 0.0"),
+    ({"gate_delta": -(10**400)}, f"gate_delta={-(10**400)}: allowed values are a number > 0.0 and < 1.0"),
 ])
 def test_bad_value_raises_at_construction_naming_field_and_allowed_values(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -42,6 +50,8 @@ def test_bad_value_raises_at_construction_naming_field_and_allowed_values(change
 def test_tier_spec_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"TierSpec.k=0: allowed values are integers >= 1"):
         TierSpec(k=0, context_chars=600, max_new_tokens=64, rerank=False)
+    with pytest.raises(ConfigError, match=r"TierSpec.k=9223372036854775808: allowed values are integers >= 1 and <= "):
+        TierSpec(k=2**63, context_chars=600, max_new_tokens=64, rerank=False)  # the search's LIMIT, as baseline_k
     # TierSpec(rerank="no") was taken as true: that tier reranked
     with pytest.raises(ConfigError, match=r"TierSpec.rerank='no': allowed values are True, False"):
         TierSpec(k=1, context_chars=600, max_new_tokens=64, rerank="no")  # type: ignore[arg-type]
