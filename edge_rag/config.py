@@ -106,7 +106,7 @@ class Config:
     # -- which stages run (all on: the adaptive, cautious pipeline; the benchmarks switch them off one by one)
     # "hybrid": the dense and the full-text (BM25) search, fused; "dense" | "lexical": one of them; "none": no context
     retrieval: str = "hybrid"
-    router: bool = True  # tier budgets from router.onnx (else fixed k = baseline_k, whole passages)
+    router: bool = True  # tier budgets from router.onnx (else fixed k = baseline_k in fallback_tier's budget)
     correction: bool = True  # a weak best match on EASY/MEDIUM keeps correction_extra_k more passages
     rerank: bool = True  # reorder MEDIUM/HARD passages by cosine, keyword and title overlap (the rerank_* weights)
     compression: bool = True  # dedupe + sentence-level compression to the tier's char budget
@@ -146,7 +146,7 @@ class Config:
     # -- router tiers
     tiers: Tiers = DEFAULT_TIERS  # each tier's passages, context characters, new tokens, rerank (a plain dict is frozen)
     fallback_tier: Tier = Tier.MEDIUM  # used (and recorded) when no router.onnx is available
-    tier_override: Tier | None = None  # force one tier (oracle labelling, or "always HARD" kiosks)
+    tier_override: Tier | None = None  # force one tier, router on or off (oracle labelling, "always HARD" kiosks)
 
     # -- correction (thesis)
     correction_threshold: float = 0.52  # a top-1 cosine below this on a non-HARD tier is a weak match

@@ -252,9 +252,12 @@ def test_router_off_uses_baseline_k_and_the_fallback_tier(sample_rag: EdgeRAG) -
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_override_wins_over_the_router(sample_rag: EdgeRAG, tier: Tier) -> None:
+@pytest.mark.parametrize("router", [True, False])
+def test_override_wins_over_the_router(sample_rag: EdgeRAG, tier: Tier, router: bool) -> None:
+    """Also with the router off: Config(tier_override=HARD, router=False) answered every question in MEDIUM's budget
+    with baseline_k passages (465 context characters where HARD gives 889 on the sample)."""
     vector = sample_rag.encoder.encode_one(QUESTION)
-    c = Config(tier_override=tier)
+    c = Config(tier_override=tier, router=router)
     assert choose_tier(vector, QUESTION, _hits_of(sample_rag, vector), sample_rag.router, c) == (tier, c.tier(tier), False)
 
 

@@ -136,15 +136,16 @@ class Router:
 
 def choose_tier(vector: np.ndarray, question: str, hits: Sequence[Passage], router: Router | None,
                 config: Config) -> tuple[Tier, TierSpec, bool]:
-    """The tier, its budget, and whether it is a fallback. The router decides unless it is switched off
-    (the fixed-k baseline: k = baseline_k, other limits as the fallback tier, no rerank), a tier is
-    forced (tier_override), or the bundle has no router (the config's fallback tier, recorded as such)."""
+    """The tier, its budget, and whether it is a fallback. The router decides unless a tier is forced
+    (tier_override: also with the router off, whose "always HARD" kiosk got the fallback tier's budget), it is
+    switched off (the fixed-k baseline: k = baseline_k, other limits as the fallback tier, no rerank), or the
+    bundle has no router (the config's fallback tier, recorded as such)."""
     c = config
+    if c.tier_override is not None:
+        return c.tier_override, c.tier(c.tier_override), False
     if not c.router:
         base = c.tier(c.fallback_tier)
         return c.fallback_tier, TierSpec(c.baseline_k, base.context_chars, base.max_new_tokens, False), False
-    if c.tier_override is not None:
-        return c.tier_override, c.tier(c.tier_override), False
     if router is None:
         return c.fallback_tier, c.tier(c.fallback_tier), True
     tier = router(vector, question, hits)
