@@ -176,7 +176,7 @@ class Config:
     max_error_rate: float = 0.4
     delta: float = 0.05  # the certificate holds with probability >= 1 - delta over the calibration draw
     reader_passages: int = 1  # the search's top hits the neural reader reads (docs/decisions/reader-window.md)
-    reader_window: int = 2  # each hit widened by this many sentences either side (same document)
+    reader_window: int = 2  # each hit widened by this many sentences either side (same document; read.READ_MAX_CHARS)
 
     # -- confidence-gated routing of the seeds' path (EverydayGPT Def. 2); distances d = 2 - 2 cosine
     refuse_distance: float = 1.5  # delta_d: d_min above this is out of domain (cosine < 0.25)

@@ -126,6 +126,23 @@ def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
     assert all(h.id not in {p.id for p in same_doc} for h in wide[1:])  # no window read twice
 
 
+def test_a_hit_without_sentence_ends_is_read_within_a_bounded_context(bundle_dir, tmp_path):
+    """A document without a sentence end (a PDF's table run, minified text) is cut into 64 KB passages, and the reader
+    read a hit with its neighbours whole: 222 windows, 11-20 s a question. It reads the hit, then whole neighbours
+    nearest first, within READ_MAX_CHARS; the hit's own words first."""
+    from edge_rag.reading.read import READ_MAX_CHARS, paragraphs
+
+    words = [f"room{k} holds exhibit{k} from hall{k % 7}" for k in range(6000)]  # ~190 KB, no "." anywhere
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        rag.add_documents([", ".join(words)])
+        hits = rag.store.search(rag.encoder.encode_one("Which hall holds exhibit 12?"), 5)
+        assert max(len(h.text) for h in hits) > 4 * READ_MAX_CHARS  # the passages are as long as ever
+        wide = paragraphs(hits, rag.store, limit=1, window=rag.config.reader_window)
+    assert len(wide) == 1 and wide[0].id == hits[0].id
+    assert len(wide[0].text) <= READ_MAX_CHARS and hits[0].text.startswith(wide[0].text)
+    assert hits[0].text[len(wide[0].text)] == " "  # cut at a word's end
+
+
 @pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)
 def test_calibration_is_for_the_shipped_reader(asset):
     """A new reader.onnx needs `make calibrate` (both backends): the certificate is about the model it was measured with."""

@@ -150,6 +150,27 @@ def test_windowing_finds_an_answer_past_the_first_window(reader: Reader, founder
     assert long.text[span.start:span.end] == span.text
 
 
+def test_a_passage_of_a_token_a_character_is_read_in_a_bounded_number_of_windows(reader: Reader, founder: Passage,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    """Punctuation or CJK is a token a character: 8,000 characters were ~130 windows, all read. The reader reads the
+    first MAX_WINDOWS of a passage, so a question's reading time is bounded whatever the document's shape."""
+    from edge_rag.reading.reader import MAX_WINDOWS
+
+    dense = Passage(id=7, doc_id="dense", title="Harbourlight Science Museum", text=f"{founder.text} {'1,' * 4000}")
+    assert len(reader.windows(FOUNDER_Q, dense.text)) > 4 * MAX_WINDOWS
+    rows: list[int] = []
+    run = reader.session.run
+
+    def counted(names, feeds):
+        rows.append(len(feeds["input_ids"]))
+        return run(names, feeds)
+
+    monkeypatch.setattr(reader, "session", type("Counted", (), {"run": staticmethod(counted)})())
+    span = reader.read(FOUNDER_Q, [dense, founder])
+    assert sum(rows) <= 2 * MAX_WINDOWS
+    assert span.text is not None and "Margaret Hollins" in span.text  # the first windows are still read
+
+
 def test_batch_and_order_invariance(reader: Reader, tokenizer_path: Path, founder: Passage, others: list[Passage]):
     forward = reader.read(FOUNDER_Q, [founder, *others])
     backward = reader.read(FOUNDER_Q, [*reversed(others), founder])

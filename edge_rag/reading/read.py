@@ -46,6 +46,11 @@ class Candidate:
 NOTHING = Candidate(None, None, 0.0, 0.0, 0.0)  # no answer: nothing found, or nothing read
 
 
+# The most characters of a hit and its neighbours the reader reads: twice SQuAD's longest paragraph (4,063), so every
+# SQuAD context (a paragraph is a document there) is read whole, as calibrated.
+READ_MAX_CHARS = 8192
+
+
 class _Store(Protocol):
     def passages(self, ids: Sequence[int]) -> list[Passage]: ...
 
@@ -53,7 +58,7 @@ class _Store(Protocol):
 def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int) -> list[Passage]:
     """The first ``limit`` distinct hits widened to their neighbourhood: for a sentence passage, the passages
     of the same document at positions within ``window`` of it (ids of one document are consecutive), joined
-    in document order. Keeps the hit's id and score."""
+    in document order, as many as fit in READ_MAX_CHARS (``within``). Keeps the hit's id and score."""
     out: list[Passage] = []
     covered: set[int] = set()  # passage ids already inside an earlier hit's window
     for hit in hits:
@@ -62,10 +67,31 @@ def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int) 
         if hit.id in covered:
             continue
         ids = [hit.id + k for k in range(-window, window + 1) if hit.position + k >= 0]
-        around = [p for p in store.passages(ids) if p.doc_id == hit.doc_id]
+        around = within([p for p in store.passages(ids) if p.doc_id == hit.doc_id], hit)
         covered.update(p.id for p in around)
-        out.append(replace(hit, text=" ".join(p.text for p in around) or hit.text))
+        out.append(replace(hit, text=" ".join(p.text for p in around)))
     return out
+
+
+def within(around: list[Passage], hit: Passage, budget: int = READ_MAX_CHARS) -> list[Passage]:
+    """The hit (cut to ``budget`` at a word's end), then its neighbours nearest first, each side until one does not
+    fit whole: a document without sentence ends or blank lines is cut into 64 KB passages (chunk.py), and the reader
+    read every window of a hit and its neighbours (a 121 KB context: 222 windows, 11-20 s a question on 2 cores)."""
+    i = next((k for k, p in enumerate(around) if p.id == hit.id), None)
+    middle = around[i] if i is not None else hit
+    if len(middle.text) > budget:
+        cut = middle.text.rfind(" ", 0, budget + 1)
+        middle = replace(middle, text=middle.text[: cut if cut > 0 else budget])
+    if i is None:
+        return [middle]
+    lo, hi, size, grew = i, i + 1, len(middle.text), True
+    while grew:
+        grew = False
+        if lo > 0 and size + 1 + len(around[lo - 1].text) <= budget:
+            lo, size, grew = lo - 1, size + 1 + len(around[lo - 1].text), True
+        if hi < len(around) and size + 1 + len(around[hi].text) <= budget:
+            hi, size, grew = hi + 1, size + 1 + len(around[hi].text), True
+    return [*around[lo:i], middle, *around[i + 1 : hi]]
 
 
 def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:

@@ -2,7 +2,7 @@
 
 The model reads ``question [SEP] "title: text"`` windows and gives start/end logits per token. A span
 (i, j) scores start[i] + end[j]; the no-answer ("null") score is start[CLS] + end[CLS], as in SQuAD 2.0
-BERT readers. Long passages are cut into overlapping windows; every window of every passage goes
+BERT readers. Long passages are cut into overlapping windows; the first MAX_WINDOWS of each passage go
 through the model in a few length-bounded batches. The same windowing and span decoding are used by
 the trainer (``convert/train_reader.py``), so what is measured there is what runs here.
 """
@@ -26,6 +26,9 @@ CONTEXT_SEQUENCE = 1  # tokenizers' sequence id of the passage in a (question, p
 MAX_SEQ_LEN = 256  # window length the reader is trained and run with (tokens)
 STRIDE = 128  # tokens shared by consecutive windows
 MAX_ANSWER_TOKENS = 30
+# The most windows of one passage the reader reads (its first): a passage of punctuation or CJK is a token a character,
+# so even read.READ_MAX_CHARS is ~150 windows. SQuAD's most is 12 (its longest paragraph, a 64-token question).
+MAX_WINDOWS = 16
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ class Reader:
         self.batch_tokens = max(batch_tokens, max_seq_len)
 
     def read(self, question: str, passages: Sequence[Passage]) -> Span:
-        """The best span over every window of every passage (``NO_SPAN`` if there is nothing to read)."""
+        """The best span over the first MAX_WINDOWS windows of every passage (``NO_SPAN`` if there is nothing to
+        read)."""
         if not isinstance(question, str) or not question.strip():
             raise InputError("reader: the question is empty")
         owners: list[tuple[Passage, int]] = []  # (passage, offset of its text in the context) per window
@@ -138,7 +142,7 @@ class Reader:
             if not passage.text.strip():
                 continue
             context, prefix = passage_context(passage.title, passage.text)
-            for window in self.windows(question.strip(), context):
+            for window in self.windows(question.strip(), context)[:MAX_WINDOWS]:
                 owners.append((passage, prefix))
                 encodings.append(window)
         best = NO_SPAN
