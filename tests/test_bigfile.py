@@ -17,6 +17,7 @@ from conftest import ROOT
 
 from benchmarks.write_amplification import write_text
 from edge_rag.config import Config
+from edge_rag.documents.chunk import chunk, make_document
 from edge_rag.errors import BudgetError
 from edge_rag.memory import plan
 from edge_rag.models import bundle as B
@@ -90,7 +91,8 @@ WORDS = "museum harbour light ship engine crew ticket gallery planet star lens t
 
 
 def write_long_paragraphs(path: Path, mb: float, seed: int = 0) -> None:
-    """Paragraphs of 60,000 characters without a sentence end: each one passage of that length, in either mode."""
+    """Paragraphs of 60,000 characters without a sentence end: each cut into passages of at most MAX_UNIT_CHARS (chunk.py)
+    at a space, in either mode."""
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
         for _ in range(int(mb * 1_000_000) // 60_002 + 1):
@@ -151,7 +153,8 @@ def test_long_paragraphs_are_planned_from_their_length(tmp_path: Path, bundle: B
     assert out["refused"] is None, out
     assert out["peak"] - out["before"] <= out["index"] + out["activations"], out
     assert out["peak"] <= out["total"] <= out["budget"], out
-    per_commit = out["commit_bytes"] // 60_000 + 1
+    shortest = min(map(len, chunk(make_document(paths[0].read_text(encoding="utf-8").split("\n\n")[0]))))
+    per_commit = out["commit_bytes"] // shortest + 1
     assert out["commit_bytes"] < 16_000_000 and len(out["calls"]) == 3, out  # the plan took smaller commits
     done = [0] + [d for d, _ in out["calls"]]
     assert all(0 < b - a <= per_commit for a, b in zip(done, done[1:])), out
@@ -210,7 +213,8 @@ def test_files_too_long_for_the_budget_are_refused_before_all_are_read(tmp_path:
     msg = str(err.value)
     assert msg.startswith("index needs ~") and "MB of documents to index held in memory" in msg, msg
     read = re.search(r"at least: (\d+) new passages", msg)
-    assert read is not None and int(read.group(1)) < 3 * 67, msg  # the third file was never read
+    per_file = len(chunk(make_document(paths[0].read_text(encoding="utf-8"))))
+    assert read is not None and int(read.group(1)) < 3 * per_file, msg  # the third file was never read
 
 
 if __name__ == "__main__":  # big files by hand: python tests/test_bigfile.py --mb 500

@@ -350,10 +350,10 @@ def test_an_answer_kept_under_another_onnxruntime_is_not_served(tmp_path, bundle
 
 
 def test_a_huge_answer_is_answered_again_never_kept(tmp_path, bundle_dir):
-    """With compression off an answer's context is whole passages, and a document without a sentence break is one
-    passage: its answers are not kept (answered again each time), so cache_size of them cannot hold hundreds of MB.
-    Before: each 100 KB answer was kept, in memory and in the file. (The seeds' extractor: the neural reader takes
-    seconds over a passage this long.)"""
+    """With compression off an answer's context is whole passages, and a document without a sentence break is passages
+    of MAX_UNIT_CHARS (chunk.py): its answers are not kept (answered again each time), so cache_size of them cannot
+    hold hundreds of MB. Before: each 100 KB answer was kept, in memory and in the file. (The seeds' extractor: the
+    neural reader takes seconds over passages this long.)"""
     prices = " ".join(f"locker{i} costs {i % 9} pounds" for i in range(4_000))  # ~100 KB, no sentence break
     config = Config(compression=False, certified=False, persistent_cache=True)
     with EdgeRAG(tmp_path, bundle=bundle_dir, config=config) as rag:

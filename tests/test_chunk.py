@@ -15,6 +15,21 @@ def test_split_sentences_keeps_abbreviations():
     assert split_sentences(text) == ["Dr. Smith arrived at 9 a.m. on Monday.", "He left at noon!", "Was it late?", "Yes."]
 
 
+def test_a_text_without_sentence_ends_is_cut_into_bounded_passages_at_word_ends():
+    """A table run, minified text or a PDF without full stops was one 64 KB passage (a paragraph window), of which the
+    encoder saw the first tokens. No sentence or paragraph is longer than MAX_UNIT_CHARS: cut at a sentence end, else
+    at a space, and no word is lost or split."""
+    from edge_rag.documents.chunk import MAX_UNIT_CHARS
+
+    run = ", ".join(f"room{k} holds exhibit{k} from hall{k % 7}" for k in range(6000))  # ~190 KB, no "."
+    prose = " ".join(f"Room {k} holds exhibit {k}." for k in range(9000))  # one ~200 KB paragraph of sentences
+    for text, mode in ((run, "sentence"), (run, "paragraph"), (prose, "paragraph")):
+        units = chunk(make_document(text, "Rooms"), mode)
+        assert max(map(len, units)) <= MAX_UNIT_CHARS < 2 * max(map(len, units)), mode
+        assert " ".join(units) == text
+    assert all(u.endswith(".") for u in chunk(make_document(prose, "Rooms"), "paragraph"))
+
+
 def test_whole_sentences_drops_the_unfinished_one():
     """What a generated answer may show: its whole sentences, by the rule split_sentences uses."""
     text = 'Dr. Smith measured 3.5 m on Monday. He said "Go." It is located'

@@ -87,6 +87,23 @@ def test_a_file_indexed_before_its_passages_were_respelt_is_cut_again(rag, tmp_p
     assert rag.store.search_text(query_terms("floor?"), 3) and rag.add_files([docs]) == 0
 
 
+def test_a_file_indexed_before_passages_were_cut_to_a_bound_is_cut_again(rag, tmp_path, monkeypatch):
+    """A text without sentence ends was one passage per 64 KB; passages are now cut to MAX_UNIT_CHARS. Re-indexing an
+    unchanged file cut before cuts it again, once; a document without a paragraph that long is left alone."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "rooms.txt").write_text(", ".join(f"room{k} holds exhibit{k}" for k in range(3000)))  # ~70 KB, no "."
+    (docs / "cafe.txt").write_text("The cafe serves soup and sandwiches.")
+    with monkeypatch.context() as old:  # the code before passages were cut to MAX_UNIT_CHARS
+        old.setattr(chunk, "MAX_UNIT_CHARS", chunk.PARAGRAPH_WINDOW_CHARS * 2, raising=False)
+        old.setattr(indexing, "content_sha", lambda doc: doc_id_for(doc.title, doc.text), raising=False)
+        assert rag.add_files([docs]) == 3  # two windows of the run, and the cafe
+    assert max(map(len, _texts(rag))) > chunk.PARAGRAPH_WINDOW_CHARS // 2
+    assert rag.add_files([docs]) == len(chunk.chunk(read_documents(docs / "rooms.txt")[0])) > 3
+    assert max(map(len, _texts(rag))) <= chunk.MAX_UNIT_CHARS and "The cafe serves soup and sandwiches." in _texts(rag)
+    assert rag.add_files([docs]) == 0
+
+
 def test_json_record_with_a_known_id_and_new_text_replaces_it(rag, tmp_path, caplog):
     path = tmp_path / "faq.json"
     path.write_text(json.dumps([{"id": "q1", "title": "Parking", "text": "Parking costs 8 pounds a day."}]))

@@ -53,7 +53,7 @@ _TYPESET = str.maketrans({"\u00ad": "", "\ufb00": "ff", "\ufb01": "fi", "\ufb02"
 # Characters whose spelling in passages (_clean) changed since stores were first written: a document holding one is
 # cut again when indexed under a newer spelling (content_sha). Add what a change to _clean respells, and bump.
 _RESPELT = re.compile("[\u00ad\ufb00-\ufb06\x0b\x0c\x1c-\x1f]|[^\\W\\d_]-[ \t]*\r?\n")
-UNITS_VERSION = 2
+UNITS_VERSION = 3  # 3: a sentence or paragraph is cut to MAX_UNIT_CHARS, so a document with a longer paragraph too
 # A word hyphenated at a line's end (text copied from a PDF, a hard-wrapped file): "centr-\nifugal" was the words "centr"
 # and "ifugal". Before a lower-case letter the hyphen was the typesetter's and goes; before any other letter it is the
 # word's own ("Yarrow-Schlick-\nTweedy") and stays; either way the word is whole.
@@ -62,6 +62,10 @@ _READABLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]")  # any character that is not 
 # A paragraph longer than this is cut (at a sentence end if there is one) before it is split, so a
 # huge file without blank lines is processed in bounded pieces instead of as one giant string list.
 PARAGRAPH_WINDOW_CHARS = 1 << 16
+# The longest sentence or paragraph kept whole: a text without sentence ends (a table run, minified text) was one
+# 64 KB passage, of which the encoder saw the first tokens and the reader (read.READ_MAX_CHARS) the first 8 KB. Above
+# every paragraph of SQuAD (4,063 characters) and HotpotQA (8,237), so their passages are as calibrated.
+MAX_UNIT_CHARS = 1 << 14
 _HASH_SLICE_CHARS = 1 << 20
 # A title is stored with each of its passages and in their full-text entries (PostgreSQL's tsvector holds 1 MB at most:
 # a 1.35 MB title failed the whole commit it was in): a document's title is cut to this, its text kept whole.
@@ -84,11 +88,23 @@ def doc_id_for(title: str, text: str) -> str:
 
 
 def content_sha(doc: Document) -> str:
-    """The content hash a store keeps of a document: ``doc_id_for`` of its title and text, and the passages' spelling
-    version if _clean respells some of its text. An unchanged file indexed before the spelling changed kept its old
-    passages at every re-index ("\ufb01rst \ufb02oor" was no word of "first floor"); now they are replaced."""
+    """The content hash a store keeps of a document: ``doc_id_for`` of its title and text, and the passages' version
+    if _clean respells some of its text or a paragraph may be cut since. An unchanged file indexed before the spelling
+    changed kept its old passages at every re-index ("\ufb01rst \ufb02oor" was no word of "first floor"); now they are
+    replaced."""
     sha = doc_id_for(doc.title, doc.text)
-    return f"{sha}.{UNITS_VERSION}" if _RESPELT.search(doc.text) else sha
+    return f"{sha}.{UNITS_VERSION}" if _RESPELT.search(doc.text) or _long_paragraph(doc.text) else sha
+
+
+def _long_paragraph(text: str) -> bool:
+    """Whether a paragraph of ``text`` is nearly MAX_UNIT_CHARS long: only such a document holds a unit cut since
+    version 3 (a sentence takes in the fragments before it, under min_sentence_chars: 20 by default)."""
+    start = 0
+    for end, nxt in _blank_spans(text):
+        if end - start > MAX_UNIT_CHARS - 1024:
+            return True
+        start = nxt
+    return False
 
 
 def make_document(text: str, title: str = "", doc_id: str | None = None, source: str = "") -> Document:
@@ -221,17 +237,17 @@ def iter_units(doc: Document, mode: str = "sentence", min_chars: int = 20) -> It
     pending: str | None = None  # the last sentence, held back: a short next fragment merges into it
     for para in _paragraphs(doc.text):
         if mode == "paragraph":
-            yield para
+            yield from _capped(para)
             continue
         for sentence in split_sentences(para):
             if pending is not None and len(pending) < min_chars:
                 pending = f"{pending} {sentence}"
                 continue
             if pending is not None:
-                yield pending
+                yield from _capped(pending)
             pending = sentence
     if pending is not None:
-        yield pending
+        yield from _capped(pending)
 
 
 def _paragraphs(text: str) -> Iterator[str]:
@@ -253,6 +269,16 @@ def _blank_spans(text: str) -> Iterator[tuple[int, int]]:
     for m in _BLANK_LINES.finditer(text):
         yield m.start(), m.end()
     yield len(text), len(text)
+
+
+def _capped(unit: str) -> Iterator[str]:
+    """``unit`` in pieces of at most MAX_UNIT_CHARS, each cut where _cut cuts (a sentence end, else a space)."""
+    start = 0
+    while len(unit) - start > MAX_UNIT_CHARS:
+        cut = _cut(unit, start, start + MAX_UNIT_CHARS)
+        yield unit[start:cut].strip()
+        start = cut
+    yield unit[start:].strip() if start else unit
 
 
 def _cut(text: str, lo: int, hi: int) -> int:

@@ -75,7 +75,7 @@ def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int) 
 
 def within(around: list[Passage], hit: Passage, budget: int = READ_MAX_CHARS) -> list[Passage]:
     """The hit (cut to ``budget`` at a word's end), then its neighbours nearest first, each side until one does not
-    fit whole: a document without sentence ends or blank lines is cut into 64 KB passages (chunk.py), and the reader
+    fit whole: a document without sentence ends was cut into 64 KB passages (now chunk.MAX_UNIT_CHARS), and the reader
     read every window of a hit and its neighbours (a 121 KB context: 222 windows, 11-20 s a question on 2 cores)."""
     i = next((k for k, p in enumerate(around) if p.id == hit.id), None)
     middle = around[i] if i is not None else hit
