@@ -1,6 +1,7 @@
 """A server for the operator page's tests: the sample store, a question log holding labelled questions."""
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 from pathlib import Path
@@ -31,14 +32,18 @@ def sample_labels() -> list[dict]:
 
 def logged_server(sample_db: Path, folder: Path, times: int = 1):
     """A server over a copy of the sample store whose question log already holds every labelled question, each
-    asked ``times`` times (the first once more, typed differently)."""
+    asked ``times`` times (the first once more, typed differently), each asking another visitor's: 10 minutes after
+    the one before, as the log writes them (asked again at once, a question counts once: labels.REPEAT_S)."""
     db = folder / "db"
     shutil.copytree(sample_db, db)
     log = QuestionLog(folder / "questions.jsonl")
-    for _ in range(times):
-        for entry in sample_labels():
-            log.add(entry["question"])
-    log.add("  " + sample_labels()[0]["question"].upper())
+    asked = [e["question"] for _ in range(times) for e in sample_labels()] + ["  " + sample_labels()[0]["question"].upper()]
+    start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=10 * len(asked))
+    assert log.path is not None
+    with open(log.path, "a", encoding="utf-8") as f:
+        for n, question in enumerate(asked):
+            when = (start + datetime.timedelta(minutes=10 * n)).isoformat(timespec="seconds")
+            f.write(json.dumps({"question": question, "asked": when}, ensure_ascii=False) + "\n")
     rag = EdgeRAG(db, config=Config(temperature=0.0, index_threads=1))  # a server with writes
     return rag, serving.running_server(rag, ServeConfig(port=0, token=serving.TOKEN, question_timeout_s=900,
                                                         question_log=str(log.path), min_labels=LEAST))

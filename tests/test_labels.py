@@ -20,8 +20,8 @@ from edge_rag.serve import question_log
 ROOT = Path(__file__).resolve().parent.parent
 LOGGED = [("When does the museum open?", "2026-01-01T10:00:00+00:00"),
           ("How do I bake sourdough bread?", "2026-01-01T10:01:00+00:00"),
-          ("when does the   museum OPEN?", "2026-01-01T10:02:00+00:00"),
-          ("Who designed the lighthouse lens?", "2026-01-01T10:03:00+00:00")]
+          ("when does the   museum OPEN?", "2026-01-01T10:12:00+00:00"),
+          ("Who designed the lighthouse lens?", "2026-01-01T10:13:00+00:00")]
 
 
 def write_jsonl(path: Path, entries: list[dict]) -> Path:
@@ -46,6 +46,23 @@ def test_the_three_kinds_export_as_the_file_calibrate_reads(tmp_path):
     read = calibrate.load_questions(write_jsonl(tmp_path / "labelled.jsonl", entries))
     assert [(q.answers, q.label) for q in read] == [(("10:00", "10 am"), "answer"), ((), "off-topic"),
                                                      (("10:00", "10 am"), "answer"), ((), "not-in-documents")]
+
+
+def test_a_visitor_asking_again_at_once_is_counted_once(tmp_path):
+    """The bound takes each exported entry for an independent draw of what visitors ask. A visitor's double tap or
+    retry after a refusal is not another draw: counted each, 3 askings a visit held alpha in 78-84% of Monte-Carlo
+    draws at n 100-1000 where 95% was promised. An asking within REPEAT_S of the same question's previous one is
+    counted once; the same question asked later (another visitor) counts again, and so does an asking whose time
+    the log does not give."""
+    labels = Labels(tmp_path / "labels.sqlite")
+    labels.set("When does the museum open?", "answer", "10:00", ("a", 1))
+    labels.set("Where is the cafe?", "answer", "Floor 2", ("a", 1))
+    t = "2026-01-01T10:{:02d}:{:02d}+00:00".format
+    logged = [("When does the museum open?", t(0, 0)), ("when does the museum open?", t(0, 1)),  # a double tap
+              ("Where is the cafe?", t(0, 30)), ("When does the museum open?", t(1, 50)),  # a retry, 109 s on
+              ("When does the museum open?", t(9, 0)),  # 7 min later: another visitor
+              ("Where is the cafe?", "not a time"), ("Where is the cafe?", "")]
+    assert [e["asked"] for e in export(labels.all(), logged)] == [t(0, 0), t(0, 30), t(9, 0), "not a time", ""]
 
 
 def test_groups_are_newest_first_same_questions_together_and_stale_after_the_store_moved(tmp_path):

@@ -4,6 +4,7 @@ job giving the command's own table, apply (swapped in, kept across a restart), a
 old certificate: too few labels, labels older than the documents, a calibration older than the documents."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import queue
@@ -230,7 +231,8 @@ def _long_log(folder: Path, n: int) -> Path:
     with open(path, "a", encoding="utf-8") as f:
         for i in range(n):
             question = labelled[i // 1000 % 3] if i % 1000 == 999 else f"Visitor question {i}: is the museum open?"
-            f.write(json.dumps({"question": question, "asked": f"2026-11-{1 + i % 28:02d}T10:00:00+00:00"},
+            when = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(minutes=i)
+            f.write(json.dumps({"question": question, "asked": when.isoformat(timespec="seconds")},
                                ensure_ascii=False) + "\n")
     return path
 
