@@ -106,11 +106,35 @@ def test_import_takes_an_exported_file_back_whole(tmp_path):
     labels.set("How do I bake sourdough bread?", "off-topic", [], ("a", 1))
     first = export(labels.all(), LOGGED)
     other = Labels(tmp_path / "b.sqlite")
-    assert other.import_file(write_jsonl(tmp_path / "x.jsonl", first), ("a", 7)) == 2
+    assert other.import_file(write_jsonl(tmp_path / "x.jsonl", first), ("b", 7)) == 2
     again = export(other.all(), [])
     assert sorted((e["question"].casefold().split(), e["answer"], e["label"]) for e in again) == \
         sorted((e["question"].casefold().split(), e["answer"], e["label"]) for e in first)
-    assert {x.store for x in other.all().values()} == {("a", 7)}
+    assert {x.store for x in other.all().values()} == {("b", 7)}
+
+
+def test_an_export_imported_after_the_documents_changed_keeps_its_labels_stale(tmp_path):
+    """An export made before a document edit, imported after it, was stamped with the store's stamp at import: its
+    labels counted as current and Calibrate certified them (a real /admin over the sample store: labelled at version
+    1, exported, a document added, imported back: stale before the import, current after it). The export records
+    each label's stamp and the import keeps it on the same store; another store's labels (another kiosk's) and a
+    file without stamps are the operator's, stamped as imported."""
+    labels = Labels(tmp_path / "labels.sqlite")
+    labels.set("When does the museum open?", "answer", ["10:00"], ("a", 1))
+    labels.set("How do I bake sourdough bread?", "off-topic", [], ("a", 2))
+    made = write_jsonl(tmp_path / "x.jsonl", export(labels.all(), LOGGED))
+    for store, kept in ((("a", 3), {("a", 1), ("a", 2)}), (("b", 3), {("b", 3)})):
+        other = Labels(tmp_path / f"{store[0]}.sqlite")
+        other.import_file(made, store)
+        assert {x.store for x in other.all().values()} == kept
+        shown = [g["stale"] for g in groups(other.all(), LOGGED[::-1], store)[0] if g["label"]]
+        assert shown == [store[0] == "a"] * 2
+    bare = write_jsonl(tmp_path / "bare.jsonl", [{"question": "Where is the cafe?", "answer": "Floor 2"}])
+    assert labels.import_file(bare, ("a", 3)) == 1 and labels.all()["where is the cafe?"].store == ("a", 3)
+    for stamp in ({"store_id": "a"}, {"store_id": "a", "store_version": "1"}, {"store_id": 1, "store_version": 1}):
+        bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "Is it open?", "answer": None, **stamp}])
+        with pytest.raises(InputError, match="store_version"):
+            labels.import_file(bad, ("a", 3))
 
 
 def test_bad_labels_and_bad_files_are_refused_and_change_nothing(tmp_path):

@@ -41,11 +41,13 @@ REPORT_ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)  # what `edge-rag calibrat
 class LabelledQuestion:
     """A question and its acceptable answers; none: the documents do not answer it (it should be refused).
     ``label``: what the /admin page called it ("answer", "not-in-documents", "off-topic"; labels.py), if given:
-    calibration reads only the answers, the page keeps the kind of refusal apart."""
+    calibration reads only the answers, the page keeps the kind of refusal apart. ``store``: the store's stamp the
+    label was made under, if the file records one (the page's export does)."""
 
     question: str
     answers: tuple[str, ...]
     label: str | None = None
+    store: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,20 @@ def load_questions(path: str | Path) -> list[LabelledQuestion]:
             raise InputError(f"{where}: {exc}") from None
         label = item.get("label")
         out.append(LabelledQuestion(question, tuple(check_str(a, f"{where}: an answer") for a in answers),
-                                    label if isinstance(label, str) else None))
+                                    label if isinstance(label, str) else None, _stamp(item, where)))
     if not out:
         raise InputError(f"{path} holds no questions (a few hundred certify a useful error rate)")
     return out
+
+
+def _stamp(item: dict, where: str) -> tuple[str, int] | None:
+    """The store's stamp (identity, version) an entry records, if any; InputError for one that is not a stamp."""
+    if "store_id" not in item and "store_version" not in item:
+        return None
+    identity, version = item.get("store_id"), item.get("store_version")
+    if not isinstance(identity, str) or not isinstance(version, int) or isinstance(version, bool):
+        raise InputError(f"{where}: \"store_id\" and \"store_version\" must be a text and a whole number")
+    return identity, version
 
 
 def _entries(path: Path) -> list[tuple[str, object]]:

@@ -139,7 +139,10 @@ class Labels:
 
     def import_file(self, path: Path, store: tuple[str, int]) -> int:
         """Take every label of a questions file (``edge-rag calibrate``'s format, as ``export`` writes it), all or
-        none; a question's last entry wins. Returns the questions labelled."""
+        none; a question's last entry wins. Returns the questions labelled. A label keeps the stamp the file records
+        for it on this store (``store``'s identity): exported before the documents changed, it is stale here as it
+        was there; one of another store (another kiosk's, the operator vouching for its documents) or of none is
+        stamped ``store``."""
         return self.take(load_questions(path), store)
 
     def take(self, questions: Sequence[LabelledQuestion], store: tuple[str, int]) -> int:
@@ -151,7 +154,8 @@ class Labels:
             if (kind == "answer") != bool(q.answers):
                 raise InputError(f"{q.question[:60]!r}: label {kind!r} does not fit answer {list(q.answers)}")
             kind, texts = checked(kind, list(q.answers))
-            made[key_of(q.question)] = Label(q.question, kind, texts, _now(), store, counts[key_of(q.question)])
+            made_on = q.store if q.store is not None and q.store[0] == store[0] else store
+            made[key_of(q.question)] = Label(q.question, kind, texts, _now(), made_on, counts[key_of(q.question)])
         self._write(made.values())
         return len(made)
 
@@ -209,10 +213,16 @@ def exported(labels: dict[str, Label], logged: Iterable[tuple[str, str]]) -> Ite
             if when is not None and before is not None and 0 <= (when - before).total_seconds() <= REPEAT_S:
                 continue
             seen[key] += 1
-            yield {"question": question, "answer": labels[key].answer, "label": labels[key].kind, "asked": asked}
+            yield {**_entry(labels[key]), "question": question, "asked": asked}
     for key, label in labels.items():
         for _ in range(max(label.occurrences, 1 if not seen[key] else 0) - seen[key]):
-            yield {"question": label.question, "answer": label.answer, "label": label.kind}
+            yield _entry(label)
+
+
+def _entry(label: Label) -> dict:
+    """``label`` as the labelled questions file holds it, with the stamp it was made under (``import_file``)."""
+    return {"question": label.question, "answer": label.answer, "label": label.kind, "store_id": label.store[0],
+            "store_version": label.store[1]}
 
 
 def groups(labels: dict[str, Label], newest: Iterable[tuple[str, str]], store: tuple[str, int], offset: int = 0,
