@@ -137,6 +137,30 @@ def test_an_export_imported_after_the_documents_changed_keeps_its_labels_stale(t
             labels.import_file(bad, ("a", 3))
 
 
+def test_an_import_adds_another_kiosk_s_visits_and_not_this_one_s_again(tmp_path):
+    """The bound takes each entry for another visitor's question. An import counted a question as often as the file
+    held it, and the export took the larger of that and this log's askings: kiosk A's 3 visitors and this kiosk's 2
+    exported 3 entries, not 5. A file's askings this log holds (this kiosk's own export imported back) are not counted
+    again, nor are a visitor's repeats; a label file from before keeps its count, this log's askings among it."""
+    question = "When does the museum open?"
+    a_log = [(question, f"2026-11-0{d}T10:00:00+00:00") for d in (1, 2, 3)] + [(question, "2026-11-03T10:00:30+00:00")]
+    here = [(question, f"2026-11-0{d}T15:00:00+00:00") for d in (4, 5)]
+    a = Labels(tmp_path / "a.sqlite")
+    a.set(question, "answer", "10:00", ("s", 1))
+    a_file = write_jsonl(tmp_path / "a.jsonl", export(a.all(), a_log))
+    labels = Labels(tmp_path / "labels.sqlite")
+    assert len(export(labels.all(), here)) == 0
+    labels.import_file(a_file, ("s", 1), here)
+    mine = export(labels.all(), here)
+    assert len(mine) == 3 + 2
+    for again in (a_file, write_jsonl(tmp_path / "mine.jsonl", mine)):  # imported again, or this kiosk's own back
+        labels.import_file(again, ("s", 1), here)
+        assert len(export(labels.all(), here)) == 5
+    labels.db.execute("DELETE FROM askings")  # a label imported before: the 3 the file held, these 2 among them
+    labels.db.execute("UPDATE labels SET occurrences = 3")
+    assert len(export(labels.all(), here)) == 3 and len(export(labels.all(), here[:1])) == 3
+
+
 def test_bad_labels_and_bad_files_are_refused_and_change_nothing(tmp_path):
     labels = Labels(tmp_path / "labels.sqlite")
     labels.set("When does the museum open?", "answer", "10:00", ("a", 1))

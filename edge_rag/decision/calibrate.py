@@ -42,12 +42,13 @@ class LabelledQuestion:
     """A question and its acceptable answers; none: the documents do not answer it (it should be refused).
     ``label``: what the /admin page called it ("answer", "not-in-documents", "off-topic"; labels.py), if given:
     calibration reads only the answers, the page keeps the kind of refusal apart. ``store``: the store's stamp the
-    label was made under, if the file records one (the page's export does)."""
+    label was made under, if the file records one (the page's export does); ``asked``: when, if it says."""
 
     question: str
     answers: tuple[str, ...]
     label: str | None = None
     store: tuple[str, int] | None = None
+    asked: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def load_questions(path: str | Path) -> list[LabelledQuestion]:
             raise InputError(f"{where}: {exc}") from None
         label = item.get("label")
         out.append(LabelledQuestion(question, tuple(check_str(a, f"{where}: an answer") for a in answers),
-                                    label if isinstance(label, str) else None, _stamp(item, where)))
+                                    label if isinstance(label, str) else None, _stamp(item, where),
+                                    item["asked"] if isinstance(item.get("asked"), str) else ""))
     if not out:
         raise InputError(f"{path} holds no questions (a few hundred certify a useful error rate)")
     return out

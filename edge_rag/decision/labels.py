@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..errors import EdgeRAGError, InputError, check_question, check_str
 from ..storage.wal import wal_mode
+from .askings import visits
 from .calibrate import LabelledQuestion, load_questions
 
 log = logging.getLogger("edge_rag")
@@ -36,13 +37,14 @@ FILE = "labels.sqlite"
 KINDS = ("answer", "not-in-documents", "off-topic")
 MAX_ANSWERS = 20  # acceptable wordings of one answer
 MAX_ANSWER_CHARS = 1000
-REPEAT_S = 120  # the same question again within this of its last asking: the same visitor asking again
 BUSY_S = 30.0  # how long a writer waits for another process's transaction
 SCHEMA = """CREATE TABLE IF NOT EXISTS labels (
     key TEXT PRIMARY KEY, question TEXT NOT NULL, kind TEXT NOT NULL, answers TEXT NOT NULL,
     labelled TEXT NOT NULL, store_version INTEGER NOT NULL, occurrences INTEGER NOT NULL DEFAULT 0,
     store_id TEXT NOT NULL DEFAULT '')"""
 STORE_ID = "ALTER TABLE labels ADD COLUMN store_id TEXT NOT NULL DEFAULT ''"  # a file from before it: its labels ''
+ASKINGS = """CREATE TABLE IF NOT EXISTS askings (key TEXT NOT NULL, asked TEXT NOT NULL, PRIMARY KEY (key, asked))
+    WITHOUT ROWID"""  # visits that imported files held and this question log does not: each another draw
 
 
 def key_of(question: str) -> str:
@@ -52,7 +54,8 @@ def key_of(question: str) -> str:
 
 @dataclass(frozen=True)
 class Label:
-    """One question's label; ``occurrences``: how often an imported file held it (0: labelled on the page)."""
+    """One question's label; ``occurrences``: how often an imported file held it untimed or asked here (0:
+    labelled on the page); ``elsewhere``: when the visits imported files held that this log does not were."""
 
     question: str
     kind: str
@@ -60,6 +63,7 @@ class Label:
     labelled: str  # UTC, ISO 8601
     store: tuple[str, int]  # the store's stamp when it was saved: its identity and version
     occurrences: int = 0
+    elsewhere: tuple[str, ...] = ()
 
     @property
     def answer(self) -> list[str] | None:
@@ -102,6 +106,7 @@ class Labels:
             wal_mode(self.db, BUSY_S)
             self.db.execute("PRAGMA synchronous=FULL")  # a commit is on disk before the save is answered
             self.db.execute(SCHEMA)
+            self.db.execute(ASKINGS)
             with self._transaction() as db:  # a file from before identities (another process may add it too)
                 if "store_id" not in {r[1] for r in db.execute("PRAGMA table_info(labels)")}:
                     db.execute(STORE_ID)
@@ -118,6 +123,7 @@ class Labels:
     def remove(self, question: str) -> bool:
         """Forget ``question``'s label; False if it had none."""
         with self._transaction() as db:
+            db.execute("DELETE FROM askings WHERE key = ?", (key_of(question),))
             return db.execute("DELETE FROM labels WHERE key = ?", (key_of(question),)).rowcount > 0
 
     def all(self) -> dict[str, Label]:
@@ -127,27 +133,36 @@ class Labels:
         with self._lock:
             rows = self.db.execute("SELECT key, question, kind, answers, labelled, store_id, store_version, "
                                    "occurrences FROM labels").fetchall()
+            elsewhere: dict[str, list[str]] = {}
+            for key, asked in self.db.execute("SELECT key, asked FROM askings"):
+                elsewhere.setdefault(key, []).append(asked)
         out = {}
         for key, question, kind, answers, labelled, identity, version, occurrences in rows:
             try:
                 out[key] = Label(question, *checked(kind, json.loads(answers)), labelled, (identity, version),
-                                 occurrences)
+                                 occurrences, tuple(elsewhere.get(key, ())))
             except (ValueError, RecursionError) as exc:  # InputError is a ValueError
                 log.warning("the label of %r in %s is damaged (%s): label it again", str(question)[:80], self.path,
                             str(exc)[:80])
         return out
 
-    def import_file(self, path: Path, store: tuple[str, int]) -> int:
+    def import_file(self, path: Path, store: tuple[str, int], logged: Iterable[tuple[str, str]] = ()) -> int:
         """Take every label of a questions file (``edge-rag calibrate``'s format, as ``export`` writes it), all or
         none; a question's last entry wins. Returns the questions labelled. A label keeps the stamp the file records
         for it on this store (``store``'s identity): exported before the documents changed, it is stale here as it
         was there; one of another store (another kiosk's, the operator vouching for its documents) or of none is
-        stamped ``store``."""
-        return self.take(load_questions(path), store)
+        stamped ``store``. A visit the file holds with its time is another draw unless ``logged`` (this question log)
+        holds it: another kiosk's visitors add to this one's, this kiosk's own export imported back adds none; the
+        others (untimed: perhaps this log's) count as before, with this log's askings, the larger of the two."""
+        return self.take(load_questions(path), store, logged)
 
-    def take(self, questions: Sequence[LabelledQuestion], store: tuple[str, int]) -> int:
+    def take(self, questions: Sequence[LabelledQuestion], store: tuple[str, int],
+             logged: Iterable[tuple[str, str]] = ()) -> int:
         """``import_file`` of questions already read."""
-        counts = Counter(key_of(q.question) for q in questions)
+        held = list(visits(((q.question, q.asked) for q in questions), _key, {key_of(q.question) for q in questions}))
+        timed = {(k, asked) for k, _, asked in held if asked}
+        here = {(k, asked) for q, asked in logged if (k := _key(q)) is not None and (k, asked) in timed}
+        counts = Counter(k for k, _, asked in held if not asked or (k, asked) in here)
         made: dict[str, Label] = {}
         for q in questions:
             kind = q.label or ("answer" if q.answers else "not-in-documents")
@@ -156,15 +171,16 @@ class Labels:
             kind, texts = checked(kind, list(q.answers))
             made_on = q.store if q.store is not None and q.store[0] == store[0] else store
             made[key_of(q.question)] = Label(q.question, kind, texts, _now(), made_on, counts[key_of(q.question)])
-        self._write(made.values())
+        self._write(made.values(), timed - here)
         return len(made)
 
     def close(self) -> None:
         with self._lock:
             self.db.close()
 
-    def _write(self, labels: Iterable[Label]) -> None:
+    def _write(self, labels: Iterable[Label], askings: Iterable[tuple[str, str]] = ()) -> None:
         with self._transaction() as db:
+            db.executemany("INSERT OR IGNORE INTO askings VALUES (?, ?)", askings)
             db.executemany("INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            [(key_of(x.question), x.question, x.kind, json.dumps(x.answers), x.labelled,
                              x.store[1], x.occurrences, x.store[0]) for x in labels])
@@ -189,33 +205,21 @@ class Labels:
 
 def export(labels: dict[str, Label], logged: Iterable[tuple[str, str]]) -> list[dict]:
     """The labelled questions as ``edge-rag calibrate`` reads them: one entry per visit that asked a labelled
-    question (``logged``: (question as typed, when), the question log's order; see ``exported``), then the labels'
-    imported occurrences the log does not hold (a label of a question never asked here: once)."""
+    question (``logged``: (question as typed, when), the question log's order; askings.visits), then the visits
+    imported files held elsewhere, then their untimed occurrences the log does not hold (asked nowhere: once)."""
     return list(exported(labels, logged))
 
 
 def exported(labels: dict[str, Label], logged: Iterable[tuple[str, str]]) -> Iterator[dict]:
     """``export`` an entry at a time, reading ``logged`` as it goes: it holds the labels and a count per label,
-    never the log (read whole, a full log's export rose the server's RSS by ~65 MB). An asking within REPEAT_S of
-    the same question's previous one is that visitor asking again (a double tap, a retry after a refusal), not
-    another visitor's draw: counted once. The bound takes each entry for an independent draw of what visitors ask;
-    counted each, 3 askings a visit held alpha in 78-84% of Monte-Carlo draws where 95% was promised."""
+    never the log (read whole, a full log's export rose the server's RSS by ~65 MB)."""
     seen: Counter[str] = Counter()
-    last: dict[str, datetime.datetime | None] = {}  # a labelled question's previous asking
-    for question, asked in logged:
-        try:
-            key = key_of(question)
-        except InputError:
-            continue
-        if key in labels:
-            when, before = _when(asked), last.get(key)
-            last[key] = when
-            if when is not None and before is not None and 0 <= (when - before).total_seconds() <= REPEAT_S:
-                continue
-            seen[key] += 1
-            yield {**_entry(labels[key]), "question": question, "asked": asked}
+    for key, question, asked in visits(logged, _key, labels):
+        seen[key] += 1
+        yield {**_entry(labels[key]), "question": question, "asked": asked}
     for key, label in labels.items():
-        for _ in range(max(label.occurrences, 1 if not seen[key] else 0) - seen[key]):
+        yield from ({**_entry(label), "asked": asked} for asked in label.elsewhere)
+        for _ in range(max(label.occurrences, 1 if not seen[key] and not label.elsewhere else 0) - seen[key]):
             yield _entry(label)
 
 
@@ -285,15 +289,6 @@ def _key(question: str) -> str | None:
         return key_of(question)
     except InputError:
         return None
-
-
-def _when(asked: str) -> datetime.datetime | None:
-    """When a logged question was asked (None: the log line's time is missing or not a time)."""
-    try:
-        when = datetime.datetime.fromisoformat(asked)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
 
 
 def _now() -> str:

@@ -135,7 +135,7 @@ class Admin:
                 path = Path(tmp) / f"labels{suffix}"
                 path.write_bytes(data)
                 try:
-                    return labels.import_file(path, self.rag.store.stamp)
+                    return labels.import_file(path, self.rag.store.stamp, question_log.lines(self._log))
                 except InputError as exc:  # it names the temporary file: name the upload instead
                     raise InputError(str(exc).replace(str(path), "the file")) from None
 
