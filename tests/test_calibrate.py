@@ -145,6 +145,31 @@ def test_the_command_writes_a_file_ask_uses(sample_db, tmp_path, capsys):
         assert stop.value.code == 2 and f"argument {flag}: {allowed}" in capsys.readouterr().err
 
 
+def test_a_command_s_calibration_says_when_the_documents_changed_since(sample_db, tmp_path):
+    """The operator's certificate says when the documents changed since it was measured (/api/health, the kiosk
+    footer); one of `edge-rag calibrate` recorded no store version, so after an upload it said nothing (a real
+    calibration of the sample store, a document added: documents_changed None). It records the store's stamp now;
+    used on another store (another kiosk's, perhaps with the same documents) it is not known."""
+    import shutil
+
+    from edge_rag.serve import health
+
+    db = tmp_path / "db"
+    shutil.copytree(sample_db, db)
+    out = tmp_path / "kiosk.json"
+    assert main(["calibrate", "--db", str(db), "--questions", str(SAMPLE_DIR / "questions.json"), "--out",
+                 str(out)]) == 0
+    with EdgeRAG(db, calibration=out) as rag:
+        assert health.decision(rag)["certificate"]["documents_changed"] is False
+        rag.add_documents(["From November the museum opens at 11:00 on Mondays."])
+        changed = health.decision(rag)
+        assert changed["certificate"]["documents_changed"] is True
+        assert "measured before the documents last changed" in changed["summary"]
+    with EdgeRAG(tmp_path / "other", calibration=out) as rag:  # another store (a copied folder is the same one)
+        rag.add_documents(["From November the museum opens at 11:00 on Mondays."])
+        assert health.decision(rag)["certificate"]["documents_changed"] is None
+
+
 @pytest.mark.parametrize("content,why", [
     (b"{\"question\": \"a\", \"answer\": null}", "JSON list"),
     (b"[{\"question\": \"Who?\"}]", "\"answer\""),

@@ -174,8 +174,9 @@ def run(rag: EdgeRAG, questions: Sequence[LabelledQuestion], questions_file: Pat
     """Measure ``questions`` (read from ``questions_file``) on ``rag`` with ``base``'s score (``measure``) and write
     the calibration file ``out`` (atomically: a crash leaves the old file or the new one)."""
     base = base or rag.certified.calibration_path
+    stamp = rag.store.stamp  # the documents measured (a commit meanwhile: reported as changed since, /api/health)
     measured = measure(rag, questions, progress, base)
-    source = {"command": made_by, "questions": str(questions_file),
+    source = {"command": made_by, "questions": str(questions_file), "store_id": stamp[0], "store_version": stamp[1],
               "questions_sha256": sha256_file(questions_file), "n_questions": len(questions),
               "n_without_answer": sum(not q.answers for q in questions), "store": str(rag.store.location),
               "backend": backend(rag.certified.remote), "reader": rag.config.reader, "config": repr(rag.config),

@@ -63,14 +63,14 @@ def decision(rag: EdgeRAG, store: Stamped | None = None) -> dict:
     source = certificate_source(path, (rag.store if store is None else store).stamp)
     if source["source"] == "operator":
         which = f"questions asked at this kiosk, labelled by its operator (last label {str(source['labelled'])[:10]})"
-        if source["documents_changed"]:
-            which += ", measured before the documents last changed: calibrate again"
     elif path.own:
         which = f"questions of an own calibration ({path.calibration_path.name})"
     else:
         sets = "SQuAD-2 and HotpotQA" if path.calibration and path.calibration.source.get("n_hotpotqa_calibration") \
             else "SQuAD-2"  # the shipped ones: 14 of their 1,247 single-hop questions are HotpotQA's
         which = f"{sets} questions ({shipped}), not on this kiosk's questions"
+    if source["documents_changed"]:
+        which += ", measured before the documents last changed: calibrate again"
     return {"certified": reason is None, "reason": reason, "max_error_rate": c.max_error_rate, "delta": c.delta,
             "certificate": source,
             "calibration": str(path.calibration_path), "own_calibration": path.own,
@@ -84,17 +84,21 @@ def decision(rag: EdgeRAG, store: Stamped | None = None) -> dict:
 
 def certificate_source(path: CertifiedPath, stamp: tuple[str, int]) -> dict:
     """Whose certificate is in force: "shipped", "operator" (applied from /admin: when its questions were last
-    labelled, when it was applied, and whether the documents changed since it was measured: it stays in force, but
-    its labels may no longer be true; None: not recorded) or "file" (--calibration), and on how many questions.
-    ``stamp``: the store's, as the next question is decided."""
+    labelled, when it was applied) or "file" (--calibration), on how many questions, and whether the documents
+    changed since an own one was measured: it stays in force, but its answers may no longer be true (None: not
+    known: not recorded, as by `edge-rag calibrate` before it recorded the store's stamp, or a file measured on
+    another store, perhaps another kiosk's with the same documents). ``stamp``: the store's, as the next question
+    is decided."""
     cal = path.calibration
     operator = cal.source.get("operator") if cal is not None and path.own else None
     source = "operator" if isinstance(operator, dict) else "file" if path.own else "shipped"
     n = cal.reader(path.config.reader).table.n_cal if cal is not None and path.config.reader in cal.readers else 0
-    measured = (operator.get("store_id"), operator.get("store_version")) if operator else (None, None)
+    made = operator if operator else cal.source if cal is not None and path.own else {}
+    measured = (made.get("store_id"), made.get("store_version"))
+    known = None not in measured and (operator or measured[0] == stamp[0])
     return {"source": source, "questions": n, "labelled": operator.get("labelled") if operator else None,
             "applied": operator.get("applied") if operator else None,
-            "documents_changed": None if None in measured else measured != tuple(stamp)}
+            "documents_changed": measured != tuple(stamp) if known else None}
 
 
 def _summary(reason: str | None, alpha: float, delta: float, n_cal: int, threshold: float | None,
