@@ -259,6 +259,15 @@ def test_passwords_never_printed(pg_url, bundle_dir, caplog):
     keyed = PgStore(f"{pg_url}?sslmode=prefer&sslpassword=K3yPassphrase", DIM, "enc-1")
     assert keyed.location.endswith("?sslmode=prefer&sslpassword=***") and "K3y" not in repr(keyed)
     keyed.close()
+    # libpq reads a query key %-decoded: pass%77ord= is the password (was printed as typed); PASSWORD= it refuses,
+    # and the refusal printed the password typed there
+    bare = urlunsplit(urlsplit(pg_url)._replace(netloc=urlsplit(pg_url).netloc.replace(f":{password}@", "@")))
+    encoded = PgStore(f"{bare}?pass%77ord={password}", DIM, "enc-1")
+    assert encoded.location == f"{bare}?pass%77ord=***" and password not in repr(encoded)
+    encoded.close()
+    with pytest.raises(StoreError, match=r"invalid URI query parameter.*PASSWORD") as err:
+        PgStore(f"{bare}?PASSWORD={password}", DIM, "enc-1")
+    assert password not in str(err.value) and "?PASSWORD=***" in str(err.value)
     assert password not in caplog.text
     cli = [sys.executable, "-m", "edge_rag", "ask", "Who founded the museum?", "--db", wrong, "--bundle", str(bundle_dir)]
     done = subprocess.run(cli, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})

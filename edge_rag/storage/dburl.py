@@ -1,7 +1,6 @@
 """Which ``--db`` values name a PostgreSQL database, and how to print one without its password."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -35,7 +34,7 @@ def mask_url(db: str | Path) -> str:
     userinfo, at, host = parts.netloc.rpartition("@")
     if at and ":" in userinfo:
         parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
-    query = "&".join(f"{key}=***" if (key := q.partition("=")[0]) in SECRET_PARAMS else q
+    query = "&".join(f"{key}=***" if _secret(key := q.partition("=")[0]) else q
                      for q in parts.query.split("&")) if parts.query else ""
     masked = urlunsplit(parts._replace(query=query))
     return masked if parts.netloc else masked.replace(":", "://", 1)  # urlunsplit drops the // before no host
@@ -43,7 +42,14 @@ def mask_url(db: str | Path) -> str:
 
 def scrub(message: str, url: str) -> str:
     """``message`` with the URL's password, if it appears anywhere (plain or %-decoded), replaced by ***."""
-    secrets = {urlsplit(url).password or ""} | set(re.findall(r"password=([^&]+)", url))
+    parts = urlsplit(url)
+    secrets = {parts.password or ""} | {v for key, _, v in (q.partition("=") for q in parts.query.split("&")) if _secret(key)}
     for secret in sorted(filter(None, secrets | {unquote(s) for s in secrets}), key=len, reverse=True):
         message = message.replace(secret, "***")
     return message
+
+
+def _secret(key: str) -> bool:
+    """Whether a URL's query ``key`` names a secret: libpq reads keys %-decoded (``pass%77ord=`` sets the password;
+    was printed as typed), and one in other capitals (``PASSWORD=``, which libpq refuses) was typed to hold one."""
+    return unquote(key).lower() in SECRET_PARAMS
