@@ -37,6 +37,11 @@ class StoreError(EdgeRAGError):
     """The passage store or its vector index is missing, corrupt, or out of step."""
 
 
+class StoreUnavailable(StoreError):
+    """The store's database cannot be reached now, or another session's lock held it past the wait: nothing is wrong
+    with the store, and the same call succeeds once it is back (HTTP 503, where a fault of the store is a 500)."""
+
+
 class DiskFullError(StoreError):
     """The disk holding the store is full: the batch in hand was rolled back, what was committed before stays."""
 

@@ -86,3 +86,43 @@ def test_labels_and_a_calibration_of_a_store_made_again_at_its_url_are_stale(pg_
         finally:
             jobs.close()
             admin.close()
+
+
+def test_an_unreachable_database_is_a_503_to_retry_and_a_broken_store_stays_a_500(pg_url, bundle_dir, monkeypatch,
+                                                                                   tmp_path):
+    """The database down (here: refusing connections, its sessions ended), a question, a streamed answer, the kiosk
+    page, a removal and an upload's job failed with 500, as a bug would: a load balancer or a kiosk could not tell an
+    outage (retry) from a fault; applying a calibration said "the documents are being changed" (409). They are 503
+    now (health already was); the store's tables gone is still a 500."""
+    import psycopg
+    from test_pgstore import refusing_connections
+
+    from edge_rag.errors import StoreUnavailable
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.serve import admin_cal
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setattr(pgsql, "CONNECT_TIMEOUT_S", 1)  # the wait of a call while the server is down
+    remote = EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0, index_threads=1))
+    remote.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+    question = "Who founded the Harbourlight Science Museum?"
+    with serving.running_server(remote) as url:
+        stamp = remote.store.stamp
+        with refusing_connections(pg_url):
+            calls = {"ask": httpx.post(f"{url}/api/ask", json={"question": question}, timeout=60),
+                     "kiosk": httpx.get(f"{url}/api/kiosk", timeout=60),
+                     "remove": httpx.delete(f"{url}/api/documents/x", headers=serving.WRITE, timeout=60),
+                     "health": httpx.get(f"{url}/api/health", timeout=60)}
+            streamed = serving.sse_events(httpx.get(f"{url}/api/ask/stream", params={"q": question}, timeout=60))
+            upload = serving.wait_job(url, httpx.post(f"{url}/api/documents", files={"file": ("a.txt", b"Ferries.")},
+                                                      headers=serving.WRITE, timeout=60))
+            with pytest.raises(StoreUnavailable):  # was NotReady (409): "the documents are being changed"
+                admin_cal.apply(remote, admin_cal.Files(tmp_path), {}, stamp, 0.1)
+        assert {name: r.status_code for name, r in calls.items()} == dict.fromkeys(calls, 503), calls["ask"].text
+        assert streamed[-1][0] == "failed" and streamed[-1][1]["status"] == 503, streamed
+        assert upload["state"] == "failed" and upload["status"] == 503, upload
+        assert httpx.post(f"{url}/api/ask", json={"question": question}, timeout=60).status_code == 200
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DROP TABLE edge_rag_passages, edge_rag_documents, edge_rag_meta")
+        gone = httpx.post(f"{url}/api/ask", json={"question": "When was the museum founded?"}, timeout=60)
+        assert gone.status_code == 500 and "does not exist" in gone.json()["error"], gone.text

@@ -24,7 +24,7 @@ from ..decision.calibrate import load_questions, rows, run
 from ..decision.certify import Calibration
 from ..decision.labels import FILE as LABELS_FILE
 from ..decision.labels import Label, export
-from ..errors import ConfigError, EdgeRAGError, InputError, StoreError
+from ..errors import ConfigError, EdgeRAGError, InputError, StoreError, StoreUnavailable
 from ..pipeline import EdgeRAG
 from ..storage.fileio import atomic_path, atomic_write_text
 from .errors import NotReady
@@ -133,6 +133,8 @@ def apply(rag: EdgeRAG, files: Files, content: dict, measured: tuple[str, int], 
     with contextlib.ExitStack() as held:
         try:  # no commit between the check and the swap; none waited for (its commits would move the version anyway)
             held.enter_context(rag.store.writing(wait=False))
+        except StoreUnavailable:  # the database unreachable: 503, not "being changed"
+            raise
         except StoreError as exc:
             raise NotReady(f"the documents are being changed ({exc}): apply when that is done; the certificate in "
                            "force stays") from None

@@ -44,7 +44,7 @@ from .admin import Admin
 from .auth import require_writer
 from .bodies import limited, parse_json, read_body
 from .config import ServeConfig
-from .errors import HANDLERS, error
+from .errors import HANDLERS, error, status_of
 from .health import decision, health_report
 from .jobs import Job, Jobs, progress_of
 from .lanes import Answered, Busy, Failed, Lanes
@@ -165,7 +165,7 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
             except Busy as exc:
                 yield _sse("failed", {"error": str(exc), "status": 503})
             except EdgeRAGError as exc:
-                yield _sse("failed", {"error": str(exc), "status": 500})
+                yield _sse("failed", {"error": str(exc), "status": status_of(exc)})
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from ..errors import BudgetError, DiskFullError, EdgeRAGError, InputError
 from ..pipeline import EdgeRAG
 from ..retrieval.encode import Encoder
+from .errors import status_of
 
 KEEP_JOBS = 100  # finished jobs remembered for GET /api/jobs/{id}
 POLL_S = 0.2  # how often a progress stream looks at its job
@@ -147,7 +148,8 @@ def _failure(job: Job, exc: Exception) -> dict:
     if isinstance(exc, Stopped):
         return {"error": str(exc), "status": 503}
     if isinstance(exc, EdgeRAGError):
-        status = 422 if isinstance(exc, InputError) else 507 if isinstance(exc, BudgetError | DiskFullError) else 500  # 507: memory or disk
+        status = 422 if isinstance(exc, InputError) else 507 if isinstance(exc, BudgetError | DiskFullError) else \
+            status_of(exc)  # 507: memory or disk; 503: the store unreachable
         return {"error": str(exc), "status": status}
     return {"error": f"{type(exc).__name__}: {exc}", "status": 500}
 

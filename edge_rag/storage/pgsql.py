@@ -8,8 +8,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
+from .dburl import scrub
 from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
@@ -120,6 +121,18 @@ def client():
         raise StoreError(f"a postgresql:// store needs the PostgreSQL client ({exc.name} is missing): "
                          "pip install 'edge-rag[pg]'") from None
     return psycopg, psycopg_pool, register_vector
+
+
+def store_error(psycopg, exc, what: str, url: str) -> StoreError:
+    """The psycopg error ``exc`` as a StoreError saying ``what`` failed (naming the store by its masked URL), the
+    password of ``url`` never shown, a hint by its SQLSTATE (HINTS); a StoreUnavailable when the database could not be
+    reached or a lock wait ran out (OperationalError: connections, the pool, lock and statement timeouts, a server
+    shutting down), which the server answers with 503 (retry), not 500: a kiosk or load balancer tells them apart."""
+    message = scrub(" ".join(str(exc).split()), url)
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        message = f"a document is already in the store ({message})"
+    kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
+    return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', '')}")
 
 
 def configure(conn, register, ef_search: int) -> None:

@@ -28,7 +28,7 @@ from ..retrieval.lexical import POSTINGS_BUDGET, Postings, rarest
 from ..types import Passage, in_order
 from . import hnsw, reachability
 from . import pgsql as Q
-from .dburl import check_url, mask_url, scrub
+from .dburl import check_url, mask_url
 from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
 from .store_db import STORE_ID, DocumentState, Part, new_identity
 from .store_meta import Committed, check_meta
@@ -288,13 +288,9 @@ class PgStore:
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
-        """psycopg errors as StoreErrors naming the store by its masked URL; the password never shows."""
+        """psycopg errors as StoreErrors naming the store by its masked URL (pgsql.store_error)."""
         try:
             yield
         except self._psycopg.Error as exc:
-            message = scrub(" ".join(str(exc).split()), self._url)
-            if isinstance(exc, self._psycopg.errors.UniqueViolation):
-                message = f"a document is already in the store ({message})"
-            message += Q.HINTS.get(exc.sqlstate or "", "")
-            raise StoreError(f"{what} store {self.location}: {message}") from None
+            raise Q.store_error(self._psycopg, exc, f"{what} store {self.location}", self._url) from None
 
