@@ -124,11 +124,14 @@ def client():
 
 
 def store_error(psycopg, exc, what: str, url: str) -> StoreError:
-    """The psycopg error ``exc`` as a StoreError saying ``what`` failed (naming the store by its masked URL), the
-    password of ``url`` never shown, a hint by its SQLSTATE (HINTS); a StoreUnavailable when the database could not be
-    reached or a lock wait ran out (OperationalError: connections, the pool, lock and statement timeouts, a server
-    shutting down), which the server answers with 503 (retry), not 500: a kiosk or load balancer tells them apart."""
-    message = scrub(" ".join(str(exc).split()), url)
+    """The psycopg error ``exc`` as a StoreError saying ``what`` failed (naming the store by its masked URL): the
+    server's message, detail and hint without the SQL it quoted, the password of ``url`` never shown, a hint by its
+    SQLSTATE (HINTS); a StoreUnavailable when the database could not be reached or a lock wait ran out
+    (OperationalError: connections, the pool, lock and statement timeouts, a server shutting down), which the server
+    answers with 503 (retry), not 500: a kiosk or load balancer tells them apart."""
+    diag = exc.diag  # the server's message, not the statement it quotes ("LINE 2: FROM edge_rag_passages ORDER BY…")
+    message = " ".join(filter(None, (diag.message_primary, diag.message_detail, diag.message_hint))) or str(exc)
+    message = scrub(" ".join(message.split()), url)
     if isinstance(exc, psycopg.errors.UniqueViolation):
         message = f"a document is already in the store ({message})"
     kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
