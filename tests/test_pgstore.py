@@ -855,3 +855,23 @@ def test_a_question_waits_for_another_sessions_table_lock_a_bounded_time_and_a_w
         assert store.add(whole(docs(1, "new"), [["c"]]), unit_vectors(1, seed=1)) == 1  # waited past LOCK_WAIT_S
     assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0] and store.count == 3
     store.close()
+
+
+def test_a_health_check_of_an_unreachable_or_locked_store_is_bounded_by_its_own_wait(pg_url):
+    """A health poll (``check``) waited as long as a question: the database refusing connections, the pool's 10 s
+    (CONNECT_TIMEOUT_S); its meta table locked, the 10 s lock wait (LOCK_WAIT_S), where a watchdog or load balancer
+    wants to hear at once. It waits pgsql.CHECK_WAIT_S (2 s) for each now, and says the store cannot be reached."""
+    from edge_rag.errors import StoreUnavailable
+    from edge_rag.storage import pgsql
+
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    with refusing_connections(pg_url):
+        with pytest.raises(StoreUnavailable, match=f"after {pgsql.CHECK_WAIT_S:.2f} sec.*cannot be reached now"):
+            store.check()
+    with psycopg.connect(pg_url) as blocker:
+        blocker.execute(f"LOCK TABLE {pgsql.META} IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(StoreUnavailable, match="statement timeout; the database did not answer in time"):
+            store.check()
+    assert store.check().passages == 2 and store.check().version == 1
+    store.close()

@@ -36,7 +36,14 @@ LOCK_WAIT = ", set_config('lock_timeout', CASE current_setting('lock_timeout') W
 HINTS = {"42501": "; the role needs SELECT (devices) or INSERT/UPDATE (indexers) on the edge_rag_* tables, and an "
                   "administrator must run CREATE EXTENSION vector once",
          "55P03": "; another session holds a lock on the store's tables (VACUUM FULL, LOCK TABLE, an upgrade): "
-                  "ask again when it has finished"}
+                  "ask again when it has finished",
+         "57014": "; the database did not answer in time (busy, or another session holds a lock on the store's "
+                  "tables): retry"}
+NO_CONNECTION = "; the database cannot be reached now (down, restarting or refusing connections): retry when it is back"
+# A health poll (PgStore.check) waits this long for a connection, then for its read: a database refusing connections
+# held it CONNECT_TIMEOUT_S (10 s), a lock on the meta table LOCK_WAIT_S, where a watchdog or load balancer polls
+# every few seconds and wants to hear at once that the store cannot be read.
+CHECK_WAIT_S = 2.0
 COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
 
 # Vectors stay in the row (compressed first, out of line only as a last resort): PostgreSQL's default moves a row's
@@ -135,7 +142,8 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
     if isinstance(exc, psycopg.errors.UniqueViolation):
         message = f"a document is already in the store ({message})"
     kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
-    return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', '')}")
+    lost = kind is StoreUnavailable and (exc.sqlstate or "08").startswith(("08", "57P"))  # none, or the server ended it
+    return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', NO_CONNECTION if lost else '')}")
 
 
 def configure(conn, register, ef_search: int) -> None:

@@ -88,7 +88,11 @@ class PgStore:
         return read_kinds(self._meta().get(KINDS_KEY))
 
     def check(self) -> Committed:  # PassageStore: the server keeps the files; a store made again is followed (stamp)
-        return Committed.of(meta := self._meta(), int(meta.get("count", 0)))
+        """Bounded by pgsql.CHECK_WAIT_S (for a connection, then for the read), whatever holds the database up."""
+        with self._errors("cannot read"), self.pool.connection(timeout=Q.CHECK_WAIT_S) as conn, conn.transaction():
+            conn.execute(f"SET LOCAL statement_timeout = {Q.CHECK_WAIT_S * 1000:.0f}")
+            meta = self._meta(conn)
+        return Committed.of(meta, int(meta.get("count", 0)))
 
     def has_document(self, doc_id: str) -> bool:
         return (state := self.document(doc_id)) is not None and state.complete
