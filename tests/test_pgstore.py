@@ -875,3 +875,35 @@ def test_a_health_check_of_an_unreachable_or_locked_store_is_bounded_by_its_own_
             store.check()
     assert store.check().passages == 2 and store.check().version == 1
     store.close()
+
+
+@pytest.mark.skipif(bool(os.environ.get("EDGE_RAG_PG_URL")), reason="stops server processes: the tests' own server only")
+def test_a_health_check_of_a_server_that_stopped_answering_is_bounded(pg_url):
+    """A server that stopped answering on its open connections (here: the store's sessions stopped with SIGSTOP; a hung
+    server or a paused VM alike, whose kernel still acknowledges) held a health poll for good: no answer in 60 s, the
+    next poll as long. It is a StoreUnavailable after twice pgsql.CHECK_WAIT_S now, and answered once the server is."""
+    import signal
+
+    from edge_rag.errors import StoreUnavailable
+    from edge_rag.storage import pgsql
+
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        sessions = [pid for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                                   "AND pid <> pg_backend_pid()")]
+    failed: list[Exception] = []
+    polling = threading.Thread(target=lambda: failed.append(pytest.raises(StoreUnavailable, store.check).value),
+                               daemon=True)
+    try:
+        for pid in sessions:
+            os.kill(pid, signal.SIGSTOP)
+        polling.start()
+        polling.join(60)  # a bound on a hung call, not a timing assertion
+        assert not polling.is_alive(), "the health check never answered"
+    finally:
+        for pid in sessions:
+            os.kill(pid, signal.SIGCONT)
+    assert f"did not answer within {2 * pgsql.CHECK_WAIT_S:g} s" in str(failed[0]), failed
+    assert store.check().passages == 2
+    store.close()

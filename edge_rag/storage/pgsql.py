@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TypeVar
 
 from ..errors import StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
@@ -39,11 +42,12 @@ HINTS = {"42501": "; the role needs SELECT (devices) or INSERT/UPDATE (indexers)
                   "ask again when it has finished",
          "57014": "; the database did not answer in time (busy, or another session holds a lock on the store's "
                   "tables): retry"}
-NO_CONNECTION = "; the database cannot be reached now (down, restarting or refusing connections): retry when it is back"
+NO_CONNECTION = "; the database cannot be reached now (down, restarting, refusing connections or not answering): retry"
 # A health poll (PgStore.check) waits this long for a connection, then for its read: a database refusing connections
 # held it CONNECT_TIMEOUT_S (10 s), a lock on the meta table LOCK_WAIT_S, where a watchdog or load balancer polls
-# every few seconds and wants to hear at once that the store cannot be read.
+# every few seconds and wants to hear at once that the store cannot be read. Both at most: ``within``'s bound.
 CHECK_WAIT_S = 2.0
+T = TypeVar("T")
 COUNT_TTL_S = 30.0  # how stale the count that scales hnsw.ef_search may be (it grows by log2 of the count)
 
 # Vectors stay in the row (compressed first, out of line only as a last resort): PostgreSQL's default moves a row's
@@ -144,6 +148,28 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
     kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
     lost = kind is StoreUnavailable and (exc.sqlstate or "08").startswith(("08", "57P"))  # none, or the server ended it
     return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', NO_CONNECTION if lost else '')}")
+
+
+def checked_meta(pool) -> dict[str, str]:
+    """The meta table as a health poll reads it: CHECK_WAIT_S for a connection, as long for the read."""
+    with pool.connection(timeout=CHECK_WAIT_S) as conn, conn.transaction():
+        conn.execute(f"SET LOCAL statement_timeout = {CHECK_WAIT_S * 1000:.0f}")
+        return dict(conn.execute(f"SELECT key, value FROM {META}").fetchall())
+
+
+def within(checks: ThreadPoolExecutor, read: Callable[[], T], what: str) -> T:
+    """``read()`` on the one thread of ``checks``, or a StoreUnavailable once its own bounds have passed (twice
+    CHECK_WAIT_S): a server that stopped answering on an open connection (hung, its processes stopped, its VM paused)
+    held a health poll for good (no answer in 60 s, then as long again for the next), as no timeout of the server's,
+    the pool's or TCP's ends a wait on a peer that acknowledges. That thread is left waiting; a check behind it waits
+    its bound, then is dropped."""
+    future = checks.submit(read)
+    try:
+        return future.result(timeout=2 * CHECK_WAIT_S)
+    except FutureTimeout:
+        future.cancel()
+        raise StoreUnavailable(f"{what}: the database did not answer within {2 * CHECK_WAIT_S:g} s{NO_CONNECTION}") \
+            from None
 
 
 def configure(conn, register, ef_search: int) -> None:

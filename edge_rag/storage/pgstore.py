@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from functools import partial
 
@@ -56,6 +57,7 @@ class PgStore:
         self._unreachable: list[int] = []  # passages searched exactly beside the graph (reachability.py), re-read likewise
         self._postings = Postings()  # of the terms searched, re-counted every COUNT_TTL_S
         self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
+        self._checks = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-check")  # check()'s reads: pgsql.within
         with self._errors("cannot open"):
             with self._psycopg.connect(url, autocommit=True, **Q.CLIENT) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
@@ -80,18 +82,15 @@ class PgStore:
 
     @property
     def stamp(self) -> tuple[str, int]:  # PassageStore: one read, so both are of one store
-        meta = self._meta()
-        return meta.get(STORE_ID, ""), int(meta.get("version", 0))
+        return (meta := self._meta()).get(STORE_ID, ""), int(meta.get("version", 0))
 
     @property
     def passage_kinds(self) -> frozenset[str]:  # PassageStore
         return read_kinds(self._meta().get(KINDS_KEY))
 
-    def check(self) -> Committed:  # PassageStore: the server keeps the files; a store made again is followed (stamp)
-        """Bounded by pgsql.CHECK_WAIT_S (for a connection, then for the read), whatever holds the database up."""
-        with self._errors("cannot read"), self.pool.connection(timeout=Q.CHECK_WAIT_S) as conn, conn.transaction():
-            conn.execute(f"SET LOCAL statement_timeout = {Q.CHECK_WAIT_S * 1000:.0f}")
-            meta = self._meta(conn)
+    def check(self) -> Committed:  # PassageStore: a store made again is followed (stamp); bounded: pgsql.within
+        with self._errors("cannot read"):
+            meta = Q.within(self._checks, partial(Q.checked_meta, self.pool), f"cannot read store {self.location}")
         return Committed.of(meta, int(meta.get("count", 0)))
 
     def has_document(self, doc_id: str) -> bool:
@@ -239,6 +238,7 @@ class PgStore:
         self._counted_at = -Q.COUNT_TTL_S
 
     def close(self) -> None:
+        self._checks.shutdown(wait=False, cancel_futures=True)  # a read a hung server holds is not waited for
         self.pool.close()
 
     def __repr__(self) -> str:
