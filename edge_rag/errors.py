@@ -42,6 +42,11 @@ class StoreUnavailable(StoreError):
     with the store, and the same call succeeds once it is back (HTTP 503, where a fault of the store is a 500)."""
 
 
+class StoreBusy(StoreError):
+    """Another writer (process, device or store object) holds the store past the wait for it: nothing changed, and the
+    same write succeeds when that one is done (HTTP 503)."""
+
+
 class DiskFullError(StoreError):
     """The disk holding the store is full: the batch in hand was rolled back, what was committed before stays."""
 

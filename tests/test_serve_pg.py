@@ -126,3 +126,25 @@ def test_an_unreachable_database_is_a_503_to_retry_and_a_broken_store_stays_a_50
             conn.execute("DROP TABLE edge_rag_passages, edge_rag_documents, edge_rag_meta")
         gone = httpx.post(f"{url}/api/ask", json={"question": "When was the museum founded?"}, timeout=60)
         assert gone.status_code == 500 and "does not exist" in gone.json()["error"], gone.text
+
+
+def test_an_upload_while_another_device_indexes_is_a_503_to_retry(pg_url, bundle_dir):
+    """Another device indexing into the store (its writers' lock held): an upload's job failed with status 500 "being
+    written by another process … retry when it is done", as a bug would (so did one into a folder store another
+    process indexed). It is 503 (retry) now, and the same upload is added once that device is done."""
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.storage.pgstore import PgStore
+
+    remote = EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0, index_threads=1))
+    remote.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+    other = PgStore(pg_url, remote.store.dim)
+    upload = {"file": ("ferry.txt", b"The ferry to the museum leaves every hour.")}
+    with serving.running_server(remote) as url:
+        with other.writing():
+            busy = serving.wait_job(url, httpx.post(f"{url}/api/documents", files=upload, headers=serving.WRITE,
+                                                    timeout=60))
+        assert busy["state"] == "failed" and busy["status"] == 503, busy
+        assert "being written by another process" in busy["error"], busy
+        done = serving.wait_job(url, httpx.post(f"{url}/api/documents", files=upload, headers=serving.WRITE, timeout=60))
+        assert done["state"] == "done" and remote.store.count == 2, done
+    other.close()

@@ -7,7 +7,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import BudgetError, EdgeRAGError, InputError, StoreUnavailable
+from ..errors import BudgetError, EdgeRAGError, InputError, StoreBusy, StoreUnavailable
 
 
 class NotReady(EdgeRAGError):
@@ -37,8 +37,9 @@ async def _not_ready(request: Request, exc: NotReady) -> Response:
 
 def status_of(exc: Exception) -> int:
     """The HTTP status of an error the server did not expect of the request: 503 when the store's database cannot be
-    reached or a lock wait ran out (retry: a load balancer sends the question elsewhere, a kiosk asks again), else 500."""
-    return 503 if isinstance(exc, StoreUnavailable) else 500
+    reached, a lock wait ran out or another writer holds the store (retry: a load balancer sends the question
+    elsewhere, a kiosk asks again, an upload is sent again), else 500."""
+    return 503 if isinstance(exc, StoreUnavailable | StoreBusy) else 500
 
 
 async def _server_error(request: Request, exc: EdgeRAGError) -> Response:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
-from ..errors import StoreError, StoreUnavailable
+from ..errors import StoreBusy, StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 from .dburl import scrub
 from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
@@ -191,7 +191,7 @@ def acquire(conn, timeout: float, location: str) -> None:
     deadline = time.monotonic() + timeout
     while not conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]:
         if time.monotonic() >= deadline:
-            raise StoreError(f"store {location} is being written by another process; waited "
+            raise StoreBusy(f"store {location} is being written by another process; waited "
                              f"{timeout:g} s — retry when it is done, or wait longer")
         time.sleep(0.05)
 

@@ -15,14 +15,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import StoreError, check_seconds
+from ..errors import StoreBusy, StoreError, check_seconds
 from .readonly import writable
 
 LOCK_FILE = "writer.lock"
 
 
 def acquire(folder: Path, timeout: float) -> int:
-    """The locked file's descriptor; waits up to ``timeout`` s, then StoreError naming the holder."""
+    """The locked file's descriptor; waits up to ``timeout`` s, then StoreBusy naming the holder."""
     check_seconds(timeout, "lock_timeout")  # NaN never ends a wait
     try:
         fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -41,7 +41,7 @@ def acquire(folder: Path, timeout: float) -> int:
                 os.close(fd)
                 who = ("another store object of this process (another EdgeRAG on the same folder)"
                        if holder == str(os.getpid()) else f"another process (pid {holder})")
-                raise StoreError(
+                raise StoreBusy(
                     f"store {folder} is being written by {who}; waited {timeout:g} s — retry when it is done, "
                     "or wait longer (EdgeRAG's lock_timeout, --wait SECONDS)"
                 ) from None
@@ -60,10 +60,10 @@ def release(fd: int) -> None:
 
 @contextlib.contextmanager
 def held(lock: threading.RLock, wait: bool, store: str) -> Iterator[None]:
-    """A store's in-process writers' ``lock`` held; without ``wait``, a StoreError at once if another thread holds it
+    """A store's in-process writers' ``lock`` held; without ``wait``, a StoreBusy at once if another thread holds it
     (a caller that must not wait for an indexing run, whose commits are about to move the version anyway)."""
     if not lock.acquire(blocking=wait):
-        raise StoreError(f"store {store} is being written by another thread; retry when it is done")
+        raise StoreBusy(f"store {store} is being written by another thread; retry when it is done")
     try:
         yield
     finally:
