@@ -907,3 +907,5 @@ def test_a_health_check_of_a_server_that_stopped_answering_is_bounded(pg_url):
     assert f"did not answer within {2 * pgsql.CHECK_WAIT_S:g} s" in str(failed[0]), failed
     assert store.check().passages == 2
     store.close()
+    with pytest.raises(StoreError, match="closed"):  # as before this bound (was a RuntimeError from its thread pool)
+        store.check()

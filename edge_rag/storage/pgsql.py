@@ -192,7 +192,7 @@ def acquire(conn, timeout: float, location: str) -> None:
     while not conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]:
         if time.monotonic() >= deadline:
             raise StoreBusy(f"store {location} is being written by another process; waited "
-                             f"{timeout:g} s — retry when it is done, or wait longer")
+                            f"{timeout:g} s — retry when it is done, or wait longer")
         time.sleep(0.05)
 
 

@@ -238,7 +238,6 @@ class PgStore:
         self._counted_at = -Q.COUNT_TTL_S
 
     def close(self) -> None:
-        self._checks.shutdown(wait=False, cancel_futures=True)  # a read a hung server holds is not waited for
         self.pool.close()
 
     def __repr__(self) -> str:
