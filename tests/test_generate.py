@@ -267,6 +267,10 @@ CTRL_C_WHILE_LOADING = """
 import os, signal, sys, threading, time
 from edge_rag.reading.generate import Generator
 
+# a shell starts a background job (CI's, `make test &`) with SIGINT ignored, and Python keeps that: give Ctrl-C its
+# usual handler, as an interactive `edge-rag` has it
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def interrupt(original):  # llama-cpp-python silences sys.stderr while llama.cpp loads the model (and logs)
     while sys.stderr is original and time.monotonic() < deadline:
         time.sleep(0.0002)
