@@ -226,6 +226,10 @@ async function loadKiosk() {
     text($("certificate"), k.decision.summary);
     $("certificate").title = k.decision.summary;  // whole, where the small panel shows two lines of it
     $("certificate").classList.toggle("uncertified", !k.decision.certified);
+    // the same suggestions are kept, not made again: a key user's focus on one (Tab, then Enter) fell to nothing
+    // when this fetch, begun by Start over, replaced the button under it
+    const shown = [...$("suggestion-list").querySelectorAll("button")].map((b) => b.textContent);
+    if (shown.length > 0 && JSON.stringify(shown) === JSON.stringify(k.questions)) return;
     const items = k.questions.map((q) => {
       const li = document.createElement("li");
       const b = document.createElement("button");
