@@ -13,6 +13,7 @@ from conftest import ROOT, SAMPLE_DOCS, sample_store
 
 from edge_rag import Config, EdgeRAG
 from edge_rag.errors import InputError
+from edge_rag.storage.store_db import DB_FILE
 from edge_rag.types import Route
 
 NO_TORCH = """
@@ -160,6 +161,46 @@ def test_a_store_this_user_may_not_write_answers(bundle_dir, tmp_path):
         assert sorted(p.name for p in db.iterdir()) == files
     finally:
         db.chmod(0o755)
+
+
+def test_a_store_this_user_may_not_write_follows_its_owners_commits(bundle_dir, tmp_path):
+    """A kiosk that may only read its store (another user's folder) opened it immutable while no writer had it open,
+    and answered from that first commit until it restarted: the owner's `edge-rag index` meanwhile was never seen (a
+    new document never found, health 'loading' for ever), and SQLite says reading an immutable file that changes is
+    undefined. The next question now follows each commit: one whose writer closed before it, and one whose writer
+    still has the store open. As root, the folder is nobody's and the reader runs without the capabilities that let
+    root write it (setpriv); the test process, root, is its owner."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("a reader that may not write beside a writer that may: root and setpriv play the two users")
+    db, docs = tmp_path / "db", sorted(SAMPLE_DOCS.iterdir())
+    welcome, founder, getting_there = (next(d for d in docs if d.name.startswith(n)) for n in ("01-", "09-", "04-"))
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_files([welcome])
+    for path in [db, *db.iterdir()]:
+        os.chown(path, 65534, 65534)  # nobody's: the reader below may read it, not write it
+    reader = subprocess.Popen(["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", sys.executable,
+                               "-m", "edge_rag", "ask", "-", "--json", "--db", str(db), "--bundle", str(bundle_dir)],
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def titles(question: str) -> set[str]:
+        reader.stdin.write(f"{question}\n")
+        reader.stdin.flush()
+        assert select.select([reader.stdout], [], [], 120)[0], "no answer"
+        return {p["title"] for p in json.loads(reader.stdout.readline())["passages"]}
+
+    try:
+        assert "Our Founder, Margaret Hollins" not in titles("Who founded the Harbourlight Science Museum?")
+        assert not (db / f"{DB_FILE}-shm").exists()  # no writer: the reader opened it immutable
+        with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:  # the owner's index run, done before the question
+            rag.add_files([founder])
+        assert "Our Founder, Margaret Hollins" in titles("Who founded the Harbourlight Science Museum?")
+        with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:  # a writer that has the store open
+            rag.add_files([getting_there])
+            assert "Getting There" in titles("What is the museum's address?")
+        reader.stdin.close()
+        assert reader.wait(timeout=60) == 0, reader.stderr.read()
+    finally:
+        reader.kill()
 
 
 def test_questions_from_a_closed_standard_input_are_none(sample_rag, bundle_dir):

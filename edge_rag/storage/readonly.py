@@ -2,14 +2,16 @@
 
 SQLite makes a -wal and a -shm file beside a WAL database to read it, and cannot in such a folder. It reads it
 through those of a writer that has it open (a process that may write the folder: its commits are followed), else as
-a file that does not change (``immutable``: no writer has it open; one that opens it later, its owner indexing, is
-seen once this process starts again).
+a file that does not change (``immutable``: no writer has it open). SQLite says reading an immutable file that changes
+is undefined (its page cache goes stale, a checkpoint tears its reads): a connection here (``Reopened``) is used only
+while the database and its -wal and -shm are as they were when it opened, and is opened again once another process
+opened the store to write (its owner indexing) or wrote it, so the next read follows that commit.
 """
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import StoreError
@@ -29,6 +31,39 @@ def uri(path: Path, mode: str) -> str:
     if not path.is_file():
         raise StoreError(f"{path} is missing and the folder is read-only here: no store can be opened or made in it")
     return f"{name}?mode=ro" + ("" if path.with_name(f"{path.name}-shm").exists() else "&immutable=1")
+
+
+class Reopened:
+    """A connection ``first`` opens to the database ``path`` (given its folder); in a folder this process may not
+    write, ``again`` opens it again once the file or its -wal or -shm changed (see the module docstring). The file
+    made again there (another inode) is another store's: the connection stays on the one it opened, as it would in a
+    writable folder (``store_load.check_on_disk`` says so). The caller serialises ``get``."""
+
+    def __init__(self, path: Path, first: Callable[[Path], sqlite3.Connection],
+                 again: Callable[[Path], sqlite3.Connection]) -> None:
+        self.path, self._again, self._watch = path, again, not writable(path.parent)
+        self._seen, self.db = files(path), first(path.parent)  # seen before the open: a change meanwhile opens again
+
+    def get(self) -> sqlite3.Connection:
+        """The connection, opened again first if another process opened or wrote the file since it was opened."""
+        if self._watch and (now := files(self.path)) != self._seen and now[0][0] == self._seen[0][0]:
+            db = self._again(self.path.parent)  # opened first: one that fails leaves this one, tried again next
+            self.db.close()
+            self._seen, self.db = now, db
+        return self.db
+
+
+def files(path: Path) -> tuple[tuple[int, int, int], ...]:
+    """The identity (inode, size, modification time; 0s: no file) of the database ``path`` and of its -wal and -shm:
+    a writer makes the -wal and -shm as it opens the store, and writes the database as its commits are checkpointed
+    into it."""
+    def identity(file: Path) -> tuple[int, int, int]:
+        try:
+            st = file.stat()
+        except FileNotFoundError:
+            return 0, 0, 0
+        return st.st_ino, st.st_size, st.st_mtime_ns
+    return tuple(identity(path.with_name(path.name + end)) for end in ("", "-wal", "-shm"))
 
 
 def check_current(db: sqlite3.Connection, path: Path, columns: dict[str, Iterable[str]]) -> None:

@@ -35,13 +35,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import hnswlib
 import numpy as np
 
 from ..errors import check_seconds, full_disk_is_an_error
 from ..retrieval.lexical import POSTINGS_BUDGET
 from ..types import Passage, in_order
-from . import hnsw, reachability, store_db, store_load, writer_lock
+from . import hnsw, reachability, readonly, store_db, store_load, writer_lock
 from .fair_lock import FairLock
 from .fileio import fsync_dir
 from .passage_kinds import KINDS_KEY, read_kinds, sqlite_kinds_after
@@ -79,17 +78,22 @@ class Store:
         self._lock_fd: int | None = None
         self._write_depth, self._counted, self.closed = 0, (-1, 0), False  # writing()'s nesting; search's last count
         check_files(self.folder, create)
-        self.db, self._text = connect(self.folder), FullText(self.folder)
-        check_meta(meta := self._meta(), dim, encoder_id, str(self.folder), "folder")
+        self._db = readonly.Reopened(self.folder / DB_FILE, connect, store_db.second_connection)
+        self._text = FullText(self.folder)
+        check_meta(meta := read_meta(self.db, self.folder), dim, encoder_id, str(self.folder), "folder")
         self.encoder_id = encoder_id or meta.get("encoder", "")
         self.identity = meta.get(STORE_ID, "")  # the file it opened is this store's for the life of its connection
         self.index, self.index_file, self._version, self._exact = self._load_committed()
 
     # -- reading -------------------------------------------------------------------------------
     @property
+    def db(self) -> sqlite3.Connection:  # searches' (callers hold _lock): reopened as readonly.py says
+        return self._db.get()
+
+    @property
     def passage_kinds(self) -> frozenset[str]:  # PassageStore
         with self._lock:
-            return read_kinds(self._meta().get(KINDS_KEY))
+            return read_kinds(read_meta(self.db, self.folder).get(KINDS_KEY))
 
     @property
     def count(self) -> int:
@@ -202,7 +206,7 @@ class Store:
         self.admit = None  # it holds the EdgeRAG: a cycle kept a closed one's models in memory until gc ran
         self._text.close()
         with self._lock:
-            self.db.close()
+            self._db.db.close()
             self.closed = True
         self._release()
 
@@ -225,7 +229,7 @@ class Store:
         old_file, new_file, landed = self.index_file, None, False
         try:
             with self._lock:
-                first = int(self._meta().get("next_id", store_db.max_id(self.db) + 1))
+                first = int(read_meta(self.db, self.folder).get("next_id", store_db.max_id(self.db) + 1))
                 marks = ",".join("?" * len(remove))
                 gone = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id IN ({marks})", remove)]
                 live = [r[0] for r in self.db.execute(f"SELECT id FROM passages WHERE doc_id NOT IN ({marks})", remove)]
@@ -278,23 +282,17 @@ class Store:
         if self.fault_hook is not None:
             self.fault_hook(name)
 
-    def _load_committed(self, admit: Callable[[int], None] | None = None
-                        ) -> tuple[hnswlib.Index, str | None, int, reachability.Exact]:
-        """The last commit's index, its file name, the store version and the passages it does not reach, all read
-        from one snapshot (store_load): another process may be committing meanwhile."""
-        index, name, meta = store_load.load_committed(self.db, self.folder, self.dim, self.m, self.ef_construction, admit)
-        return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
+    def _load_committed(self, admit: Callable[[int], None] | None = None) -> store_load.Loaded:
+        """The last commit, read from one snapshot (store_load): another process may be committing meanwhile."""
+        return store_load.load_committed(self.db, self.folder, self.dim, self.m, self.ef_construction, admit)
 
     def _follow(self) -> None:
         """Reload the index if another process committed (caller holds _lock; not in this store's own commit). ``admit``
         (the plan) may refuse it; if not, the stale index goes first: one in memory, as the plan prices, not two."""
-        if self._pending_from is not None or int(self._meta().get("version", 0)) == self._version:
+        if self._pending_from is not None or int(read_meta(self.db, self.folder).get("version", 0)) == self._version:
             return
         def admit(passages: int) -> None:
             if self.admit is not None:
                 self.admit(passages)
             self.index = hnsw.new(self.dim, self.m, self.ef_construction)  # a failed load: empty, loaded again next
         self.index, self.index_file, self._version, self._exact = self._load_committed(admit)
-
-    def _meta(self) -> dict[str, str]:
-        return read_meta(self.db, self.folder)

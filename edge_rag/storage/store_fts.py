@@ -13,7 +13,8 @@ from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 
 from ..retrieval.lexical import POSTINGS_BUDGET, Postings, candidate_terms, fts5_query, rarest
-from .store_db import CONTEXT_WEIGHT, FTS_TABLE, TITLE_WEIGHT, second_connection
+from .readonly import Reopened
+from .store_db import CONTEXT_WEIGHT, DB_FILE, FTS_TABLE, TITLE_WEIGHT, second_connection
 
 CONNECTIONS = 4  # full-text searches at once per store
 
@@ -46,7 +47,7 @@ class Readers:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._idle: list[sqlite3.Connection] = []
+        self._idle: list[Reopened] = []
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(CONNECTIONS)
         self._closed = False
@@ -57,24 +58,30 @@ class Readers:
             with self._lock:
                 db = self._idle.pop() if self._idle else None
             if db is None:
-                db = second_connection(self.folder)
-                db.execute("PRAGMA query_only=ON")
+                db = Reopened(self.folder / DB_FILE, reader, reader)
             try:
-                yield db
+                yield db.get()
             finally:
                 with self._lock:
                     if not self._closed:
                         self._idle.append(db)
                         db = None
                 if db is not None:  # the store closed meanwhile
-                    db.close()
+                    db.db.close()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             for db in self._idle:
-                db.close()
+                db.db.close()
             self._idle.clear()
+
+
+def reader(folder: Path) -> sqlite3.Connection:
+    """A full-text search's connection: it only reads."""
+    db = second_connection(folder)
+    db.execute("PRAGMA query_only=ON")
+    return db
 
 
 def postings(db: sqlite3.Connection, terms: Sequence[str]) -> list[int]:

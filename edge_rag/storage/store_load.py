@@ -17,7 +17,7 @@ from pathlib import Path
 import hnswlib
 
 from ..errors import REINDEX, StoreError
-from . import hnsw
+from . import hnsw, reachability
 from .readonly import uri
 from .store_db import DB_FILE, STORE_ID
 from .store_meta import Committed, read_meta
@@ -26,11 +26,15 @@ LEGACY_INDEX_FILE = "vectors.hnsw"  # the single index file of stores written be
 LOAD_TRIES = 10  # snapshots tried while commits keep removing the file just read (each retry: a newer commit landed)
 
 
+Loaded = tuple[hnswlib.Index, str | None, int, reachability.Exact]  # a commit's index, file name, version, misses
+
+
 def load_committed(db: sqlite3.Connection, folder: Path, dim: int, m: int, ef_construction: int,
-                   admit: Callable[[int], None] | None = None) -> tuple[hnswlib.Index, str | None, dict[str, str]]:
-    """The last commit's index, its file name and its store record (meta), all of one commit; StoreError if the
-    store is damaged, or if commits kept landing for LOAD_TRIES loads in a row. ``admit`` is told the commit's passage
-    count before its index is read, and may refuse it by raising (the memory plan of the process loading it)."""
+                   admit: Callable[[int], None] | None = None) -> Loaded:
+    """The last commit's index, its file name, the store version and the passages the index does not reach, all of
+    one commit; StoreError if the store is damaged, or if commits kept landing for LOAD_TRIES loads in a row. ``admit``
+    is told the commit's passage count before its index is read, and may refuse it by raising (the memory plan of the
+    process loading it)."""
     for _ in range(LOAD_TRIES):
         with _snapshot(db):
             meta = read_meta(db, folder)
@@ -38,7 +42,8 @@ def load_committed(db: sqlite3.Connection, folder: Path, dim: int, m: int, ef_co
             if admit is not None:
                 admit(db.execute("SELECT COUNT(*) FROM passages").fetchone()[0])
             try:
-                return load_index(db, folder, name, meta, dim, m, ef_construction), name, meta
+                index = load_index(db, folder, name, meta, dim, m, ef_construction)
+                return index, name, int(meta.get("version", 0)), reachability.Exact.recorded(index, meta)
             except StoreError as exc:
                 error = exc
         if read_meta(db, folder).get("version") == meta.get("version"):
