@@ -407,6 +407,25 @@ def test_a_question_of_spaces_is_asked_for_again(browser, served):
     context.close()
 
 
+def test_a_question_the_page_cannot_send_is_told_and_ask_works_again(browser, served):
+    """A question holding a lone UTF-16 surrogate (a broken paste, set by a script) threw in encodeURIComponent:
+    the page showed "Looking it up…" until it cleared itself. It now says so, sends nothing, and the next question
+    is asked and answered."""
+    url, questions = served
+    context, page, errors = open_page(browser, url, "800x480")
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if "/api/ask" in request.url else None)
+    page.evaluate("document.querySelector('#question').value = 'When \\ud800 open?'")
+    page.click("#ask")
+    page.wait_for_selector("#reason:not([hidden])", timeout=10_000)
+    assert page.inner_text("#answer") == "Sorry, that did not work." and page.is_hidden("#badge")
+    assert "cannot read" in page.inner_text("#reason") and page.inner_text("#status") == ""
+    assert not sent and not errors, (sent, errors)
+    ask(page, questions[0])
+    assert page.is_visible("#badge") and not errors, errors
+    context.close()
+
+
 def test_a_long_pasted_question_is_told_never_cut(browser, served):
     """A pasted question over the server's 500 characters was cut to 500 without a word (maxlength), and maxlength
     counts UTF-16 units where the server counts characters: 300 emoji were cut to 250. Nothing is cut now, the visitor

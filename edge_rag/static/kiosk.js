@@ -160,6 +160,19 @@ function showAnswer(a) {
   announce();
 }
 
+function showFailure(reason, detail) {
+  // Every failure ends the wait with words and leaves Ask working: a question whose request could not be made
+  // (a lone surrogate threw in encodeURIComponent) stayed on "Looking it up…" until the page cleared itself.
+  if (stream) stream.close();
+  $("badge").hidden = true;  // a "Written by the on-device model" badge over no answer would mislead
+  status("");
+  text($("answer"), "Sorry, that did not work.");
+  text($("reason"), reason);
+  showDetail(detail);
+  $("reason").hidden = false;
+  announce();
+}
+
 function ask(question) {
   question = question.trim();
   if (!question) {  // spaces alone passed "required" and Ask did nothing: the box says what it wants, as when empty
@@ -180,8 +193,17 @@ function ask(question) {
   let finished = false;
   let streamed = "";
   loadKiosk();  // the footer beside this answer names the certificate deciding it (the operator may have applied one)
-  stream = new EventSource("/api/ask/stream?q=" + encodeURIComponent(question));
-  const on = (name, fn) => stream.addEventListener(name, (e) => { touched(); fn(JSON.parse(e.data)); });
+  try {
+    stream = new EventSource("/api/ask/stream?q=" + encodeURIComponent(question));
+  } catch (err) {  // URIError: a lone UTF-16 surrogate (a broken paste, a script) has no URL form
+    showFailure("Your question holds a character this kiosk cannot read. Please type it again.", String(err));
+    return;
+  }
+  // an event the script cannot show (a server's reply it does not parse) is told too, never "Looking it up…" for good
+  const on = (name, fn) => stream.addEventListener(name, (e) => {
+    touched();
+    try { fn(JSON.parse(e.data)); } catch (err) { finished = true; showFailure(plainFailure(0), String(err)); }
+  });
   on("route", (d) => {
     if (d.route === "GPT" && !d.cache_hit) { showRoute("GPT"); status("Thinking…"); }
   });
@@ -190,21 +212,10 @@ function ask(question) {
   });
   on("token", (d) => { streamed += d.text; text($("answer"), streamed); });
   on("answer", (d) => { finished = true; stream.close(); showAnswer(d); });
-  on("failed", (d) => {
-    finished = true; stream.close();
-    $("badge").hidden = true;  // a "Written by the on-device model" badge over no answer would mislead
-    status(""); text($("answer"), "Sorry, that did not work."); text($("reason"), plainFailure(d.status));
-    showDetail(d.error);
-    $("reason").hidden = false;
-    announce();
-  });
+  on("failed", (d) => { finished = true; showFailure(plainFailure(d.status), d.error); });
   stream.onerror = () => {
     if (finished) return;
-    stream.close();
-    $("badge").hidden = true;
-    status("");
-    text($("answer"), "Sorry, something went wrong. Please try again.");
-    announce();
+    showFailure("The connection to this kiosk was lost. Please try again.", "the event stream failed");
   };
 }
 
