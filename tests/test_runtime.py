@@ -138,6 +138,23 @@ def test_questions_from_standard_input_are_answered_line_by_line(sample_rag, bun
         ask.kill()
 
 
+def test_a_bad_question_in_a_stream_is_reported_and_the_rest_answered(sample_rag, bundle_dir):
+    """`edge-rag ask -` stopped at the first question it could not take (too long, undecodable), status 2, and the
+    questions after it went unanswered. Each is now reported (stderr, and a JSON line with "error" in its answer's
+    place), the rest answered, and the status is 2 at the end."""
+    lines = [b"What is Big Mary?", b"x" * 5000, b"caf\xe9 hours?", b"Where can I park?"]
+    ask = subprocess.run([sys.executable, "-m", "edge_rag", "ask", "-", "--json", "--db", str(sample_rag.store.folder),
+                          "--bundle", str(bundle_dir)], cwd=ROOT, input=b"\n".join(lines) + b"\n",
+                         capture_output=True, timeout=120)
+    out = [json.loads(line) for line in ask.stdout.splitlines()]
+    err = ask.stderr.decode(errors="replace")
+    assert ask.returncode == 2 and len(out) == 4, err
+    assert [o["question"] for o in out] == ["What is Big Mary?", "x" * 5000, "caf? hours?", "Where can I park?"]
+    assert [("error" in o, "route" in o) for o in out] == [(False, True), (True, False), (True, False), (False, True)]
+    assert "limit" in out[1]["error"] and "not valid Unicode" in out[2]["error"]
+    assert [line.split(":")[2] for line in err.splitlines()] == [" question 2", " question 3"], err
+
+
 def test_a_store_this_user_may_not_write_answers(bundle_dir, tmp_path):
     """A store copied read-only (`chmod -R a-w`, or another user's) stopped `edge-rag ask` with 'the store folder …
     is read-only: … make the folder writable' (status 2). It answers, writing nothing there; `remove` says why not.

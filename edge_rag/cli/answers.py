@@ -19,6 +19,14 @@ def print_answer(answer: Answer, as_json: bool) -> None:
           f"{answer.total_ms:.0f} ms ({timings}) | peak RSS {answer.peak_rss_mb:.0f} MB")
 
 
+def print_unasked(n: int, question: str, error: Exception, as_json: bool) -> None:
+    """A question that cannot be asked: one error line on stderr naming it by its place, and with --json a line
+    {"question", "error"} in its answer's place, so the Nth line stays the Nth question's."""
+    print(f"edge-rag: error: question {n}: {error}", file=sys.stderr)
+    if as_json:  # its undecodable bytes (lone surrogates) as "?": a strict JSON parser refuses a lone \ud800
+        print(json.dumps({"question": question.encode("utf-8", "replace").decode(), "error": str(error)}))
+
+
 def questions(given: list[str]) -> Iterator[str]:
     """The questions in the order given, ``-`` standing for standard input's lines (blank ones skipped), each
     yielded as it arrives: a pipe or a person typing is answered line by line."""

@@ -13,11 +13,11 @@ from .. import serve
 from ..config import Config
 from ..decision.policy import generative
 from ..documents.text import path_text
-from ..errors import EdgeRAGError
+from ..errors import EdgeRAGError, InputError
 from ..models.registry import PROFILES, default_bundle, home
 from ..storage.dburl import mask_url
 from ..types import Route
-from .answers import print_answer, questions
+from .answers import print_answer, print_unasked, questions
 from .options import add_common, add_decision, add_delta, add_wait, config_value, open_rag, positive
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample"
@@ -102,11 +102,18 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    """Status 2 when a question could not be asked, but only once all were: one bad line of a stream (empty, too
+    long, undecodable) ended the run and dropped the questions after it."""
+    failed = False
     with open_rag(args, create=False) as rag:
-        for question in questions(args.questions):
-            print_answer(rag.ask(question), args.json)
+        for n, question in enumerate(questions(args.questions), 1):
+            try:
+                print_answer(rag.ask(question), args.json)
+            except InputError as exc:
+                failed = True
+                print_unasked(n, question, exc, args.json)
             sys.stdout.flush()  # each answer as it is made, not when a pipe's buffer fills
-    return 0
+    return 2 if failed else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
