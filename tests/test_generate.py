@@ -206,6 +206,24 @@ def test_an_n_ctx_that_cannot_hold_the_prompt_template_fails_when_the_model_load
         generator.fit("Who was Rollo?", NORMANDY, longest)
 
 
+def test_an_n_ctx_refused_once_is_refused_again_without_loading_the_model(bundle, tmp_path, monkeypatch):
+    """Config(n_ctx=256, certified=False) opened, and each question routed to the generator loaded llama.cpp again
+    (0.75 s, RSS to 436 MB) only to fail with the same ConfigError: the model loads once at most, the error stays."""
+    from edge_rag.config import Config
+    from edge_rag.errors import ConfigError
+    from edge_rag.pipeline import EdgeRAG
+
+    loads = []
+    load = Generator.__init__
+    monkeypatch.setattr(Generator, "__init__", lambda self, *a, **k: loads.append(1) or load(self, *a, **k))
+    for _ in range(2):  # a second EdgeRAG as a second question: the model file's template length is kept
+        with EdgeRAG(tmp_path / "db", bundle=bundle.root, config=Config(n_ctx=256, certified=False)) as rag:
+            for _ in range(2):
+                with pytest.raises(ConfigError, match="n_ctx 256 cannot hold the generator's prompt template"):
+                    rag.warm_up()
+    assert len(loads) <= 1
+
+
 @pytest.mark.parametrize("n_ctx", [100, 200])
 def test_an_n_ctx_that_leaves_no_room_for_evidence_fails_when_the_model_loads(bundle, n_ctx):
     """Config(n_ctx=100) held Gemma's template (72 tokens) and an answer (25 tokens), so it loaded, and each question's

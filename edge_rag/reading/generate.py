@@ -69,6 +69,18 @@ def room(n_ctx: int, fixed: int, max_new_tokens: int) -> tuple[int, int]:
     return answer, n_ctx - max(1, answer) - fixed
 
 
+# The prompt template's own tokens by model file (path, mtime) and prompt style, known once it was loaded.
+_FIXED: dict[tuple[Path, int, str], int] = {}
+
+
+def _check_room(config: Config, fixed: int) -> None:
+    answer, left = room(config.n_ctx, fixed, max(spec.max_new_tokens for spec in config.tiers.values()))
+    if left < 2 * MIN_EVIDENCE:
+        raise ConfigError(f"n_ctx {config.n_ctx} cannot hold the generator's prompt template ({fixed} tokens), an "
+                          f"answer ({max(1, answer)}) and {2 * MIN_EVIDENCE} tokens of question and evidence: set "
+                          "Config(n_ctx) higher (default 1024)")
+
+
 class Generator:
     """A GGUF model loaded once; ``generate`` answers a question from a context."""
 
@@ -108,14 +120,15 @@ class Generator:
     def of(cls, gguf: Path, facts: dict, config: Config) -> Generator:
         """The bundle's model at ``gguf`` (``facts``: the bundle's generator entry) at ``config``'s n_ctx, threads, seed;
         ConfigError if that n_ctx cannot hold its prompt template, a tier's answer and evidence: every generation
-        would fail so (an InputError at each question, as if the visitor's); the template's length is known once loaded."""
-        generator = cls(gguf, facts.get("prompt_style", "one-shot"), config.n_ctx, config.threads, config.seed,
-                        tuple(facts.get("stop", ())))
-        answer, left = room(config.n_ctx, generator.fixed, max(spec.max_new_tokens for spec in config.tiers.values()))
-        if left < 2 * MIN_EVIDENCE:
-            raise ConfigError(f"n_ctx {config.n_ctx} cannot hold the generator's prompt template ({generator.fixed} "
-                              f"tokens), an answer ({max(1, answer)}) and {2 * MIN_EVIDENCE} tokens of question and "
-                              "evidence: set Config(n_ctx) higher (default 1024)")
+        would fail so (an InputError at each question, as if the visitor's); the template's length is known once loaded,
+        and kept: asked again, that n_ctx is refused before the model is loaded again."""
+        style, path = facts.get("prompt_style", "one-shot"), Path(gguf)
+        known = (path.resolve(), path.stat().st_mtime_ns if path.is_file() else 0, style)  # missing: cls says so
+        if known in _FIXED:  # refused before loading it again: each question reloaded it (0.75 s) to fail so
+            _check_room(config, _FIXED[known])
+        generator = cls(gguf, style, config.n_ctx, config.threads, config.seed, tuple(facts.get("stop", ())))
+        _FIXED[known] = generator.fixed
+        _check_room(config, generator.fixed)
         return generator
 
     def serves(self, gguf: Path | None, n_ctx: int) -> bool:
