@@ -28,12 +28,14 @@ from edge_rag.decision.certified import CertifiedPath
 from edge_rag.models.bundle import ROLE_ENCODER, Bundle
 from edge_rag.models.registry import PROFILES, default_bundle, home
 from edge_rag.reading.generate import Generator
+from edge_rag.reading.llama_log import interrupts_after
 
 from . import data, decision, hardware, peer, plots, report, routing, rss, scale, scale_backends, summary
 from . import metrics as M
 from .systems import BASELINE, SYSTEMS, available, bench_config, preset, run_settings, settings_config
 
 SCHEMA_VERSION = 1
+STAGE = "outputs.partial"  # in the output folder: this run's results, figures and report until they are all drawn
 WARMUP_QUESTION = "What is this collection about?"
 
 
@@ -232,6 +234,36 @@ def drop_stale(out: Path, figures: list[Path], ran_peer: bool, ran_stores: bool)
         (out / scale_backends.ROWS_FILE).unlink(missing_ok=True)
 
 
+def publish(results: dict, out: Path, rows: Path) -> None:
+    """The run's outputs, in ``out`` together: drawn first in a folder of their own (the figures take seconds), then
+    moved in under Ctrl-C held, the report last (until then ``out`` holds none). A Ctrl-C while the figures were
+    drawn left this run's results.json and questions.jsonl beside the last run's report.md and figures."""
+    stage = out / STAGE
+    shutil.rmtree(stage, ignore_errors=True)  # an interrupted run's
+    stage.mkdir()
+    (stage / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    figures = plots.write(results, stage)
+    for name, ds in results["datasets"].items():
+        rc = ds.get("risk_coverage") or {}
+        alphas = {s: ds["systems"][s]["alpha"] or 0.0 for s in rc}
+        fig = decision.plot(rc, {s: ds["systems"][s]["answered"] for s in rc}, alphas,
+                            stage / f"risk_coverage_{name}.png")
+        figures += [fig] if fig else []
+    report.write(results, stage / "report.md", figures)
+    with interrupts_after():
+        (out / "report.md").unlink(missing_ok=True)
+        os.replace(rows, out / "questions.jsonl")
+        if "skipped" not in results["peer"]:
+            shutil.rmtree(out / "peer", ignore_errors=True)
+            os.replace(out / peer.WORK, out / "peer")
+        for path in [stage / "results.json", *figures]:
+            os.replace(path, out / path.name)
+        drop_stale(out, [out / f.name for f in figures], ran_peer="skipped" not in results["peer"],
+                   ran_stores=bool(results["scale"].get("stores", {}).get("rows")))
+        os.replace(stage / "report.md", out / "report.md")
+        stage.rmdir()
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -284,21 +316,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                         bench_config(args.threads), args.out, args.seed
                                                         ) if store_sizes else {"rows": []}
     results["runtime_s"] = time.perf_counter() - started
-    os.replace(partial, args.out / "questions.jsonl")
-    if "skipped" not in results["peer"]:
-        shutil.rmtree(args.out / "peer", ignore_errors=True)
-        os.replace(args.out / peer.WORK, args.out / "peer")
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    figures = plots.write(results, args.out)
-    for name, ds in results["datasets"].items():
-        rc = ds.get("risk_coverage") or {}
-        alphas = {s: ds["systems"][s]["alpha"] or 0.0 for s in rc}
-        fig = decision.plot(rc, {s: ds["systems"][s]["answered"] for s in rc}, alphas,
-                            args.out / f"risk_coverage_{name}.png")
-        figures += [fig] if fig else []
-    report.write(results, args.out / "report.md", figures)
-    drop_stale(args.out, figures, ran_peer="skipped" not in results["peer"],
-               ran_stores=bool(results["scale"].get("stores", {}).get("rows")))
+    publish(results, args.out, partial)
     print(f"benchmark done in {results['runtime_s'] / 60:.1f} min; results in {args.out.resolve()}/ "
           "(results.json, report.md, questions.jsonl, *.png)")
     return results

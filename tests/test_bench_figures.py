@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from benchmarks import decision, peer, peer_worker, routing, run, scale_backends
+from benchmarks import decision, peer, peer_worker, plots, routing, run, scale_backends
 from benchmarks.systems import bench_config, preset, run_settings, settings_config
 from edge_rag import EdgeRAG, Tier
 from edge_rag.models.bundle import ROLE_GENERATOR, Bundle
@@ -205,6 +207,41 @@ def test_an_interrupted_run_leaves_the_last_complete_one_whole(small_run, bundle
     assert {name: (out / name).read_bytes() for name in before} == before
     rows = [json.loads(line) for line in (out / "questions.jsonl.partial").read_text(encoding="utf-8").splitlines()]
     assert [(r["dataset"], r["system"]) for r in rows] == [("squad", "certified")] * 4
+
+
+def test_a_run_stopped_while_its_figures_are_drawn_leaves_the_last_complete_one_whole(small_run, bundle_dir: Path,
+                                                                                     tmp_path: Path):
+    """Ctrl-C while the figures were drawn (the run's last seconds) left this run's results.json and questions.jsonl
+    beside the last run's report.md and figures. They are drawn aside now and moved in together, the report last; a
+    Ctrl-C while they are moved in waits until all are."""
+    _, done = small_run
+    out = shutil.copytree(done, tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    argv = ["--n", "1", "--datasets", "squad", "--squad", str(done.parent / "squad.json"), "--bundle", str(bundle_dir),
+            "--out", str(out), "--index-cache", str(done.parent / "index"), "--skip-peer", "--skip-scale",
+            "--threads", "1", "--part", "all", "--systems", "certified"]
+
+    def stopped(results: dict, folder: Path) -> list[Path]:
+        draw(results, folder)
+        raise KeyboardInterrupt  # as Ctrl-C once these are drawn, before the risk-coverage plots and the report
+
+    def interrupted(*args, **kwargs) -> None:  # Ctrl-C while the outputs are moved in
+        os.kill(os.getpid(), signal.SIGINT)
+        drop(*args, **kwargs)
+
+    draw, drop = plots.write, run.drop_stale
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "write", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            run.main(argv)
+    assert {name: (out / name).read_bytes() for name in before} == before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run, "drop_stale", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run.main(argv)
+    created = json.loads((out / "results.json").read_text(encoding="utf-8"))["created"]
+    assert created in (out / "report.md").read_text(encoding="utf-8") and not (out / run.STAGE).exists()
+    assert len((out / "questions.jsonl").read_text(encoding="utf-8").splitlines()) == 1
 
 
 @pytest.mark.parametrize("n", ["0", "-1"])
