@@ -6,7 +6,17 @@ import os
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 from .config import Config, Tier, TierSpec
-from .errors import BudgetError, BundleError, ConfigError, DiskFullError, EdgeRAGError, InputError, StoreError
+from .errors import (
+    BudgetError,
+    BundleError,
+    ConfigError,
+    DiskFullError,
+    EdgeRAGError,
+    InputError,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+)
 from .types import Answer, Document, Passage, Route
 
 __version__ = "0.1.0"
@@ -23,5 +33,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "Answer", "BudgetError", "BundleError", "Config", "ConfigError", "DiskFullError", "Document", "EdgeRAG",
-    "EdgeRAGError", "InputError", "Passage", "Route", "StoreError", "Tier", "TierSpec", "__version__",
+    "EdgeRAGError", "InputError", "Passage", "Route", "StoreBusy", "StoreError", "StoreUnavailable", "Tier",
+    "TierSpec", "__version__",
 ]
