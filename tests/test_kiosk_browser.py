@@ -683,3 +683,29 @@ def test_the_page_warns_before_it_clears_and_a_touch_keeps_it(browser, served):
     assert page.is_hidden("#result") and page.is_hidden("#idle")  # cleared for the next visitor
     assert not errors, errors
     context.close()
+
+
+def test_a_browser_that_keeps_no_site_data_can_ask(browser, served, tmp_path):
+    """A kiosk's browser locked down to keep no site data (Chromium's cookies setting 'block': sessionStorage itself
+    throws) stopped kiosk.js at its first line ("Failed to read the 'sessionStorage' property"): Ask stayed disabled,
+    no suggestions, nothing could be asked. The page runs now."""
+    from browsing import CHROMIUM, CHROMIUM_ARGS
+
+    url, _ = served
+    profile = tmp_path / "profile"
+    (profile / "Default").mkdir(parents=True)
+    (profile / "Default" / "Preferences").write_text(
+        json.dumps({"profile": {"default_content_setting_values": {"cookies": 2}}}))
+    context = browser.browser_type.launch_persistent_context(str(profile), executable_path=CHROMIUM,
+                                                             args=CHROMIUM_ARGS, headless=True,
+                                                             viewport={"width": 800, "height": 480})
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(url)
+        page.wait_for_selector("#suggestion-list button")
+        ask(page, "When does the museum open?")
+        assert not errors, errors
+    finally:
+        context.close()

@@ -266,8 +266,10 @@ async function loadKiosk() {
 
 function init() {
   // The operator may have unlocked /admin in this tab: the kiosk page is a visitor's, whose swipe back must not
-  // find the operator's page open (admin.js keeps the token for its tab).
-  sessionStorage.removeItem("token");
+  // find the operator's page open (admin.js keeps the token for its tab). A browser that keeps no site data (a kiosk
+  // locked down so) refuses sessionStorage itself: no token is kept there, and the page must run on (it stopped here,
+  // Ask disabled for good).
+  try { sessionStorage.removeItem("token"); } catch { /* no storage: no token */ }
   $("ask-form").addEventListener("submit", (e) => { e.preventDefault(); ask($("question").value); });
   // Ask is disabled in the page until now: Enter before this script had run (a slow start) sent the form itself, to
   // /?q=…, a reload that lost the question and left it in the browser's history for the next visitor
