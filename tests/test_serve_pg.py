@@ -3,6 +3,8 @@ throw-away PostgreSQL: conftest.pg_admin_url). Its own file, so its server's mem
 planner of the other PostgreSQL tests (they plan in their own process)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import SAMPLE_DOCS
 
@@ -148,3 +150,28 @@ def test_an_upload_while_another_device_indexes_is_a_503_to_retry(pg_url, bundle
         done = serving.wait_job(url, httpx.post(f"{url}/api/documents", files=upload, headers=serving.WRITE, timeout=60))
         assert done["state"] == "done" and remote.store.count == 2, done
     other.close()
+
+
+def test_a_table_whose_data_file_is_gone_is_a_500_not_a_503_to_retry(pg_url, bundle_dir):
+    """The passages table's data file removed (a damaged data directory): a question was a 503 ("retry") as an outage
+    is, since psycopg raises every OperationalError alike ("could not open file …", SQLSTATE 58P01), so a kiosk or
+    load balancer retried a store that will not come back. It is a 500, as the store's tables gone are."""
+    import psycopg
+
+    from edge_rag.pipeline import EdgeRAG
+
+    remote = EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0, index_threads=1))
+    remote.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        data = Path(conn.execute("SHOW data_directory").fetchone()[0])
+        path = data / conn.execute("SELECT pg_relation_filepath('edge_rag_passages')").fetchone()[0]
+        if not path.is_file():
+            pytest.skip("the server's data directory is not on this machine")
+        conn.execute("CHECKPOINT")  # then its sessions end: the pool's next ones open the file again
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid()")
+    path.unlink()
+    with serving.running_server(remote) as url:
+        r = httpx.post(f"{url}/api/ask", json={"question": "Who founded the Harbourlight Science Museum?"}, timeout=60)
+    remote.close()
+    assert r.status_code == 500 and "could not open file" in r.json()["error"], r.text

@@ -42,6 +42,11 @@ HINTS = {"42501": "; the role needs SELECT (devices) or INSERT/UPDATE (indexers)
                   "ask again when it has finished",
          "57014": "; the database did not answer in time (busy, or another session holds a lock on the store's "
                   "tables): retry"}
+# The SQLSTATEs (prefixes) of a database that cannot be reached now or of a wait that ran out, where the same call
+# succeeds once it is back: none (no server answered: a connection attempt, the pool's wait), connections (08), shut
+# down, crashed or starting (57P01-03), too many connections, the statement and lock timeouts. psycopg's other
+# OperationalErrors are faults: a table's data file missing ("could not open file"), an I/O error, the disk full.
+UNAVAILABLE = ("08", "57P01", "57P02", "57P03", "53300", "57014", "55P03")
 NO_CONNECTION = "; the database cannot be reached now (down, restarting, refusing connections or not answering): retry"
 # A health poll (PgStore.check) waits this long for a connection, then for its read: a database refusing connections
 # held it CONNECT_TIMEOUT_S (10 s), a lock on the meta table LOCK_WAIT_S, where a watchdog or load balancer polls
@@ -137,16 +142,17 @@ def client():
 def store_error(psycopg, exc, what: str, url: str) -> StoreError:
     """The psycopg error ``exc`` as a StoreError saying ``what`` failed (naming the store by its masked URL): the
     server's message, detail and hint without the SQL it quoted, the password of ``url`` never shown, a hint by its
-    SQLSTATE (HINTS); a StoreUnavailable when the database could not be reached or a lock wait ran out
-    (OperationalError: connections, the pool, lock and statement timeouts, a server shutting down), which the server
-    answers with 503 (retry), not 500: a kiosk or load balancer tells them apart."""
+    SQLSTATE (HINTS); a StoreUnavailable when the database could not be reached or a lock wait ran out (UNAVAILABLE:
+    connections, the pool, lock and statement timeouts, a server shutting down), which the server answers with 503
+    (retry), not 500: a kiosk or load balancer tells them apart."""
     diag = exc.diag  # the server's message, not the statement it quotes ("LINE 2: FROM edge_rag_passages ORDER BY…")
     message = " ".join(filter(None, (diag.message_primary, diag.message_detail, diag.message_hint))) or str(exc)
     message = scrub(" ".join(message.split()), url)
     if isinstance(exc, psycopg.errors.UniqueViolation):
         message = f"a document is already in the store ({message})"
-    kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) else StoreError
-    lost = kind is StoreUnavailable and (exc.sqlstate or "08").startswith(("08", "57P"))  # none, or the server ended it
+    state = exc.sqlstate or "08"  # none: no server answered
+    kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) and state.startswith(UNAVAILABLE) else StoreError
+    lost = kind is StoreUnavailable and state.startswith(("08", "57P"))  # none, or the server ended it
     return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', NO_CONNECTION if lost else '')}")
 
 
