@@ -396,3 +396,36 @@ def test_temps_left_by_a_killed_process_that_had_this_ones_pid_do_not_pile_up(tm
     go.set()
     writer.join(60)
     assert not earlier.exists() and len(left) == 1 and target.read_text() == "the other thread's"
+
+
+WRITING_A_WHILE = """
+import sys
+from edge_rag.storage.fileio import atomic_path
+with atomic_path(sys.argv[1]) as tmp, open(tmp, "w") as f:  # one open file, written over a while
+    f.write("half a certificate")
+    print("writing", flush=True)
+    sys.stdin.readline()
+    f.write(", then the rest")
+"""
+
+
+def test_a_live_writers_temp_is_kept_by_a_writer_in_another_pid_namespace(tmp_path):
+    """A writer in another pid namespace (a container sharing the folder, here `unshare -pf`) cannot see this
+    machine's pids: it took a live writer's temp for a dead one's and removed it, and that writer's write failed
+    with FileNotFoundError (its certificate not saved). A temp whose writer holds it is kept, whoever looks."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a pid namespace needs root and unshare")
+    target = tmp_path / "operator-calibration.json"
+    live = subprocess.Popen([sys.executable, "-c", WRITING_A_WHILE, str(target)], cwd=ROOT, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert live.stdout.readline() == "writing\n"
+    other = subprocess.run(["unshare", "-pf", "--mount-proc", sys.executable, "-c",
+                            "import sys; from edge_rag.storage.fileio import atomic_write_text; "
+                            "atomic_write_text(sys.argv[1], '{}')", str(target)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    if other.returncode != 0 and "unshare" in other.stderr:
+        live.kill()
+        pytest.skip(f"no pid namespace here: {other.stderr.strip()}")
+    assert other.returncode == 0 and target.read_text() == "{}", other.stderr
+    live.communicate("\n", timeout=60)
+    assert live.returncode == 0 and target.read_text() == "half a certificate, then the rest"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -28,8 +29,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     with _WRITING_LOCK:  # before it exists: another thread's remove_stale_temps must never take it for stale
         _WRITING.add(tmp.name)
     try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for open()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while it is written: live to a writer that cannot see this pid
             yield Path(tmp)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
@@ -38,6 +40,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            os.close(fd)
     finally:
         with _WRITING_LOCK:
             _WRITING.discard(tmp.name)
@@ -55,11 +58,28 @@ def remove_stale_temps(path: Path) -> None:
 
 
 def _stale(entry: os.DirEntry, pid: int) -> bool:
-    """A temp of a gone process that this process is not writing (it may have this one's pid)."""
+    """A temp of a gone process that this process is not writing (it may have this one's pid) and no process holds
+    (one in another pid namespace, a container sharing the folder, runs under a pid this one does not see: its live
+    temp was removed, and its write failed with FileNotFoundError)."""
     with _WRITING_LOCK:
         if entry.name in _WRITING:
             return False
-    return left_by_a_gone_process(pid, entry.stat().st_mtime)
+    return left_by_a_gone_process(pid, entry.stat().st_mtime) and not _held(entry.path)
+
+
+def _held(path: str) -> bool:
+    """Whether a process holds the lock ``atomic_path`` takes on its temp ``path`` (one that cannot be opened: yes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # the lock, if taken, with it
+    return False
 
 
 def left_by_a_gone_process(pid: int, changed: float) -> bool:
