@@ -31,7 +31,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # held while it is written: live to a writer that cannot see this pid
+            with contextlib.suppress(OSError):  # a file system without flock: kept, as if held (_held)
+                fcntl.flock(fd, fcntl.LOCK_EX)  # held while it is written: live to a writer that cannot see this pid
             yield Path(tmp)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
@@ -68,7 +69,8 @@ def _stale(entry: os.DirEntry, pid: int) -> bool:
 
 
 def _held(path: str) -> bool:
-    """Whether a process holds the lock ``atomic_path`` takes on its temp ``path`` (one that cannot be opened: yes)."""
+    """Whether a process holds the lock ``atomic_path`` takes on its temp ``path`` (yes if it cannot be opened or
+    locked at all)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
