@@ -2,6 +2,7 @@
 questions file `edge-rag calibrate` reads, whole across a crash and across writers in several processes."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from edge_rag.decision import calibrate
+from edge_rag.decision.askings import REPEAT_S
 from edge_rag.decision.labels import Labels, export, groups
 from edge_rag.errors import InputError
 from edge_rag.serve import question_log
@@ -63,6 +65,21 @@ def test_a_visitor_asking_again_at_once_is_counted_once(tmp_path):
               ("When does the museum open?", t(9, 0)),  # 7 min later: another visitor
               ("Where is the cafe?", "not a time"), ("Where is the cafe?", "")]
     assert [e["asked"] for e in export(labels.all(), logged)] == [t(0, 0), t(0, 30), t(9, 0), "not a time", ""]
+
+
+def test_a_question_asked_again_and_again_by_visitors_is_no_single_chain(tmp_path):
+    """Measured from the previous asking, a question asked every 90 s (the kiosk's top suggestion, one visitor after
+    another) made one chain: 40 visits in an hour were one draw. Within REPEAT_S of the last counted asking is the
+    same visitor's; past it, another visitor's: one draw every REPEAT_S at least."""
+    labels = Labels(tmp_path / "labels.sqlite")
+    labels.set("Where is the cafe?", "answer", "Floor 2", ("a", 1))
+    start = datetime.datetime(2026, 1, 1, 10, tzinfo=datetime.timezone.utc)
+    logged = [("Where is the cafe?", (start + datetime.timedelta(seconds=90 * i)).isoformat()) for i in range(40)]
+    counted = [datetime.datetime.fromisoformat(e["asked"]) for e in export(labels.all(), logged)]
+    assert len(counted) > 1 and all((b - a).total_seconds() > REPEAT_S for a, b in zip(counted, counted[1:]))
+    for _, asked in logged:  # and each asking not counted is within REPEAT_S of the last counted one
+        when = datetime.datetime.fromisoformat(asked)
+        assert (when - max(c for c in counted if c <= when)).total_seconds() <= REPEAT_S or when in counted
 
 
 def test_groups_are_newest_first_same_questions_together_and_stale_after_the_store_moved(tmp_path):
