@@ -175,3 +175,34 @@ def test_a_table_whose_data_file_is_gone_is_a_500_not_a_503_to_retry(pg_url, bun
         r = httpx.post(f"{url}/api/ask", json={"question": "Who founded the Harbourlight Science Museum?"}, timeout=60)
     remote.close()
     assert r.status_code == 500 and "could not open file" in r.json()["error"], r.text
+
+
+def test_questions_asked_during_an_outage_fail_at_once_not_one_connection_wait_each(pg_url, bundle_dir, monkeypatch):
+    """Questions run one at a time, and during an outage each waited the pool's connection timeout before its 503:
+    five asked at once heard after 10, 20, 30, 40 and 50 s, each waiting on the others' work. Once one has found the
+    database unreachable the others fail at once (pgbreaker), all within two connection waits; the first question
+    once the database answers again is served."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_pgstore import refusing_connections
+
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setattr(pgsql, "CONNECT_TIMEOUT_S", 2)  # the wait of a call while the server is down
+    remote = EdgeRAG(pg_url, bundle=bundle_dir, config=Config(temperature=0.0, index_threads=1))
+    remote.add_documents(["The Harbourlight Science Museum was founded in 1887 by Ada Lovelace."])
+    question = "Who founded the Harbourlight Science Museum?"
+
+    def ask(words: str) -> tuple[int, float]:
+        r = httpx.post(f"{url}/api/ask", json={"question": f"{question} {words}"}, timeout=120)
+        return r.status_code, time.monotonic() - start
+
+    with serving.running_server(remote) as url:
+        with refusing_connections(pg_url), ThreadPoolExecutor(5) as asking:
+            start = time.monotonic()
+            answered = list(asking.map(ask, ["", "Please.", "Thanks.", "Who?", "Founder?"]))
+        assert [status for status, _ in answered] == [503] * 5, answered
+        assert max(after for _, after in answered) < 2 * pgsql.CONNECT_TIMEOUT_S, answered  # was 2, 4, 6, 8, 10 s
+        assert httpx.post(f"{url}/api/ask", json={"question": question}, timeout=60).status_code == 200

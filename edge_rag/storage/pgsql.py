@@ -9,11 +9,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import TypeVar
 
 from ..errors import StoreBusy, StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 from .dburl import scrub
+from .pgbreaker import PROBE_WAIT_S, Breaker
 from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
@@ -152,8 +154,12 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
         message = f"a document is already in the store ({message})"
     state = exc.sqlstate or "08"  # none: no server answered
     kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) and state.startswith(UNAVAILABLE) else StoreError
-    lost = kind is StoreUnavailable and state.startswith(("08", "57P"))  # none, or the server ended it
-    return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', NO_CONNECTION if lost else '')}")
+    return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', NO_CONNECTION if lost(psycopg, exc) else '')}")
+
+
+def lost(psycopg, exc: Exception) -> bool:
+    """Whether ``exc`` says the database could not be reached: no connection, or the server ended it."""
+    return isinstance(exc, psycopg.OperationalError) and (exc.sqlstate or "08").startswith(("08", "57P"))
 
 
 def checked_meta(pool) -> dict[str, str]:
@@ -161,6 +167,12 @@ def checked_meta(pool) -> dict[str, str]:
     with pool.connection(timeout=CHECK_WAIT_S) as conn, conn.transaction():
         conn.execute(f"SET LOCAL statement_timeout = {CHECK_WAIT_S * 1000:.0f}")
         return dict(conn.execute(f"SELECT key, value FROM {META}").fetchall())
+
+
+def breaker(psycopg, url: str) -> Breaker:
+    """The store's circuit breaker (pgbreaker.py): its probe is one connection attempt, at most PROBE_WAIT_S."""
+    probe = partial(psycopg.connect, url, autocommit=True, **{**CLIENT, "connect_timeout": PROBE_WAIT_S})
+    return Breaker(psycopg.OperationalError, partial(lost, psycopg), lambda: probe().close(), psycopg.OperationalError)
 
 
 def within(checks: ThreadPoolExecutor, read: Callable[[], T], what: str) -> T:
@@ -273,6 +285,12 @@ def vectors_out_of_line(conn, passages: int, dim: int) -> bool:
     pages, then scans the whole table for every search instead of using the HNSW index."""
     size = conn.execute(f"SELECT pg_relation_size('{PASSAGES}')").fetchone()[0]
     return size < passages * (4 * dim + 8)
+
+
+def set_meta(conn, **values: object) -> None:
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {META} VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                        [(k, str(v)) for k, v in values.items()])
 
 
 def delete_documents(conn, doc_ids: list[str]) -> int:

@@ -58,6 +58,7 @@ class PgStore:
         self._postings = Postings()  # of the terms searched, re-counted every COUNT_TTL_S
         self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
         self._checks = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-check")  # check()'s reads: pgsql.within
+        self._breaker = Q.breaker(self._psycopg, url)  # the database down: calls fail at once until it answers
         with self._errors("cannot open"):
             with self._psycopg.connect(url, autocommit=True, **Q.CLIENT) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
@@ -122,7 +123,7 @@ class PgStore:
             meta, self._counted_at = self._meta(), time.monotonic()
             self._count, self._unreachable = int(meta.get("count", 0)), reachability.recorded(meta)
         ef = hnsw.ef_for(self._count, k, self.ef_search)
-        with self._errors("cannot search"), self.pool.connection() as conn:
+        with self._errors("cannot search"), self._connection() as conn:
             if self._session_ef.get(conn) != ef:
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
                 self._session_ef[conn] = ef
@@ -136,7 +137,7 @@ class PgStore:
         if not terms or k <= 0 or not self.full_text:
             return []
         terms = list(terms)
-        with self._errors("cannot search"), self.pool.connection() as conn:
+        with self._errors("cannot search"), self._connection() as conn:
             counts = self._postings.of(terms, time.monotonic() // Q.COUNT_TTL_S, lambda new: Q.postings(conn, new))
             terms, counts = rarest(terms, counts)
             params = Q.text_search_params(terms, counts, k, budget)
@@ -148,7 +149,7 @@ class PgStore:
         if not ids:
             return []
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        with self._errors("cannot search"), self.pool.connection() as conn:
+        with self._errors("cannot search"), self._connection() as conn:
             rows = conn.execute(Q.SCORED, (query, [int(i) for i in ids])).fetchall()
         return in_order((Passage(i, d, t, x, p, score=1.0 - float(dist)) for i, d, t, x, p, dist in rows), ids)
 
@@ -156,7 +157,7 @@ class PgStore:
         """Passages by id, in the order given."""
         if not ids:
             return []
-        with self._errors("cannot read"), self.pool.connection() as conn:
+        with self._errors("cannot read"), self._connection() as conn:
             rows = conn.execute(Q.PASSAGES_BY_ID, ([int(i) for i in ids],)).fetchall()
         return in_order((Passage(*r) for r in rows), ids)
 
@@ -238,6 +239,7 @@ class PgStore:
         self._counted_at = -Q.COUNT_TTL_S
 
     def close(self) -> None:
+        self._breaker.close()
         self.pool.close()
 
     def __repr__(self) -> str:
@@ -270,11 +272,11 @@ class PgStore:
 
     @contextmanager
     def _connection(self) -> Iterator:
-        """The writer's connection inside this thread's ``writing()``, else one from the pool."""
+        """The writer's connection inside this thread's ``writing()``, else one from the pool (through the breaker)."""
         if self._writer is not None and self._writer_thread == threading.get_ident():
             yield self._writer
         else:
-            with self.pool.connection() as conn:
+            with self._breaker.guarding(), self.pool.connection() as conn:
                 yield conn
 
     def _meta(self, conn=None) -> dict[str, str]:
@@ -283,11 +285,7 @@ class PgStore:
                 return self._meta(pooled)
         return dict(conn.execute(f"SELECT key, value FROM {Q.META}").fetchall())
 
-    @staticmethod
-    def _set_meta(conn, **values: object) -> None:
-        with conn.cursor() as cur:
-            cur.executemany(f"INSERT INTO {Q.META} VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                            [(k, str(v)) for k, v in values.items()])
+    _set_meta = staticmethod(Q.set_meta)
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:

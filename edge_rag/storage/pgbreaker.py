@@ -1,0 +1,88 @@
+"""A PostgreSQL store's circuit breaker: once a call finds the database unreachable, calls fail at once.
+
+A kiosk asks its questions one at a time (the serve's fast lane), and during an outage each waited the pool's
+connection timeout (pgsql.CONNECT_TIMEOUT_S) before its 503: five asked at once heard after 10, 20, 30, 40 and 50 s,
+each waiting on the others' work. Once a call has found the database unreachable, the breaker opens: calls fail
+with a StoreUnavailable at once, while one thread of its own connects every PROBE_EVERY_S, and at once when a call
+asks (as one connection attempt would, at most PROBE_WAIT_S); the first that succeeds closes it, and calls go to the
+pool again. The pool's own retries back off 1, 2, 4 s apart, which is why it is not the probe: a shorter wait for the
+pool failed the first questions after the database was back.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+PROBE_EVERY_S = 1.0
+PROBE_WAIT_S = 2  # libpq's connect_timeout (whole seconds, 2 at least)
+ASK_WAIT_S = 0.5  # how long a call while open waits for the attempt it asked for (a refused one takes milliseconds)
+
+
+class Breaker:
+    """Open once ``lost(exc)`` says a call's error ``exc`` (of type ``error``) means the database cannot be reached,
+    closed again once ``probe()`` (a connection attempt) returns; ``unreachable(why)`` is the error calls meanwhile
+    fail with."""
+
+    def __init__(self, error: type[Exception], lost: Callable[[Exception], bool], probe: Callable[[], None],
+                 unreachable: Callable[[str], Exception]) -> None:
+        self._error, self._lost, self._probe, self._unreachable = error, lost, probe, unreachable
+        self._state = threading.Condition()
+        self._wake, self._stopped = threading.Event(), threading.Event()
+        self._started = self._finished = 0  # the probe's attempts
+        self._probing = False
+        self.down: str | None = None  # why the last call failed, while open
+
+    def check(self) -> None:
+        """Fail at once while the database is known unreachable: a call asks the probe to try now and waits for that
+        attempt at most ASK_WAIT_S, so the first question after the database is back is answered, not failed."""
+        if self.down is None:
+            return
+        with self._state:
+            attempt = self._started + 1
+            self._wake.set()
+            self._state.wait_for(lambda: self.down is None or self._finished >= attempt, ASK_WAIT_S)
+            if (down := self.down) is None:
+                return
+        raise self._unreachable(f"not tried, the last call found it unreachable ({down}) and it has not answered since")
+
+    @contextmanager
+    def guarding(self) -> Iterator[None]:
+        """Around a call: failed at once while open; opens it if the call finds the database unreachable."""
+        self.check()
+        try:
+            yield
+        except self._error as exc:
+            if self._lost(exc):
+                self._open(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            raise
+
+    def close(self) -> None:
+        """Stop probing (the store is closed)."""
+        self._stopped.set()
+        self._wake.set()
+
+    def _open(self, why: str) -> None:
+        with self._state:
+            self.down, probing, self._probing = why, self._probing, True
+        if not probing and not self._stopped.is_set():
+            threading.Thread(target=self._probing_loop, name="edge-rag-probe", daemon=True).start()
+
+    def _probing_loop(self) -> None:
+        """Every PROBE_EVERY_S, or at once when a call asks, one connection attempt; the first that succeeds closes."""
+        up = False
+        while not up and not self._stopped.is_set():
+            self._wake.wait(PROBE_EVERY_S)
+            self._wake.clear()
+            with self._state:
+                self._started += 1
+            try:
+                self._probe()
+                up = True
+            except Exception:  # noqa: BLE001 - still unreachable, whatever the error says: try again
+                pass
+            with self._state:
+                self._finished += 1
+                if up:
+                    self.down, self._probing = None, False
+                self._state.notify_all()
