@@ -909,3 +909,40 @@ def test_a_health_check_of_a_server_that_stopped_answering_is_bounded(pg_url):
     store.close()
     with pytest.raises(StoreError, match="closed"):  # as before this bound (was a RuntimeError from its thread pool)
         store.check()
+
+
+@pytest.mark.skipif(bool(os.environ.get("EDGE_RAG_PG_URL")), reason="stops server processes: the tests' own server only")
+def test_a_read_whose_session_stops_mid_query_is_cut(pg_url, monkeypatch):
+    """A read in flight when its server stopped (here: the store's session stopped with SIGSTOP while its search waits
+    for a table lock, which is then let go) waited for good: the session's own lock timeout cannot fire, and the kernel
+    still acknowledges. It is cut after pgsql.READ_WAIT_S (here 1 s) now: a StoreUnavailable saying so."""
+    import signal
+
+    from edge_rag.errors import StoreUnavailable
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setattr(pgsql, "READ_WAIT_S", 1.0, raising=False)
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    failed: list[Exception] = []
+    asking = threading.Thread(target=lambda: failed.append(pytest.raises(
+        StoreUnavailable, store.search, unit_vectors(2)[0], 1).value), daemon=True)
+    stopped: list[int] = []
+    with psycopg.connect(pg_url) as blocker, psycopg.connect(pg_url, autocommit=True) as watcher:
+        blocker.execute(f"LOCK TABLE {pgsql.PASSAGES} IN ACCESS EXCLUSIVE MODE")
+        asking.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not stopped and time.monotonic() < deadline:
+                stopped = [pid for (pid,) in watcher.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")]
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            blocker.rollback()
+            asking.join(30)  # a bound on a hung call, not a timing assertion
+            assert stopped and not asking.is_alive(), "the question never answered"
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+    assert "did not answer within 1 s" in str(failed[0]) and "cannot be reached now" in str(failed[0]), failed
+    store.close()

@@ -10,9 +10,11 @@ pool failed the first questions after the database was back.
 """
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 PROBE_EVERY_S = 1.0
 PROBE_WAIT_S = 2  # libpq's connect_timeout (whole seconds, 2 at least)
@@ -56,6 +58,35 @@ class Breaker:
             if self._lost(exc):
                 self._open(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             raise
+
+    @contextmanager
+    def connection(self, pool, bound: float | None) -> Iterator:
+        """A connection of ``pool`` for one call, through the breaker. A call with a ``bound`` (a read) has its
+        connection shut once it has waited that long: a server that stopped answering (stopped, a paused VM, a network
+        split whose peer still acknowledges) held a question for good, no keepalive or TCP timeout ending a wait on
+        a peer that acknowledges, and the server's shutdown with it."""
+        with self.guarding(), pool.connection() as conn:
+            if bound is None:
+                yield conn
+                return
+            fired = threading.Event()
+            timer = threading.Timer(bound, self._shut, (conn, fired))
+            timer.daemon = True
+            timer.start()
+            try:
+                yield conn
+            except self._error:
+                if fired.is_set():
+                    raise self._unreachable(f"it did not answer within {bound:g} s") from None
+                raise
+            finally:
+                timer.cancel()
+
+    def _shut(self, conn, fired: threading.Event) -> None:
+        """Shut ``conn``'s socket: the call waiting on it fails at once (the pool then drops the connection)."""
+        fired.set()
+        with suppress(OSError, self._error), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Stop probing (the store is closed)."""

@@ -36,6 +36,9 @@ CLIENT = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, **{f"keepalives
 # minutes), health checks with it. Set on each pooled connection unless its URL, role or database sets lock_timeout;
 # writers wait as before (PgStore._lock). HINTS: what a StoreError adds to the server's message, by its SQLSTATE.
 LOCK_WAIT_S = 10.0
+# A read whose server stops answering is cut after this long (pgbreaker.Breaker.connection): past the lock wait, so a
+# read held by a lock fails naming it, and with 5 s to spare for the read itself (milliseconds on a kiosk's store).
+READ_WAIT_S = LOCK_WAIT_S + 5.0
 LOCK_WAIT = ", set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN %s ELSE " \
     "current_setting('lock_timeout') END, false)"
 HINTS = {"42501": "; the role needs SELECT (devices) or INSERT/UPDATE (indexers) on the edge_rag_* tables, and an "

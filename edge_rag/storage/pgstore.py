@@ -173,7 +173,7 @@ class PgStore:
         vectors = np.asarray(vectors, dtype=np.float32)
         if n and vectors.shape[1] != self.dim:
             raise ValueError(f"{vectors.shape[1]}-d vectors for a {self.dim}-d store")
-        with self._errors("cannot add to"), self._connection() as conn, conn.transaction():
+        with self._errors("cannot add to"), self._connection(write=True) as conn, conn.transaction():
             meta = self._lock(conn)
             gone = Q.delete_documents(conn, list(remove))
             first = int(meta.get("next_id") or  # ids are never reused, even after a remove
@@ -201,7 +201,7 @@ class PgStore:
         return n
 
     def remove(self, doc_ids: Sequence[str]) -> int:  # PassageStore
-        with self._errors("cannot remove from"), self._connection() as conn, conn.transaction():
+        with self._errors("cannot remove from"), self._connection(write=True) as conn, conn.transaction():
             meta = self._lock(conn)
             n = Q.delete_documents(conn, list(doc_ids))
             self._set_meta(conn, count=int(meta.get("count", 0)) - n, version=int(meta.get("version", 0)) + 1)
@@ -271,12 +271,13 @@ class PgStore:
         return meta
 
     @contextmanager
-    def _connection(self) -> Iterator:
-        """The writer's connection inside this thread's ``writing()``, else one from the pool (through the breaker)."""
+    def _connection(self, write: bool = False) -> Iterator:
+        """The writer's connection inside this thread's ``writing()``, else one from the pool (through the breaker;
+        a read is cut at pgsql.READ_WAIT_S)."""
         if self._writer is not None and self._writer_thread == threading.get_ident():
             yield self._writer
         else:
-            with self._breaker.guarding(), self.pool.connection() as conn:
+            with self._breaker.connection(self.pool, None if write else Q.READ_WAIT_S) as conn:
                 yield conn
 
     def _meta(self, conn=None) -> dict[str, str]:

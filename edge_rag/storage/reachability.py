@@ -58,7 +58,7 @@ def record_pg(store) -> list[int]:
     """``sweep_pg``, recorded for searches on every device to search exactly (PgStore.writing runs it at the end of a
     run that changed the store; run it after rebuilding the index by hand)."""
     found = sweep_pg(store)
-    with store._errors("cannot record"), store._connection() as conn, conn.transaction():
+    with store._errors("cannot record"), store._connection(write=True) as conn, conn.transaction():
         store._lock(conn)
         store._set_meta(conn, **record(found))
     store.recount()
