@@ -881,11 +881,10 @@ def test_a_health_check_of_an_unreachable_or_locked_store_is_bounded_by_its_own_
 def test_a_health_check_of_a_server_that_stopped_answering_is_bounded(pg_url):
     """A server that stopped answering on its open connections (here: the store's sessions stopped with SIGSTOP; a hung
     server or a paused VM alike, whose kernel still acknowledges) held a health poll for good: no answer in 60 s, the
-    next poll as long. It is a StoreUnavailable after twice pgsql.CHECK_WAIT_S now, and answered once the server is."""
+    next poll as long. It is a StoreUnavailable within twice pgsql.CHECK_WAIT_S now, and answered once the server is."""
     import signal
 
     from edge_rag.errors import StoreUnavailable
-    from edge_rag.storage import pgsql
 
     store = PgStore(pg_url, DIM, "enc-1")
     store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
@@ -904,11 +903,81 @@ def test_a_health_check_of_a_server_that_stopped_answering_is_bounded(pg_url):
     finally:
         for pid in sessions:
             os.kill(pid, signal.SIGCONT)
-    assert f"did not answer within {2 * pgsql.CHECK_WAIT_S:g} s" in str(failed[0]), failed
+    assert "the database cannot be reached now" in str(failed[0]), failed  # within's bound, or the pool's check's
     assert store.check().passages == 2
     store.close()
     with pytest.raises(StoreError, match="closed"):  # as before this bound (was a RuntimeError from its thread pool)
         store.check()
+
+
+@contextlib.contextmanager
+def relayed(url: str):
+    """(``url`` through a TCP relay on 127.0.0.1, an Event that freezes it): frozen, the relay forwards nothing and
+    closes nothing, as a network split whose peer still acknowledges (or a stopped server) looks to a client."""
+    import select
+    import socket
+
+    parts, frozen, sockets = urlsplit(url), threading.Event(), []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                if not select.select([a], [], [], 0.05)[0] or frozen.is_set():  # frozen while it waited: not read
+                    time.sleep(0.01 if frozen.is_set() else 0)
+                    continue
+                if not (data := a.recv(65536)):
+                    return b.shutdown(socket.SHUT_WR)
+                b.sendall(data)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client = listener.accept()[0]
+                sockets.extend((client, server := socket.create_connection((parts.hostname, parts.port))))
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.port}",
+                                                                    f":{listener.getsockname()[1]}"))), frozen
+    finally:
+        for s in [listener, *sockets]:
+            s.close()
+
+
+def test_a_question_to_a_server_that_stopped_answering_is_bounded(pg_url, monkeypatch):
+    """A server that stopped answering (here: a relay between the store and PostgreSQL that forwards nothing and closes
+    nothing, as a network split whose peer still acknowledges, or a stopped server) held every question for good (no
+    answer in 60 s; the serve's shutdown waited with it): no keepalive or TCP timeout ends a wait on a peer that
+    acknowledges, nor did the pool's check of the connection it hands out. That check is cut after
+    pgbreaker.PROBE_WAIT_S now and the connection replaced, so the question fails as the database down would
+    (StoreUnavailable, 503); the questions after it fail at once until the database answers, and then are served."""
+    from edge_rag.errors import StoreUnavailable
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setattr(pgsql, "CONNECT_TIMEOUT_S", 2)  # the pool's wait for the replacement
+    with relayed(pg_url) as (url, frozen):
+        store = PgStore(url, DIM, "enc-1")
+        store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+        assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
+        frozen.set()
+        failed: list[Exception] = []
+        asking = threading.Thread(target=lambda: failed.append(pytest.raises(
+            StoreUnavailable, store.search, unit_vectors(2)[0], 1).value), daemon=True)
+        asking.start()
+        asking.join(30)  # a bound on a hung call, not a timing assertion
+        assert not asking.is_alive(), "the question never answered"
+        assert "cannot be reached now" in str(failed[0]), failed
+        with pytest.raises(StoreUnavailable, match="not tried, the last call found it unreachable"):
+            store.search(unit_vectors(2)[0], 1)
+        frozen.clear()
+        deadline = time.monotonic() + 30  # the probe's next attempt (at most pgbreaker.PROBE_WAIT_S each)
+        while store._breaker.down and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
+        store.close()
 
 
 @pytest.mark.skipif(bool(os.environ.get("EDGE_RAG_PG_URL")), reason="stops server processes: the tests' own server only")

@@ -14,7 +14,8 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
+from typing import Any
 
 PROBE_EVERY_S = 1.0
 PROBE_WAIT_S = 2  # libpq's connect_timeout (whole seconds, 2 at least)
@@ -61,26 +62,36 @@ class Breaker:
 
     @contextmanager
     def connection(self, pool, bound: float | None) -> Iterator:
-        """A connection of ``pool`` for one call, through the breaker. A call with a ``bound`` (a read) has its
-        connection shut once it has waited that long: a server that stopped answering (stopped, a paused VM, a network
-        split whose peer still acknowledges) held a question for good, no keepalive or TCP timeout ending a wait on
-        a peer that acknowledges, and the server's shutdown with it."""
-        with self.guarding(), pool.connection() as conn:
-            if bound is None:
-                yield conn
-                return
-            fired = threading.Event()
-            timer = threading.Timer(bound, self._shut, (conn, fired))
-            timer.daemon = True
-            timer.start()
-            try:
-                yield conn
-            except self._error:
-                if fired.is_set():
-                    raise self._unreachable(f"it did not answer within {bound:g} s") from None
-                raise
-            finally:
-                timer.cancel()
+        """A connection of ``pool`` for one call, through the breaker; a call with a ``bound`` (a read) is ``cut``
+        there (a writer waits its turn)."""
+        with self.guarding(), pool.connection() as conn, nullcontext() if bound is None else self.cut(conn, bound):
+            yield conn
+
+    def checked(self, check: Callable[[Any], None]) -> Callable[[Any], None]:
+        """The pool's ``check`` of a connection it hands out, ``cut`` after PROBE_WAIT_S (it waited for good on a
+        stopped server; a connection that fails it is replaced)."""
+        def bounded(conn) -> None:
+            with self.cut(conn, PROBE_WAIT_S):
+                check(conn)
+        return bounded
+
+    @contextmanager
+    def cut(self, conn, bound: float) -> Iterator[None]:
+        """Shut ``conn``'s socket once the block has waited ``bound`` seconds: a server that stopped answering
+        (stopped, a paused VM, a network split whose peer still acknowledges) held a question for good, no keepalive
+        or TCP timeout ending a wait on a peer that acknowledges, and the server's shutdown with it."""
+        fired = threading.Event()
+        timer = threading.Timer(bound, self._shut, (conn, fired))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except self._error:
+            if fired.is_set():
+                raise self._unreachable(f"it did not answer within {bound:g} s") from None
+            raise
+        finally:
+            timer.cancel()
 
     def _shut(self, conn, fired: threading.Event) -> None:
         """Shut ``conn``'s socket: the call waiting on it fails at once (the pool then drops the connection)."""

@@ -67,7 +67,7 @@ class PgStore:
             self.pool = pool_mod.ConnectionPool(
                 url, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True,
                 configure=partial(Q.configure, register=self._register, ef_search=ef_search),
-                check=pool_mod.ConnectionPool.check_connection,  # one the server dropped (a restart) is replaced
+                check=self._breaker.checked(pool_mod.ConnectionPool.check_connection),  # a dropped one is replaced
                 timeout=Q.CONNECT_TIMEOUT_S, reconnect_timeout=Q.CONNECT_TIMEOUT_S,  # the server down: pgsql.py
                 kwargs={"autocommit": True, **Q.CLIENT}, name="edge-rag")
 
