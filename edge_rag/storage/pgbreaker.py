@@ -128,3 +128,8 @@ class Breaker:
                 if up:
                     self.down, self._probing = None, False
                 self._state.notify_all()
+
+
+def lost(psycopg, exc: Exception) -> bool:
+    """Whether ``exc`` says the database could not be reached: no connection, or the server ended it."""
+    return isinstance(exc, psycopg.OperationalError) and (exc.sqlstate or "08").startswith(("08", "57P"))

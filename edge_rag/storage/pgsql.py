@@ -15,7 +15,7 @@ from typing import TypeVar
 from ..errors import StoreBusy, StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 from .dburl import scrub
-from .pgbreaker import PROBE_WAIT_S, Breaker
+from .pgbreaker import PROBE_WAIT_S, Breaker, lost
 from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
@@ -158,11 +158,6 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
     state = exc.sqlstate or "08"  # none: no server answered
     kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) and state.startswith(UNAVAILABLE) else StoreError
     return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', NO_CONNECTION if lost(psycopg, exc) else '')}")
-
-
-def lost(psycopg, exc: Exception) -> bool:
-    """Whether ``exc`` says the database could not be reached: no connection, or the server ended it."""
-    return isinstance(exc, psycopg.OperationalError) and (exc.sqlstate or "08").startswith(("08", "57P"))
 
 
 def checked_meta(pool) -> dict[str, str]:
