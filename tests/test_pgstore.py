@@ -756,6 +756,19 @@ def test_a_writer_whose_device_vanished_frees_the_writers_lock_within_a_minute(p
     other.close()
 
 
+def test_connection_settings_in_the_url_win_over_the_stores_defaults(pg_url):
+    """The store's client settings (pgsql.CLIENT) were passed to psycopg as keyword arguments, which override the URL:
+    ``?connect_timeout=3&keepalives_idle=60`` connected with 10 and 15 (an open against a server that never answered
+    waited 10 s, not 3). Now the URL's own win, and ours fill in what it leaves unset."""
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}connect_timeout=3&keepalives_idle=60"
+    store = PgStore(url, DIM, "enc-1")
+    with store.pool.connection() as conn:
+        params = conn.info.get_parameters()
+    store.close()
+    assert (params["connect_timeout"], params["keepalives_idle"]) == ("3", "60")
+    assert (params["keepalives"], params["keepalives_interval"], params["keepalives_count"]) == ("1", "5", "3")
+
+
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, True])
 def test_a_lock_timeout_that_is_no_finite_wait_is_refused_when_the_store_opens(pg_url, timeout):
     """A PostgreSQL store took any lock_timeout: with another device writing, NaN and inf waited forever (still

@@ -1,6 +1,7 @@
-"""Which ``--db`` values name a PostgreSQL database, and how to print one without its password."""
+"""Which ``--db`` values name a PostgreSQL database, how to print one without its password, and how to connect."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -23,6 +24,15 @@ def check_url(url: str) -> str:
     except ValueError as exc:
         raise StoreError(f"cannot open store {url.partition('://')[0]}://***: the URL cannot be read ({exc})") from None
     return url
+
+
+def conninfo(url: str, defaults: Mapping[str, int | str]) -> str:
+    """libpq's connection string for ``url`` with ``defaults`` for the parameters the URL leaves unset: passed to
+    psycopg as keyword arguments, they overrode the URL's own (``?connect_timeout=3`` waited 10 s). Raises psycopg's
+    ProgrammingError for a string libpq cannot read, as a connection attempt would."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    return make_conninfo("", **{**defaults, **conninfo_to_dict(url)})
 
 
 def mask_url(db: str | Path) -> str:

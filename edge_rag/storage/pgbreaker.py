@@ -15,10 +15,11 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
+from functools import partial
 from typing import Any
 
 PROBE_EVERY_S = 1.0
-PROBE_WAIT_S = 2  # libpq's connect_timeout (whole seconds, 2 at least)
+PROBE_WAIT_S = 2  # libpq's connect_timeout (whole seconds, 2 at least), whatever the URL's: pg_breaker
 ASK_WAIT_S = 0.5  # how long a call while open waits for the attempt it asked for (a refused one takes milliseconds)
 
 
@@ -133,3 +134,10 @@ class Breaker:
 def lost(psycopg, exc: Exception) -> bool:
     """Whether ``exc`` says the database could not be reached: no connection, or the server ended it."""
     return isinstance(exc, psycopg.OperationalError) and (exc.sqlstate or "08").startswith(("08", "57P"))
+
+
+def pg_breaker(psycopg, conninfo: str) -> Breaker:
+    """A PostgreSQL store's breaker: its probe is one connection attempt to ``conninfo``, at most PROBE_WAIT_S even
+    when the URL's connect_timeout is longer (the store would hear as much later that the database was back)."""
+    probe = partial(psycopg.connect, conninfo, autocommit=True, connect_timeout=PROBE_WAIT_S)
+    return Breaker(psycopg.OperationalError, partial(lost, psycopg), lambda: probe().close(), psycopg.OperationalError)

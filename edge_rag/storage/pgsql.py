@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from functools import partial
 from typing import TypeVar
 
 from ..errors import StoreBusy, StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 from .dburl import scrub
-from .pgbreaker import PROBE_WAIT_S, Breaker, lost
+from .pgbreaker import lost
 from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
@@ -29,6 +28,8 @@ CONNECT_TIMEOUT_S = 10
 # Linux's default keepalive (7,200 s idle, then 9 probes 75 s apart), every other device's indexing refused meanwhile.
 # Each session asks the server to probe an idle device after 15 s, every 5 s, 3 times (a dead one is dropped and its
 # locks freed within ~30 s), and libpq probes the server alike (a device waiting on a dead server gives up as soon).
+# CLIENT holds defaults: a URL's own connect_timeout and keepalives* win (dburl.conninfo). The server's probes stay
+# ours (configure), whatever the URL's ``options``: they free the writers' lock for every other device.
 KEEPALIVE = {"idle": 15, "interval": 5, "count": 3}
 CLIENT = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, **{f"keepalives_{k}": v for k, v in KEEPALIVE.items()}}
 # How long a read waits for another session's lock on the store's tables (VACUUM FULL, LOCK TABLE, an upgrade): a
@@ -165,12 +166,6 @@ def checked_meta(pool) -> dict[str, str]:
     with pool.connection(timeout=CHECK_WAIT_S) as conn, conn.transaction():
         conn.execute(f"SET LOCAL statement_timeout = {CHECK_WAIT_S * 1000:.0f}")
         return dict(conn.execute(f"SELECT key, value FROM {META}").fetchall())
-
-
-def breaker(psycopg, url: str) -> Breaker:
-    """The store's circuit breaker (pgbreaker.py): its probe is one connection attempt, at most PROBE_WAIT_S."""
-    probe = partial(psycopg.connect, url, autocommit=True, **{**CLIENT, "connect_timeout": PROBE_WAIT_S})
-    return Breaker(psycopg.OperationalError, partial(lost, psycopg), lambda: probe().close(), psycopg.OperationalError)
 
 
 def within(checks: ThreadPoolExecutor, read: Callable[[], T], what: str) -> T:

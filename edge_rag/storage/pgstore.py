@@ -29,8 +29,9 @@ from ..retrieval.lexical import POSTINGS_BUDGET, Postings, rarest
 from ..types import Passage, in_order
 from . import hnsw, reachability
 from . import pgsql as Q
-from .dburl import check_url, mask_url
+from .dburl import check_url, conninfo, mask_url
 from .passage_kinds import KINDS_KEY, kinds_after, read_kinds
+from .pgbreaker import pg_breaker
 from .store_db import STORE_ID, DocumentState, Part, new_identity
 from .store_meta import Committed, check_meta
 from .writer_lock import held
@@ -58,18 +59,19 @@ class PgStore:
         self._postings = Postings()  # of the terms searched, re-counted every COUNT_TTL_S
         self._session_ef: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pooled connection → its ef
         self._checks = ThreadPoolExecutor(1, thread_name_prefix="edge-rag-check")  # check()'s reads: pgsql.within
-        self._breaker = Q.breaker(self._psycopg, url)  # the database down: calls fail at once until it answers
         with self._errors("cannot open"):
-            with self._psycopg.connect(url, autocommit=True, **Q.CLIENT) as conn:
+            info = conninfo(url, Q.CLIENT)  # the URL's own settings win over ours
+            self._breaker = pg_breaker(self._psycopg, info)  # the database down: calls fail at once until it answers
+            with self._psycopg.connect(info, autocommit=True) as conn:
                 meta = self._setup(conn, dim, encoder_id, m, ef_construction, create)
             check_meta(meta, dim, encoder_id, self.location, "database")
             self.encoder_id = encoder_id or meta.get("encoder", "")
             self.pool = pool_mod.ConnectionPool(
-                url, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True,
+                info, min_size=Q.POOL_MIN, max_size=max(pool_size, Q.POOL_MIN), open=True,
                 configure=partial(Q.configure, register=self._register, ef_search=ef_search),
                 check=self._breaker.checked(pool_mod.ConnectionPool.check_connection),  # a dropped one is replaced
                 timeout=Q.CONNECT_TIMEOUT_S, reconnect_timeout=Q.CONNECT_TIMEOUT_S,  # the server down: pgsql.py
-                kwargs={"autocommit": True, **Q.CLIENT}, name="edge-rag")
+                kwargs={"autocommit": True}, name="edge-rag")
 
     # -- reading -------------------------------------------------------------------------------
     @property
