@@ -235,10 +235,15 @@ def test_a_run_stopped_while_its_figures_are_drawn_leaves_the_last_complete_one_
         with pytest.raises(KeyboardInterrupt):
             run.main(argv)
     assert {name: (out / name).read_bytes() for name in before} == before
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run, "drop_stale", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            run.main(argv)
+    # a shell starts a background job (CI's) with SIGINT ignored, and Python keeps that: Ctrl-C's usual handler here
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(run, "drop_stale", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                run.main(argv)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     created = json.loads((out / "results.json").read_text(encoding="utf-8"))["created"]
     assert created in (out / "report.md").read_text(encoding="utf-8") and not (out / run.STAGE).exists()
     assert len((out / "questions.jsonl").read_text(encoding="utf-8").splitlines()) == 1
