@@ -117,8 +117,9 @@ def test_reader_reads_the_paragraph_around_a_sentence_hit(sample_rag):
     from edge_rag.reading.read import paragraphs
 
     window = sample_rag.config.reader_window
-    hits = sample_rag.store.search(sample_rag.encoder.encode_one("When is the museum open on Sundays?"), 5)
-    wide = paragraphs(hits, sample_rag.store, limit=2, window=window)
+    question = "When is the museum open on Sundays?"
+    hits = sample_rag.store.search(sample_rag.encoder.encode_one(question), 5)
+    wide = paragraphs(question, hits, sample_rag.store, limit=2, window=window)
     assert 1 <= len(wide) <= 2 and wide[0].id == hits[0].id and wide[0].score == hits[0].score
     ids = [hits[0].id + k for k in range(-window, window + 1)]
     same_doc = [p for p in sample_rag.store.passages(ids) if p.doc_id == hits[0].doc_id]
@@ -135,12 +136,33 @@ def test_a_hit_without_sentence_ends_is_read_within_a_bounded_context(bundle_dir
     words = [f"room{k} holds exhibit{k} from hall{k % 7}" for k in range(6000)]  # ~190 KB, no "." anywhere
     with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
         rag.add_documents([", ".join(words)])
-        hits = rag.store.search(rag.encoder.encode_one("Which hall holds exhibit 12?"), 5)
+        question = "Which hall holds exhibit 12?"  # "holds" is in every part: the hit's beginning is read
+        hits = rag.store.search(rag.encoder.encode_one(question), 5)
         assert max(len(h.text) for h in hits) > READ_MAX_CHARS  # a passage (chunk.MAX_UNIT_CHARS) is longer
-        wide = paragraphs(hits, rag.store, limit=1, window=rag.config.reader_window)
+        wide = paragraphs(question, hits, rag.store, limit=1, window=rag.config.reader_window)
     assert len(wide) == 1 and wide[0].id == hits[0].id
     assert len(wide[0].text) <= READ_MAX_CHARS and hits[0].text.startswith(wide[0].text)
     assert hits[0].text[len(wide[0].text)] == " "  # cut at a word's end
+
+
+def test_a_long_hit_is_read_where_it_holds_the_questions_words(bundle_dir, tmp_path):
+    """The lexical search indexes a whole passage (up to chunk.MAX_UNIT_CHARS), so a question finds a 16 KB passage
+    by words in its second half; the reader read its first READ_MAX_CHARS and never saw them. It reads the part
+    that holds the question's terms, cut at word ends."""
+    from edge_rag.reading.read import READ_MAX_CHARS, paragraphs
+
+    fact = "the night keeper Oswin Tamberlake feeds the harbour gulls at noon"
+    words = [f"lot{k} stored crate{k} near dock{k % 5}" for k in range(700)]
+    words.insert(380, fact)  # ~12 KB into a ~20 KB text without a sentence end
+    question = "When does Oswin Tamberlake feed the gulls?"
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        rag.add_documents([", ".join(words)])
+        hit = next(h for h in rag.store.search(rag.encoder.encode_one(question), rag.store.count) if fact in h.text)
+        assert hit.text.index(fact) > READ_MAX_CHARS  # past what the hit's beginning holds
+        wide = paragraphs(question, [hit], rag.store, limit=1, window=rag.config.reader_window)
+    assert len(wide) == 1 and fact in wide[0].text and len(wide[0].text) <= READ_MAX_CHARS
+    start = hit.text.index(wide[0].text)  # one part of the hit, from a word's start to a word's end
+    assert hit.text[start - 1] == " " and hit.text[start + len(wide[0].text)] == " "
 
 
 @pytest.mark.parametrize("asset", SHIPPED, ids=lambda p: p.name)

@@ -203,7 +203,7 @@ class CertifiedPath:
             return NOTHING
         if c.reader == "rules":
             return read_rules(question, context_passages)
-        return self.neural_reader()(question, paragraphs(passages, store, c.reader_passages, c.reader_window))
+        return self.neural_reader()(question, paragraphs(question, passages, store, c.reader_passages, c.reader_window))
 
     def _beyond_floor(self, d_min: float) -> bool:
         """Whether ``decide`` refuses a question at ``d_min`` as out of domain before looking at its candidate (also

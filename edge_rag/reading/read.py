@@ -14,6 +14,7 @@ from typing import Protocol
 
 from ..errors import BundleError
 from ..models.bundle import ROLE_READER, Bundle
+from ..retrieval.lexical import query_terms
 from ..retrieval.route import PROFILE, profile
 from ..types import Passage
 from .extract import extract
@@ -55,10 +56,11 @@ class _Store(Protocol):
     def passages(self, ids: Sequence[int]) -> list[Passage]: ...
 
 
-def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int) -> list[Passage]:
+def paragraphs(question: str, hits: Sequence[Passage], store: _Store, limit: int, window: int) -> list[Passage]:
     """The first ``limit`` distinct hits widened to their neighbourhood: for a sentence passage, the passages
     of the same document at positions within ``window`` of it (ids of one document are consecutive), joined
-    in document order, as many as fit in READ_MAX_CHARS (``within``). Keeps the hit's id and score."""
+    in document order, as many as fit in READ_MAX_CHARS (``within``; a longer hit, its part most like ``question``).
+    Keeps the hit's id and score."""
     out: list[Passage] = []
     covered: set[int] = set()  # passage ids already inside an earlier hit's window
     for hit in hits:
@@ -67,21 +69,21 @@ def paragraphs(hits: Sequence[Passage], store: _Store, limit: int, window: int) 
         if hit.id in covered:
             continue
         ids = [hit.id + k for k in range(-window, window + 1) if hit.position + k >= 0]
-        around = within([p for p in store.passages(ids) if p.doc_id == hit.doc_id], hit)
+        around = within([p for p in store.passages(ids) if p.doc_id == hit.doc_id], hit, question)
         covered.update(p.id for p in around)
         out.append(replace(hit, text=" ".join(p.text for p in around)))
     return out
 
 
-def within(around: list[Passage], hit: Passage, budget: int = READ_MAX_CHARS) -> list[Passage]:
-    """The hit (cut to ``budget`` at a word's end), then its neighbours nearest first, each side until one does not
-    fit whole: a document without sentence ends was cut into 64 KB passages (now chunk.MAX_UNIT_CHARS), and the reader
-    read every window of a hit and its neighbours (a 121 KB context: 222 windows, 11-20 s a question on 2 cores)."""
+def within(around: list[Passage], hit: Passage, question: str, budget: int = READ_MAX_CHARS) -> list[Passage]:
+    """The hit (a longer one cut to its ``budget`` characters most like the question, ``best_part``), then its
+    neighbours nearest first, each side until one does not fit whole: a document without sentence ends was cut into
+    64 KB passages (now chunk.MAX_UNIT_CHARS), and the reader read every window of a hit and its neighbours (a 121 KB
+    context: 222 windows, 11-20 s a question on 2 cores)."""
     i = next((k for k, p in enumerate(around) if p.id == hit.id), None)
     middle = around[i] if i is not None else hit
     if len(middle.text) > budget:
-        cut = middle.text.rfind(" ", 0, budget + 1)
-        middle = replace(middle, text=middle.text[: cut if cut > 0 else budget])
+        middle = replace(middle, text=best_part(middle.text, question, budget))
     if i is None:
         return [middle]
     lo, hi, size, grew = i, i + 1, len(middle.text), True
@@ -92,6 +94,27 @@ def within(around: list[Passage], hit: Passage, budget: int = READ_MAX_CHARS) ->
         if hi < len(around) and size + 1 + len(around[hi].text) <= budget:
             hi, size, grew = hi + 1, size + 1 + len(around[hi].text), True
     return [*around[lo:i], middle, *around[i + 1 : hi]]
+
+
+def best_part(text: str, question: str, budget: int) -> str:
+    """The first of ``text``'s parts of at most ``budget`` characters, from a word's start to a word's end, that holds
+    the most of the question's terms (as the lexical search reads them, ``query_terms``): the search indexes a whole
+    passage, so a question found a 16 KB passage by the words of its second half, and the reader read its first
+    half. Parts start at word starts about every budget / 8 characters, and are scored by the words they hold
+    whole; no term anywhere: the text's beginning."""
+    wanted = set(query_terms(question))
+    starts = [0]
+    while (space := text.find(" ", starts[-1] + budget // 8)) >= 0:
+        starts.append(space + 1)
+    ends = [*starts[1:], len(text)]
+    blocks = [wanted.intersection(query_terms(text[a:b])) for a, b in zip(starts, ends)]
+    best, held = 0, -1
+    for k, a in enumerate(starts):
+        terms = set().union(*(blocks[j] for j in range(k, len(starts)) if ends[j] - a <= budget))
+        if len(terms) > held:
+            best, held = a, len(terms)
+    cut = text.rfind(" ", best, best + budget + 1) if best + budget < len(text) else len(text)
+    return text[best : cut if cut > best else best + budget]
 
 
 def read_rules(question: str, passages: Sequence[Passage]) -> Candidate:
