@@ -492,6 +492,34 @@ def test_a_streamed_answer_is_read_out_once_whole(browser, served):
     context.close()
 
 
+# The ids of the page's live regions (an alert is read as it appears; these, only as their text changes).
+LIVE = """() => [...document.querySelectorAll('[aria-live]:not([aria-live=off]), [role=status], [role=log]')]
+    .map(e => e.id)"""
+# What LISTEN records, each with the id of the live region that sends it.
+SPEAKERS = LISTEN.replace("live.getAttribute('aria-atomic') === 'true' ? live.textContent : text",
+                          "[live.id, live.getAttribute('aria-atomic') === 'true' ? live.textContent : text]")
+
+
+def test_each_status_is_said_by_a_live_region_there_before_it(browser, served):
+    """"Looking it up…" was written into #status as the answer's card was shown: a live region made with its text in
+    it, which NVDA does not read (Chromium's accessibility tree had no #status, nor #said, until then). The page's
+    live regions are in the tree from its load, at each question and after Start over, and say each status."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "800x480")
+    page.evaluate(SPEAKERS)
+    live = page.evaluate(LIVE)
+    for _ in range(2):  # the page as loaded, then after Start over
+        assert not [i for i in live if accessible(page, f"#{i}").get("ignored")], live
+        ask(page, OFF_TOPIC)
+        said = page.evaluate("window.said")
+        assert "Looking it up…" in [text for _, text in said] and said[-1][1].startswith("Not in the documents"), said
+        assert {region for region, _ in said} <= set(live), said
+        page.click("#reset")
+        page.evaluate("window.said = []")
+    assert not errors, errors
+    context.close()
+
+
 def test_enter_that_confirms_a_composition_never_asks(browser, served):
     """Japanese input: Enter confirms the characters being composed ("とうきょう" before it becomes 東京), and the page took
     it as Ask, sending the half-typed question; it asks at the next Enter now."""

@@ -98,8 +98,9 @@ function touched() {
 }
 
 function status(message) {
-  // #status is a live region: the same text set again ("Thinking…" at the route, again at the queue) is read again
-  if ($("status").textContent !== message) text($("status"), message);
+  // Shown in the card, read from #said, a live region since the page's load: #status, in the card hidden until then,
+  // came with "Looking it up…" in it, and NVDA reads no region as it appears. The same text set again is read again.
+  if ($("status").textContent !== message) { text($("status"), message); text($("said"), message); }
 }
 
 function announce() {
