@@ -207,6 +207,36 @@ def test_the_footer_says_which_certificate_decides(browser, sample_db, tmp_path)
             context.close()
 
 
+def test_the_certificate_cut_on_a_small_screen_is_shown_whole_by_key(browser, served):
+    """"A tap shows all of it" had no keyboard equivalent: the footer was no control, Tab passed it by and Enter did
+    nothing, so a keyboard user on the small panel never read the certificate's cut lines. Where it is cut it is a
+    button now, with aria-expanded; where nothing is cut, Tab passes it by."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "320x256", ready="#certificate:not(:empty)")
+    assert page.evaluate(HIDDEN_TEXT) > 0, "the summary fits in two lines at 320 px: nothing to show"
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "certificate":
+            break
+    assert page.evaluate("document.activeElement.id") == "certificate"
+    assert accessible(page, "#certificate")["role"]["value"] == "button"
+    expanded = "#certificate[aria-expanded=%s]"
+    assert page.is_visible(expanded % "false")
+    page.keyboard.press("Enter")
+    assert page.evaluate(HIDDEN_TEXT) == 0 and page.is_visible(expanded % "true")
+    page.keyboard.press("Space")
+    assert page.evaluate(HIDDEN_TEXT) > 0 and page.is_visible(expanded % "false") and footer_lines(page) <= 2
+    context.close()
+    context, page, errors2 = open_page(browser, url, "1920x1080", ready="#certificate:not(:empty)")
+    assert page.evaluate(HIDDEN_TEXT) == 0 and page.is_disabled("#certificate")  # nothing to show: no control
+    assert page.get_attribute("#certificate", "aria-expanded") is None  # nor "collapsed"
+    page.emulate_media(forced_colors="active")  # and in the text's colour, not greyed as a control out of use
+    color = "e => getComputedStyle(e).color"
+    assert page.eval_on_selector("#certificate", color) == page.eval_on_selector("#question-label", color)
+    assert not errors and not errors2, errors + errors2
+    context.close()
+
+
 def test_an_open_page_shows_the_certificate_and_suggestions_in_force(browser, sample_db, tmp_path):
     """The operator applies another certificate (what /admin's Apply does) while the kiosk page is open: the footer
     beside the next answer names it, and the next visitor's suggestions are the ones it answers. The page read

@@ -62,6 +62,12 @@ function clearResult() {
   $("sources").replaceChildren();
 }
 
+function foldable() {  // the certificate is a control only where it cuts its text, or shows it all on a press
+  const c = $("certificate"), open = c.classList.contains("open");
+  c.disabled = !open && c.scrollHeight <= c.clientHeight;
+  if (c.disabled) c.removeAttribute("aria-expanded"); else c.setAttribute("aria-expanded", open);
+}
+
 function tooLong() {
   // Counted as the server counts (characters of the trimmed question) and told, never cut: maxlength cut a paste
   // silently, and counted UTF-16 units, so 300 emoji were cut to 250 where the server takes 500.
@@ -229,8 +235,7 @@ async function loadKiosk() {
     const k = await response.json();
     text($("title"), k.title);
     document.title = k.title;
-    // setTimeout takes 2^31 - 1 ms (24.8 days) at most and fires at once past it: a longer --idle-reset ("never")
-    // reset the page as soon as it was touched, and no answer ever showed
+    // setTimeout fires at once past 2^31 - 1 ms (24.8 days): a longer --idle-reset reset the page at each touch
     idleMs = Math.min(k.idle_reset_s * 1000, 2 ** 31 - 1);
     maxChars = k.max_question_chars;
     tooLong();
@@ -238,6 +243,7 @@ async function loadKiosk() {
     text($("certificate"), k.decision.summary);
     $("certificate").title = k.decision.summary;  // whole, where the small panel shows two lines of it
     $("certificate").classList.toggle("uncertified", !k.decision.certified);
+    foldable();
     // the same suggestions are kept, not made again: a key user's focus on one (Tab, then Enter) fell to nothing
     // when this fetch, begun by Start over, replaced the button under it
     const shown = [...$("suggestion-list").querySelectorAll("button")].map((b) => b.textContent);
@@ -284,7 +290,9 @@ function init() {
   $("reset").addEventListener("click", () => { resetPage(); $("question").focus(); });
   $("stay").addEventListener("click", touched);  // a screen reader's activation is a click, without pointer or key
   for (const ev of ["pointerdown", "keydown"]) document.addEventListener(ev, touched, { passive: true });
-  $("certificate").addEventListener("click", () => $("certificate").classList.toggle("open"));  // and on a tap
+  // a tap, Enter or Space shows all of the certificate where the small panel's two lines cut it; again, two lines
+  $("certificate").addEventListener("click", () => { $("certificate").classList.toggle("open"); foldable(); });
+  new ResizeObserver(foldable).observe($("certificate"));
   loadKiosk();
   touched();
 }
