@@ -367,6 +367,32 @@ def test_an_empty_store_and_a_failed_question_are_told_in_plain_words(browser, s
         context.close()
 
 
+def test_a_server_that_stops_answering_mid_question_is_told(browser, sample_db, tmp_path):
+    """A server stopped mid-question (SIGSTOP of `edge-rag serve`; a frozen box or a cut cable alike: no error, no
+    event) left "Looking it up…" for 70 s, then "Still there?", and at 90 s the page cleared the question without a
+    word. The page waits as long as the server's own timeout allows, then says it took too long."""
+    from edge_rag.config import Config
+    from edge_rag.pipeline import EdgeRAG
+    from edge_rag.serve.config import ServeConfig
+
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", config=Config(temperature=0.0, index_threads=1))
+    with running_server(rag, ServeConfig(port=0, question_timeout_s=2)) as url:
+        timeout_ms = httpx.get(f"{url}/api/kiosk", timeout=60).json()["question_timeout_s"] * 1000
+        context, page, errors = open_page(browser, url, "800x480")
+        page.route("**/api/ask/stream*", lambda route: None)  # taken, and nothing more said
+        page.clock.install()
+        page.fill("#question", LONG_ANSWER)
+        page.keyboard.press("Enter")
+        page.clock.run_for(timeout_ms)
+        assert page.inner_text("#status") == "Looking it up…"  # within the server's own time, the page waits
+        page.clock.run_for(10_000)
+        assert page.inner_text("#reason") == "That took too long to answer here. Please try again in a moment."
+        assert page.inner_text("#status") == "" and page.is_hidden("#idle")
+        assert not errors, errors
+        context.close()
+
+
 def test_a_refusal_reads_plain_words_never_the_pipelines(browser, served):
     """A refusal's technical reason ("out of domain: nearest passage at squared distance 1.577 > 1.226 …") was the
     reason's title: a tooltip, and its accessible description, so a screen reader read it to the visitor after the

@@ -113,7 +113,8 @@ def create_app(rag: EdgeRAG, config: ServeConfig) -> Starlette:
         """Both halves read the store under its lock (a commit step or an index reload may hold it): never on the
         event loop, which every other request needs meanwhile; on the page lane, where no question waits for it."""
         return {"title": config.title, "questions": suggestions(rag, config.suggestions), "decision": decision(rag),
-                "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars}
+                "idle_reset_s": config.idle_reset_s, "max_question_chars": config.max_question_chars,
+                "question_timeout_s": config.question_timeout_s}  # past it (and a margin), the page stops waiting
 
     async def kiosk(request: Request) -> Response:
         return JSONResponse(await lanes.page(kiosk_page))

@@ -6,8 +6,8 @@ const $ = (id) => document.getElementById(id);
 const BADGE = { RAG: "From the documents", GPT: "Written by the on-device model", REFUSE: "Not in the documents",
                 UNSURE: "Not sure" };
 let stream = null;
-let idleTimer = null;
-let warnTimer = null;
+let idleTimer = null, warnTimer = null, waitTimer = null;
+let waitMs = 65000;  // the server's question_timeout_s and 5 s, read from /api/kiosk
 const WARN_MS = 20000;  // the visitor is told this long before the page clears (WCAG 2.2.1: at least 20 s)
 let idleMs = 90000;
 let maxChars = 500;  // the server's max_question_chars, read from /api/kiosk
@@ -54,11 +54,10 @@ function showDetail(detail) {
 
 function clearResult() {
   if (stream) { stream.close(); stream = null; }
+  clearTimeout(waitTimer);
   $("result").hidden = true;
   for (const id of ["asked", "status", "answer", "reason", "meta", "said"]) text($(id), "");
-  $("badge").hidden = true;
-  $("reason").hidden = true;
-  $("sources-block").hidden = true;
+  for (const id of ["badge", "reason", "sources-block"]) $(id).hidden = true;
   $("sources").replaceChildren();
 }
 
@@ -91,8 +90,7 @@ function touched() {
   // The page cleared itself with no warning: a visitor reading a long answer with a screen reader (whose reading
   // keys never reach the page) or slowly lost it mid-sentence. A warning comes first now, when there is something
   // of the visitor's to clear; any touch or key, or its button, keeps the page.
-  clearTimeout(idleTimer);
-  clearTimeout(warnTimer);
+  clearTimeout(idleTimer); clearTimeout(warnTimer);
   $("idle").hidden = true;
   const lead = Math.min(WARN_MS, idleMs / 2);
   warnTimer = setTimeout(() => {
@@ -188,8 +186,7 @@ function ask(question) {
     return;
   }
   if (tooLong()) { $("question").reportValidity(); return; }
-  // A second tap on Ask while the same question is looked up restarted it: asked and logged twice (calibrate counts
-  // each asking), its generation begun again
+  // A second tap on Ask while the same question is looked up restarted it: asked and logged twice, begun again
   if (stream && stream.readyState !== EventSource.CLOSED && question === $("asked").textContent) return;
   clearResult();
   touched();
@@ -220,6 +217,8 @@ function ask(question) {
   on("token", (d) => { streamed += d.text; text($("answer"), streamed); });
   on("answer", (d) => { finished = true; stream.close(); showAnswer(d); });
   on("failed", (d) => { finished = true; showFailure(plainFailure(d.status), d.error); });
+  // the server answers or fails in its timeout; one stopped or cut off silently left "Looking it up…" until the reset
+  waitTimer = setTimeout(() => finished || showFailure(plainFailure(504), "no event within " + waitMs + " ms"), waitMs);
   stream.onerror = () => {
     if (finished) return;
     showFailure("The connection to this kiosk was lost. Please try again.", "the event stream failed");
@@ -238,6 +237,7 @@ async function loadKiosk() {
     // setTimeout fires at once past 2^31 - 1 ms (24.8 days): a longer --idle-reset reset the page at each touch
     idleMs = Math.min(k.idle_reset_s * 1000, 2 ** 31 - 1);
     maxChars = k.max_question_chars;
+    waitMs = Math.min(((k.question_timeout_s ?? 60) + 5) * 1000, 2 ** 31 - 1);
     tooLong();
     // Which certificate decides, in a discreet footer; a server's text, so textContent only, never markup.
     text($("certificate"), k.decision.summary);
