@@ -266,7 +266,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool, bool, bool]] = {
     "max_error_rate": (0.0, 1.0, False, True, _REAL),
     "delta": (0.0, 1.0, False, False, _REAL),
     "reader_passages": (1, None, True, True, _INT),
-    "reader_window": (0, 1000, True, True, _INT),  # past any document; a question listed 2w + 1 ids (10**9: no memory)
+    "reader_window": (0, 1000, True, True, _INT),  # past any document (2w + 1 ids were fetched: 10**9, no memory)
     "rag_confidence": (0.0, 1.0, True, True, _REAL),
     "top_k": (0, None, True, True, _INT),  # 0 = llama.cpp samples from the whole vocabulary
     "temperature": (0.0, None, True, True, _REAL),

@@ -145,6 +145,33 @@ def test_a_hit_without_sentence_ends_is_read_within_a_bounded_context(bundle_dir
     assert hits[0].text[len(wide[0].text)] == " "  # cut at a word's end
 
 
+def test_a_wide_reader_window_fetches_only_what_can_be_read(bundle_dir, tmp_path):
+    """Config(reader_window=1000) listed 2,001 passage ids around each hit and fetched them all (a store of 16 KB
+    passages: 3 MB a question) for the READ_MAX_CHARS read. The same passages are read, and none is fetched more
+    than twice as far from the hit as the farthest one read."""
+    from edge_rag.reading.read import paragraphs, within
+
+    text = " ".join(f"Room {k} of the east wing holds the brass exhibit number {k}." for k in range(400))
+    question = "Which room holds the brass exhibit number 200?"
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(temperature=0.0)) as rag:
+        rag.add_documents([text])
+        hit = next(h for h in rag.store.search(rag.encoder.encode_one(question), rag.store.count)
+                   if "number 200." in h.text)
+        fetched: list[int] = []
+
+        class Counted:
+            def passages(self, ids):
+                fetched.extend(ids)
+                return rag.store.passages(ids)
+
+        wide = paragraphs(question, [hit], Counted(), limit=1, window=1000)
+        ids = [hit.id + k for k in range(-1000, 1001) if hit.position + k >= 0]
+        read = within([p for p in rag.store.passages(ids) if p.doc_id == hit.doc_id], hit, question)
+    assert [wide[0].text] == [" ".join(p.text for p in read)] and 0 < read[0].position and read[-1].position < 399
+    farthest = max(abs(p.id - hit.id) for p in read)
+    assert max(abs(i - hit.id) for i in fetched) <= 2 * farthest
+
+
 def test_a_long_hit_is_read_where_it_holds_the_questions_words(bundle_dir, tmp_path):
     """The lexical search indexes a whole passage (up to chunk.MAX_UNIT_CHARS), so a question finds a 16 KB passage
     by words in its second half; the reader read its first READ_MAX_CHARS and never saw them. It reads the part
