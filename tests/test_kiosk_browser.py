@@ -482,6 +482,28 @@ def test_a_question_the_page_cannot_send_is_told_and_ask_works_again(browser, se
     context.close()
 
 
+def test_a_question_of_control_characters_is_told_it_could_not_be_read(browser, served):
+    """A question of control characters alone (a NUL, a bell "\\u0007", set by a paste or a script) is refused by the
+    server with HTTP 400 ("the question is empty"), which an event stream cannot read: the page said "The connection
+    to this kiosk was lost", which was false. It now says the question could not be read, sends nothing (the server
+    would refuse it), and Ask works again."""
+    url, questions = served
+    context, page, errors = open_page(browser, url, "800x480")
+    sent = []
+    page.on("request", lambda request: sent.append(request.url) if "/api/ask" in request.url else None)
+    for typed in ("\\u0000", "\\u0007 \\u001b\\u009f"):
+        page.evaluate(f"document.querySelector('#question').value = '{typed}'")
+        page.click("#ask")
+        page.wait_for_selector("#reason:not([hidden])", timeout=10_000)
+        assert page.inner_text("#answer") == "Sorry, that did not work." and page.is_hidden("#badge")
+        assert "cannot read" in page.inner_text("#reason") and "connection" not in page.inner_text("#reason")
+        assert page.inner_text("#status") == ""
+    assert not sent, sent
+    ask(page, questions[0])
+    assert page.is_visible("#badge") and not errors, errors
+    context.close()
+
+
 def test_a_long_pasted_question_is_told_never_cut(browser, served):
     """A pasted question over the server's 500 characters was cut to 500 without a word (maxlength), and maxlength
     counts UTF-16 units where the server counts characters: 300 emoji were cut to 250. Nothing is cut now, the visitor

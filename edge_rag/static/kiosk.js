@@ -180,11 +180,8 @@ function showFailure(reason, detail) {
 
 function ask(question) {
   question = question.trim();
-  if (!question) {  // spaces alone passed "required" and Ask did nothing: the box says what it wants, as when empty
-    $("question").value = "";
-    $("question").reportValidity();
-    return;
-  }
+  // spaces alone passed "required" and Ask did nothing: the box says what it wants, as when empty
+  if (!question) { $("question").value = ""; $("question").reportValidity(); return; }
   if (tooLong()) { $("question").reportValidity(); return; }
   // A second tap on Ask while the same question is looked up restarted it: asked and logged twice, begun again
   if (stream && stream.readyState !== EventSource.CLOSED && question === $("asked").textContent) return;
@@ -197,7 +194,8 @@ function ask(question) {
   let finished = false;
   let streamed = "";
   loadKiosk();  // the footer beside this answer names the certificate deciding it (the operator may have applied one)
-  try {
+  try {  // control characters alone are no question (HTTP 400, unread by an event stream: "connection lost" was said)
+    if (!question.replace(/[\x00-\x1f\x7f-\x9f]/g, "").trim()) throw new Error("only control characters");
     stream = new EventSource("/api/ask/stream?q=" + encodeURIComponent(question));
   } catch (err) {  // URIError: a lone UTF-16 surrogate (a broken paste, a script) has no URL form
     showFailure("Your question holds a character this kiosk cannot read. Please type it again.", String(err));
