@@ -34,6 +34,7 @@ import serving  # noqa: E402
 from conftest import SAMPLE_DOCS  # noqa: E402
 from docmaker import nested_html, pdf_bomb_bytes  # noqa: E402
 from serving import WRITE, running_server, wait_job  # noqa: E402
+from starlette.exceptions import HTTPException  # noqa: E402
 
 from edge_rag.config import Config  # noqa: E402
 from edge_rag.errors import EdgeRAGError  # noqa: E402
@@ -128,6 +129,46 @@ def test_json_id_overwrite_needs_the_token(servers):
     job = wait_job(url, httpx.post(f"{url}/api/documents", files=_forged_upload(rag), headers=WRITE, timeout=T))
     assert job["state"] == "done" and job["files"][0]["passages"] == 1
     assert "999" in (_answer(url, TICKETS)["answer"] or "")
+
+
+def test_wrong_tokens_slow_their_address_down_never_its_questions(servers, monkeypatch):
+    """Wrong API tokens were read without limit: two-letter guesses found a 2-character --token in 0.8 s (818 a
+    second, `edge-rag serve`). Past FREE_TRIES wrong ones, an address waits before a token of its is read again (429,
+    Retry-After), twice as long each time up to MAX_WAIT_S, even with another X-Forwarded-For on each guess (any
+    script on the kiosk's own browser may set one); its questions are answered meanwhile, and past the wait the right
+    token is taken (staff are never shut out for good) and clears the count."""
+    from edge_rag.serve import auth
+
+    url = servers[0]
+    now = [1000.0]
+    monkeypatch.setattr(auth, "monotonic", lambda: now[0])  # the server's clock, moved here: no test waits for it
+
+    def guess(i: int) -> int:
+        spoofed = {"authorization": f"Bearer guess{i}", "x-forwarded-for": f"10.0.{i // 250}.{i % 250 + 1}"}
+        return httpx.delete(f"{url}/api/documents/none", headers=spoofed, timeout=T).status_code
+
+    def staff() -> httpx.Response:
+        return httpx.delete(f"{url}/api/documents/none", headers=WRITE, timeout=T)
+
+    assert [guess(i) for i in range(auth.FREE_TRIES + 1)] == [401] * (auth.FREE_TRIES + 1)
+    waits = []
+    for i in range(9):
+        held = staff()
+        assert held.status_code == 429 and guess(i) == 429, held.text  # no token of the address is read
+        assert _answer(url, TICKETS)["route"] == "RAG"  # a question needs no token: never held up
+        waits.append(int(held.headers["retry-after"]))
+        now[0] += waits[-1]
+        assert guess(i) == 401  # read again, and wrong: a longer wait
+    assert waits == sorted(waits) and waits[0] >= 1 and waits[-1] == auth.MAX_WAIT_S, waits
+    now[0] += auth.MAX_WAIT_S
+    assert staff().status_code == 404  # the right token, taken: "no document with id 'none'"
+    assert guess(0) == 401 and staff().status_code == 404  # the count was cleared: free tries again
+    tries = auth.Tries()  # a day of guesses, one a minute: the wait stays MAX_WAIT_S (2.0 ** 1024 overflowed)
+    for _ in range(1440):
+        tries.failed("10.0.0.1")
+    with pytest.raises(HTTPException) as held:
+        tries.check("10.0.0.1")
+    assert held.value.headers == {"Retry-After": str(int(auth.MAX_WAIT_S))}
 
 
 def test_reupload_of_an_edited_file_replaces_it_and_delete_removes_it(servers):

@@ -2,15 +2,19 @@
 
 Without a token the server is read-only (uploads and removals answer 403 saying how to enable them).
 The token comes from ``--token`` / ``$EDGE_RAG_TOKEN``, or from a token file that the first start creates
-with a random token (mode 0600, printed once). Comparison is constant-time (``hmac.compare_digest``).
+with a random token (mode 0600, printed once). Comparison is constant-time (``hmac.compare_digest``), and wrong
+tokens slow their address down (``Tries``).
 """
 from __future__ import annotations
 
 import hmac
+import math
 import os
 import secrets
 import stat
+from collections import OrderedDict
 from pathlib import Path
+from time import monotonic
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -19,6 +23,9 @@ from ..errors import EdgeRAGError
 
 READ_ONLY = ("this server is read-only: start it with --token TOKEN, $EDGE_RAG_TOKEN or --token-file FILE "
              "to accept uploads and removals")
+FREE_TRIES = 10  # wrong tokens an address may send before it waits (a typo or two, an old tab, a changed token)
+MAX_WAIT_S = 60.0  # the longest wait: one guess a minute, and staff at the guesser's address are not shut out longer
+ADDRESSES = 4096  # addresses remembered (a few hundred KB at most); past it, the one quiet the longest is forgotten
 
 
 def token_from_file(path: Path) -> tuple[str, bool]:
@@ -48,10 +55,46 @@ def token_from_file(path: Path) -> tuple[str, bool]:
     return token, True
 
 
+class Tries:
+    """Wrong tokens per client address (the TCP peer's: uvicorn is told to trust no X-Forwarded-For, which a script
+    on the kiosk's own browser may set). Past FREE_TRIES, each one makes the address wait before a token of its is
+    read again, twice as long each time up to MAX_WAIT_S: guessing ran at 800 tokens a second. A right token clears
+    it; staff who share the address are back within MAX_WAIT_S of the last wrong one. Questions read no token.
+    Used on the event loop only (every route that reads a token runs there), so it needs no lock."""
+
+    def __init__(self) -> None:
+        self._wrong: OrderedDict[str, tuple[int, float]] = OrderedDict()  # address → (wrong tokens, wait until)
+
+    def check(self, address: str) -> None:
+        wait = math.ceil(self._wrong.get(address, (0, 0.0))[1] - monotonic())
+        if wait > 0:
+            raise HTTPException(429, f"too many wrong API tokens from {address}: the next one is read in {wait} s",
+                                headers={"Retry-After": str(wait)})
+
+    def failed(self, address: str) -> None:
+        count = min(self._wrong.pop(address, (0, 0.0))[0] + 1, FREE_TRIES + 64)  # 2.0 ** 1024 overflows
+        wait = 0.0 if count <= FREE_TRIES else min(2.0 ** (count - FREE_TRIES - 1), MAX_WAIT_S)
+        self._wrong[address] = (count, monotonic() + wait)
+        if len(self._wrong) > ADDRESSES:
+            self._wrong.popitem(last=False)  # the address quiet the longest
+
+    def passed(self, address: str) -> None:
+        self._wrong.pop(address, None)
+
+
 def require_writer(request: Request, token: str | None) -> None:
-    """403 on a read-only server, 401 unless the request carries ``Authorization: Bearer <token>``."""
+    """403 on a read-only server, 401 unless the request carries ``Authorization: Bearer <token>``, 429 while its
+    address waits after too many wrong ones (``Tries``)."""
     if token is None:
         raise HTTPException(403, READ_ONLY)
     scheme, _, sent = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(sent.strip().encode(), token.encode()):
-        raise HTTPException(401, "writes need the API token: send 'Authorization: Bearer <token>'")
+    if not hasattr(request.app.state, "tries"):  # the app's own (every route it serves), made at its first token
+        request.app.state.tries = Tries()
+    tries, address = request.app.state.tries, request.client.host if request.client else ""
+    if scheme.lower() == "bearer" and sent.strip():
+        tries.check(address)
+        if hmac.compare_digest(sent.strip().encode(), token.encode()):
+            tries.passed(address)
+            return
+        tries.failed(address)
+    raise HTTPException(401, "writes need the API token: send 'Authorization: Bearer <token>'")

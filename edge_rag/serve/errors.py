@@ -1,7 +1,7 @@
 """Every error the server answers, as JSON ``{"error": message, "status": code}`` with that HTTP status."""
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -15,12 +15,12 @@ class NotReady(EdgeRAGError):
     the documents): 409 saying so; nothing changed."""
 
 
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "status": status}, status_code=status)
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
-    return error(exc.status_code, exc.detail)
+    return error(exc.status_code, exc.detail, exc.headers)  # 429's Retry-After, 405's Allow
 
 
 async def _input_error(request: Request, exc: InputError) -> Response:

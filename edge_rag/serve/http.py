@@ -71,6 +71,8 @@ def server(app: Starlette, config: ServeConfig) -> Server:
     """The uvicorn server for ``app`` (made by ``create_app``) under ``config``."""
     protocol = type("HeaderDeadlineProtocol", (HeaderDeadline,), {"header_timeout_s": config.header_timeout_s})
     # uvicorn annotates the grace as int but hands it to asyncio.wait_for, which takes any seconds
-    return Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=protocol,
+    # no X-Forwarded-For is taken, even from loopback (uvicorn's default): a kiosk's own browser sent any address
+    # it liked, and the wrong tokens counted per address (auth.Tries) were counted nowhere
+    return Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=protocol, proxy_headers=False,
                                  timeout_graceful_shutdown=config.shutdown_grace_s),  # type: ignore[arg-type]
                   app.state.stop)
