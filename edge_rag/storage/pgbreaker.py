@@ -6,7 +6,10 @@ each waiting on the others' work. Once a call has found the database unreachable
 with a StoreUnavailable at once, while one thread of its own connects every PROBE_EVERY_S, and at once when a call
 asks (as one connection attempt would, at most PROBE_WAIT_S); the first that succeeds closes it, and calls go to the
 pool again. The pool's own retries back off 1, 2, 4 s apart, which is why it is not the probe: a shorter wait for the
-pool failed the first questions after the database was back.
+pool failed the first questions after the database was back. Nor does the first call of an outage wait the pool's
+timeout to find it: a pool that hands no connection within POOL_FIRST_WAIT_S makes one attempt of the probe's, whose
+failure opens the breaker (10.0 s to the first 503 of an outage -> 0.5 s, the server stopped; the pool is only slow
+or busy if it succeeds, and the call waits on).
 """
 from __future__ import annotations
 
@@ -14,12 +17,13 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from functools import partial
 from typing import Any
 
 PROBE_EVERY_S = 1.0
 PROBE_WAIT_S = 2  # libpq's connect_timeout (whole seconds, 2 at least), whatever the URL's: pg_breaker
+POOL_FIRST_WAIT_S = 0.5  # how long a call waits for the pool before one connection attempt tells whether it is down
 ASK_WAIT_S = 0.5  # how long a call while open waits for the attempt it asked for (a refused one takes milliseconds)
 
 
@@ -65,7 +69,27 @@ class Breaker:
     def connection(self, pool, bound: float | None) -> Iterator:
         """A connection of ``pool`` for one call, through the breaker; a call with a ``bound`` (a read) is ``cut``
         there (a writer waits its turn)."""
-        with self.guarding(), pool.connection() as conn, nullcontext() if bound is None else self.cut(conn, bound):
+        with self.guarding(), self._pooled(pool) as conn, nullcontext() if bound is None else self.cut(conn, bound):
+            yield conn
+
+    @contextmanager
+    def _pooled(self, pool) -> Iterator:
+        """``pool.connection()``, but if none comes within POOL_FIRST_WAIT_S, one connection attempt (the probe's) first:
+        failed, the database is unreachable and the call fails now (it waited the pool's whole timeout, 10 s a kiosk
+        visitor waited for the first 503 of an outage); succeeded, the pool is slow or busy and the call waits on."""
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(pool.connection(POOL_FIRST_WAIT_S))
+            except self._error:
+                if self._stopped.is_set():  # the store closed (its pool with it): nothing to tell
+                    raise
+                try:
+                    self._probe()
+                except Exception as exc:  # noqa: BLE001 - whatever it says, no connection can be made now
+                    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise self._unreachable(f"no connection within {POOL_FIRST_WAIT_S:g} s, and an attempt "
+                                            f"failed: {why}") from None
+                conn = stack.enter_context(pool.connection(max(pool.timeout - POOL_FIRST_WAIT_S, 0.0)))
             yield conn
 
     def checked(self, check: Callable[[Any], None]) -> Callable[[Any], None]:
