@@ -781,6 +781,19 @@ def test_connection_settings_in_the_url_win_over_the_stores_defaults(pg_url):
     assert (params["keepalives"], params["keepalives_interval"], params["keepalives_count"]) == ("1", "5", "3")
 
 
+def test_an_operators_pgconnect_timeout_wins_over_the_stores_default(pg_url, monkeypatch):
+    """libpq reads a setting from the URL, else from its PG* variable, else its default: the store wrote its own
+    connect_timeout (10) into the connection string, over an operator's PGCONNECT_TIMEOUT=3 (an open against a port
+    that never answered waited 10.1 s, not 3.2). Now the environment's is kept; a URL's still wins over it."""
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "7")
+    for url, seconds in ((pg_url, "7"), (f"{pg_url}{'&' if '?' in pg_url else '?'}connect_timeout=4", "4")):
+        store = PgStore(url, DIM, "enc-1")
+        with store.pool.connection() as conn:
+            used = {o.keyword: o.val for o in conn.pgconn.info}
+        store.close()
+        assert (used[b"connect_timeout"], used[b"keepalives_idle"]) == (seconds.encode(), b"15")
+
+
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, True])
 def test_a_lock_timeout_that_is_no_finite_wait_is_refused_when_the_store_opens(pg_url, timeout):
     """A PostgreSQL store took any lock_timeout: with another device writing, NaN and inf waited forever (still

@@ -1,6 +1,7 @@
 """Which ``--db`` values name a PostgreSQL database, how to print one without its password, and how to connect."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -27,12 +28,17 @@ def check_url(url: str) -> str:
 
 
 def conninfo(url: str, defaults: Mapping[str, int | str]) -> str:
-    """libpq's connection string for ``url`` with ``defaults`` for the parameters the URL leaves unset: passed to
-    psycopg as keyword arguments, they overrode the URL's own (``?connect_timeout=3`` waited 10 s). Raises psycopg's
-    ProgrammingError for a string libpq cannot read, as a connection attempt would."""
+    """libpq's connection string for ``url`` with ``defaults`` for the parameters neither the URL nor the environment
+    sets (libpq's order: the URL, then its PG* variable, then a default): passed to psycopg as keyword arguments, they
+    overrode the URL's own (``?connect_timeout=3`` waited 10 s), and written into the string, the operator's
+    PGCONNECT_TIMEOUT (=3 waited 10 s). Raises psycopg's ProgrammingError for a string libpq cannot read, as a connection attempt would."""
+    from psycopg import pq
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    return make_conninfo("", **{**defaults, **conninfo_to_dict(url)})
+    given = conninfo_to_dict(url)
+    env = {o.keyword.decode(): o.envvar.decode() for o in pq.Conninfo.get_defaults() if o.envvar}
+    ours = {key: value for key, value in defaults.items() if key not in given and env.get(key, "") not in os.environ}
+    return make_conninfo("", **{**ours, **given})
 
 
 def mask_url(db: str | Path) -> str:
