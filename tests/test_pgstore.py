@@ -794,6 +794,23 @@ def test_an_operators_pgconnect_timeout_wins_over_the_stores_default(pg_url, mon
         assert (used[b"connect_timeout"], used[b"keepalives_idle"]) == (seconds.encode(), b"15")
 
 
+@pytest.mark.parametrize("where", ["url", "environment"])
+def test_a_connect_timeout_that_waits_for_good_gets_the_stores_bound(pg_url, monkeypatch, where):
+    """connect_timeout=0 (or less) is libpq's "wait for good", which psycopg waits 130 s for: a store opened against a
+    port that never answered waited 130.2 s (a kiosk's start with it). It gets the store's own bound now (10.1 s), from
+    the URL as from PGCONNECT_TIMEOUT."""
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "0")
+    if where == "url":
+        monkeypatch.delenv("PGCONNECT_TIMEOUT")
+    store = PgStore(f"{pg_url}{'&' if '?' in pg_url else '?'}connect_timeout=-1" if where == "url" else pg_url, DIM)
+    with store.pool.connection() as conn:
+        used = {o.keyword: o.val for o in conn.pgconn.info}
+    store.close()
+    assert used[b"connect_timeout"] == str(pgsql.CONNECT_TIMEOUT_S).encode()
+
+
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, True])
 def test_a_lock_timeout_that_is_no_finite_wait_is_refused_when_the_store_opens(pg_url, timeout):
     """A PostgreSQL store took any lock_timeout: with another device writing, NaN and inf waited forever (still

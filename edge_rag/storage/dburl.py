@@ -31,14 +31,27 @@ def conninfo(url: str, defaults: Mapping[str, int | str]) -> str:
     """libpq's connection string for ``url`` with ``defaults`` for the parameters neither the URL nor the environment
     sets (libpq's order: the URL, then its PG* variable, then a default): passed to psycopg as keyword arguments, they
     overrode the URL's own (``?connect_timeout=3`` waited 10 s), and written into the string, the operator's
-    PGCONNECT_TIMEOUT (=3 waited 10 s). Raises psycopg's ProgrammingError for a string libpq cannot read, as a connection attempt would."""
+    PGCONNECT_TIMEOUT (=3 waited 10 s). A connect_timeout of 0 or less is read as unset (_unbounded). Raises psycopg's
+    ProgrammingError for a string libpq cannot read, as a connection attempt would."""
     from psycopg import pq
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    given = conninfo_to_dict(url)
+    given = {key: value for key, value in conninfo_to_dict(url).items() if not _unbounded(key, value)}
     env = {o.keyword.decode(): o.envvar.decode() for o in pq.Conninfo.get_defaults() if o.envvar}
-    ours = {key: value for key, value in defaults.items() if key not in given and env.get(key, "") not in os.environ}
+    ours = {key: value for key, value in defaults.items()
+            if key not in given and _unbounded(key, os.environ.get(env.get(key, "")))}
     return make_conninfo("", **{**ours, **given})
+
+
+def _unbounded(key: str, value: object) -> bool:
+    """Whether ``value`` leaves ``key`` unset: none given, or a connect_timeout of 0 or less, libpq's "wait for good",
+    which psycopg waits 130 s for (an open against a port that never answered, a kiosk's start with it)."""
+    if value is None:
+        return True
+    try:
+        return key == "connect_timeout" and int(float(str(value))) <= 0
+    except (ValueError, OverflowError):
+        return False  # psycopg refuses it when connecting, saying so
 
 
 def mask_url(db: str | Path) -> str:
