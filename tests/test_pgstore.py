@@ -969,17 +969,23 @@ def test_a_health_check_of_a_server_that_stopped_answering_is_bounded(pg_url):
 
 
 @contextlib.contextmanager
-def relayed(url: str):
+def relayed(url: str, writing: threading.Event | None = None):
     """(``url`` through a TCP relay on 127.0.0.1, an Event that freezes it): frozen, the relay forwards nothing and
-    closes nothing, as a network split whose peer still acknowledges (or a stopped server) looks to a client."""
+    closes nothing, as a network split whose peer still acknowledges (or a stopped server) looks to a client. Once
+    ``writing`` is set, it freezes by itself (once) after 64 KB more from a client, its window shut (4 KB receive buffers):
+    the rest of that write is never taken, as by a server whose cable was pulled mid-COPY."""
     import select
     import socket
 
     parts, frozen, sockets = urlsplit(url), threading.Event(), []
-    listener = socket.create_server(("127.0.0.1", 0))
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the accepted sockets' too
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
 
-    def pipe(a: socket.socket, b: socket.socket) -> None:
-        with contextlib.suppress(OSError):
+    def pipe(a: socket.socket, b: socket.socket, upstream: bool) -> None:
+        taken = 0
+        with contextlib.suppress(OSError, ValueError):  # ValueError: a socket closed at the end, while selected
             while True:
                 if not select.select([a], [], [], 0.05)[0] or frozen.is_set():  # frozen while it waited: not read
                     time.sleep(0.01 if frozen.is_set() else 0)
@@ -987,6 +993,11 @@ def relayed(url: str):
                 if not (data := a.recv(65536)):
                     return b.shutdown(socket.SHUT_WR)
                 b.sendall(data)
+                if upstream and writing is not None and writing.is_set():
+                    taken += len(data)
+                    if taken > 65536:  # once
+                        writing.clear()
+                        frozen.set()
 
     def accept() -> None:
         with contextlib.suppress(OSError):
@@ -994,7 +1005,7 @@ def relayed(url: str):
                 client = listener.accept()[0]
                 sockets.extend((client, server := socket.create_connection((parts.hostname, parts.port))))
                 for a, b in ((client, server), (server, client)):
-                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+                    threading.Thread(target=pipe, args=(a, b, a is client), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
     try:
@@ -1073,3 +1084,37 @@ def test_a_read_whose_session_stops_mid_query_is_cut(pg_url, monkeypatch):
                 os.kill(pid, signal.SIGCONT)
     assert "did not answer within 1 s" in str(failed[0]) and "cannot be reached now" in str(failed[0]), failed
     store.close()
+
+
+def test_a_write_whose_server_stops_taking_its_data_fails_as_an_idle_connection_would(pg_url, monkeypatch):
+    """A write whose server vanished mid-COPY (a cable pulled; here a relay that stops taking the writer's data, its
+    window shut) is no idle connection, which the keepalive probes end: the indexing run waited for TCP's
+    retransmissions (~15 min; still writing after 100 s). The store sets libpq's tcp_user_timeout as long as the
+    probes take (30 s; the URL's own wins); here 2 s: the add fails, a StoreUnavailable, instead of hanging."""
+    from edge_rag.storage import pgsql
+
+    store = PgStore(pg_url, DIM, "enc-1")
+    with store.pool.connection() as conn:
+        used = {o.keyword: o.val for o in conn.pgconn.info}
+    store.close()
+    probes = pgsql.KEEPALIVE["idle"] + pgsql.KEEPALIVE["interval"] * pgsql.KEEPALIVE["count"]
+    assert used[b"tcp_user_timeout"] == str(1000 * probes).encode()
+    monkeypatch.setitem(pgsql.CLIENT, "tcp_user_timeout", 2000)
+    writing, failed = threading.Event(), []
+    with relayed(pg_url, writing) as (url, frozen):
+        store = PgStore(url, DIM, "enc-1")
+
+        def index() -> None:
+            with contextlib.suppress(StoreUnavailable), store.writing():  # its end cannot record on a dead session
+                writing.set()
+                big = [make_document(f"document {i}", f"d{i}") for i in range(100)]
+                failed.append(pytest.raises(StoreUnavailable, store.add, whole(big, [["word " * 2000]] * 100),
+                                            unit_vectors(100)).value)
+
+        indexing = threading.Thread(target=index, daemon=True)
+        indexing.start()
+        indexing.join(60)  # a bound on a hung call, not a timing assertion
+        assert frozen.is_set() and not indexing.is_alive(), "the write never ended"
+        assert "cannot add to" in str(failed[0]) and "cannot be reached now" in str(failed[0]), failed
+        frozen.clear()  # the pool's new connection goes through: closing does not wait for it
+        store.close()

@@ -28,10 +28,12 @@ CONNECT_TIMEOUT_S = 10
 # Linux's default keepalive (7,200 s idle, then 9 probes 75 s apart), every other device's indexing refused meanwhile.
 # Each session asks the server to probe an idle device after 15 s, every 5 s, 3 times (a dead one is dropped and its
 # locks freed within ~30 s), and libpq probes the server alike (a device waiting on a dead server gives up as soon).
-# CLIENT holds defaults: a URL's own connect_timeout and keepalives* win (dburl.conninfo). The server's probes stay
-# ours (configure), whatever the URL's ``options``: they free the writers' lock for every other device.
+# CLIENT holds defaults (a URL's own win: dburl.conninfo); a write the server stops taking (a cable pulled mid-COPY) is
+# no idle connection and waited for TCP's retransmissions (~15 min): tcp_user_timeout ends it as the probes would. The
+# server's probes stay ours (configure), whatever the URL's ``options``: they free the writers' lock for every device.
 KEEPALIVE = {"idle": 15, "interval": 5, "count": 3}
-CLIENT = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, **{f"keepalives_{k}": v for k, v in KEEPALIVE.items()}}
+CLIENT = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, **{f"keepalives_{k}": v for k, v in KEEPALIVE.items()},
+          "tcp_user_timeout": 1000 * (KEEPALIVE["idle"] + KEEPALIVE["interval"] * KEEPALIVE["count"])}
 # How long a read waits for another session's lock on the store's tables (VACUUM FULL, LOCK TABLE, an upgrade): a
 # kiosk's question waited as long as the lock was held (40 s of a 40 s LOCK TABLE; a VACUUM FULL of a big store takes
 # minutes), health checks with it. Set on each pooled connection unless its URL, role or database sets lock_timeout;
