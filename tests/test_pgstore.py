@@ -1118,3 +1118,25 @@ def test_a_write_whose_server_stops_taking_its_data_fails_as_an_idle_connection_
         assert "cannot add to" in str(failed[0]) and "cannot be reached now" in str(failed[0]), failed
         frozen.clear()  # the pool's new connection goes through: closing does not wait for it
         store.close()
+
+
+def test_reads_are_cut_by_one_watchdog_not_a_thread_each(pg_url, monkeypatch):
+    """Each read's cut at pgsql.READ_WAIT_S started a threading.Timer: 6 to 10 threads a question (EdgeRAG.decide over
+    the sample documents), 104 us a cut. One watchdog thread watches every read's bound now (1.9 us a cut): no thread
+    is started by a read, a read that ended is never shut after its bound (its pooled connection serves the next), and
+    one past its bound still is (test_a_read_whose_session_stops_mid_query_is_cut)."""
+    from edge_rag.storage import pgsql
+
+    monkeypatch.setattr(pgsql, "READ_WAIT_S", 0.3, raising=False)
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    store.search(unit_vectors(2)[0], 1)  # the pool and the watchdog up
+    started: list[str] = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda thread: (started.append(thread.name), start(thread))[1])
+    for _ in range(10):
+        assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0] and store.passages([1])[0].id == 1
+    assert started == []
+    time.sleep(3 * pgsql.READ_WAIT_S)  # past every bound of the reads above
+    assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0] and store._breaker.down is None
+    store.close()

@@ -13,9 +13,12 @@ or busy if it succeeds, and the call waits on).
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from functools import partial
@@ -39,6 +42,9 @@ class Breaker:
         self._wake, self._stopped = threading.Event(), threading.Event()
         self._started = self._finished = 0  # the probe's attempts
         self._probing = False
+        self._cuts, self._seq = threading.Condition(), itertools.count()
+        self._due: list[tuple[float, int, list]] = []  # cut()'s bounds, soonest first: (when, order, [conn, shut])
+        self._watchdog: threading.Thread | None = None
         self.down: str | None = None  # why the last call failed, while open
 
     def check(self) -> None:
@@ -104,30 +110,47 @@ class Breaker:
     def cut(self, conn, bound: float) -> Iterator[None]:
         """Shut ``conn``'s socket once the block has waited ``bound`` seconds: a server that stopped answering
         (stopped, a paused VM, a network split whose peer still acknowledges) held a question for good, no keepalive
-        or TCP timeout ending a wait on a peer that acknowledges, and the server's shutdown with it."""
-        fired = threading.Event()
-        timer = threading.Timer(bound, self._shut, (conn, fired))
-        timer.daemon = True
-        timer.start()
+        or TCP timeout ending a wait on a peer that acknowledges, and the server's shutdown with it. One thread
+        watches every block's bound (_watching): a threading.Timer each started 6-10 threads a question."""
+        due = [conn, False]  # the connection (None once the block is done), whether it was shut
+        with self._cuts:
+            heapq.heappush(self._due, (time.monotonic() + bound, next(self._seq), due))
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watching, name="edge-rag-cut", daemon=True)
+                self._watchdog.start()
+            if self._due[0][2] is due:  # sooner than the watchdog waits for
+                self._cuts.notify()
         try:
             yield
         except self._error:
-            if fired.is_set():
+            if due[1]:
                 raise self._unreachable(f"it did not answer within {bound:g} s") from None
             raise
         finally:
-            timer.cancel()
+            with self._cuts:  # after this, the watchdog never shuts it (a pool may hand it to another call)
+                due[0] = None
+                while self._due and self._due[0][2][0] is None:
+                    heapq.heappop(self._due)
 
-    def _shut(self, conn, fired: threading.Event) -> None:
-        """Shut ``conn``'s socket: the call waiting on it fails at once (the pool then drops the connection)."""
-        fired.set()
-        with suppress(OSError, self._error), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
-            sock.shutdown(socket.SHUT_RDWR)
+    def _watching(self) -> None:
+        """Shut the socket of every block past its bound, under the lock a block ends under: the call waiting on it
+        fails at once (the pool then drops the connection)."""
+        with self._cuts:
+            while not self._stopped.is_set():
+                while self._due and self._due[0][0] <= time.monotonic():
+                    due = heapq.heappop(self._due)[2]
+                    if due[0] is not None:
+                        due[1] = True
+                        with suppress(OSError, self._error), socket.socket(fileno=os.dup(due[0].pgconn.socket)) as sock:
+                            sock.shutdown(socket.SHUT_RDWR)
+                self._cuts.wait(self._due[0][0] - time.monotonic() if self._due else None)
 
     def close(self) -> None:
-        """Stop probing (the store is closed)."""
+        """Stop probing and watching (the store is closed)."""
         self._stopped.set()
         self._wake.set()
+        with self._cuts:
+            self._cuts.notify()
 
     def _open(self, why: str) -> None:
         with self._state:
