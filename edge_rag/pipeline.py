@@ -24,7 +24,7 @@ from .documents.indexing import Progress, Todo, as_document, held_bytes, index, 
 from .errors import BudgetError, InputError, check_kinds, check_question, check_seconds, one_or_many, open_only
 from .events import EventStream, Final, RouteDecided, Token
 from .memory import plan, runtime_base_estimate, stored_passages
-from .memory.hold import admit, hold, swap
+from .memory.hold import admitting, hold, swap
 from .models import bundle as B
 from .models.registry import default_bundle
 from .models.verify import select_encoder
@@ -80,7 +80,7 @@ class EdgeRAG:
         encoder_sha = next(f["sha256"] for f in self.bundle.files() if self.bundle.root / f["name"] == self._encoder_path)
         self.store = open_store(db, self.encoder.dim, encoder_sha, self.config, create, lock_timeout)
         if isinstance(self.store, Store):  # another process's commit is loaded only if the plan holds it
-            self.store.admit = lambda passages: admit(self, passages)
+            self.store.admit = admitting(self)
         self.certified.check_store(self.store)
         held = generator if self.plan.generator and generator else None
         self._generator = held if held and held.serves(self.bundle.path(B.ROLE_GENERATOR), c.n_ctx) else None

@@ -8,6 +8,8 @@ re-installed the old path) or ran at the old plan's batch, past the budget.
 from __future__ import annotations
 
 import threading
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -65,3 +67,15 @@ def admit(rag: Planned, passages: int) -> None:
     except BudgetError as exc:
         raise BudgetError(f"the store at {rag.store.location} grew to {passages} passages (another process added them) "
                           f"past this process's memory plan: {exc}; then open it again") from None
+
+
+def admitting(rag: Planned) -> Callable[[int], None]:
+    """``admit`` for ``rag``'s store to call, holding ``rag`` weakly: the store's callback to it was a cycle, so an
+    EdgeRAG dropped without ``close()`` kept its models (and their RSS, which the next one's plan counts) until
+    Python's cycle collector happened to run."""
+    held = weakref.ref(rag)
+
+    def call(passages: int) -> None:
+        if (owner := held()) is not None:
+            admit(owner, passages)
+    return call
