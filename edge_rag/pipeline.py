@@ -215,7 +215,8 @@ class EdgeRAG:
             c = self.config
             with stages("generate"):
                 for piece in self.generator.stream(question, decision.context, c.tier(decision.tier).max_new_tokens,
-                                                   c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window):
+                                                   c.temperature, c.top_k, c.seed, c.repeat_ngram, c.repeat_window,
+                                                   lambda: self.closed):  # close() ends it at the next token
                     if isinstance(piece, str):
                         yield Token(piece)
                     else:  # the last: the whole Generation
@@ -247,7 +248,6 @@ class EdgeRAG:
             with stage("retrieve"):
                 found = search.finish(vector)
         hits = found.passages
-        scores = [p.score for p in hits]
         with stage("route"):
             tier, spec, fallback = choose_tier(vector, question, hits, self.router, c)
         passages, corrected = correct(hits, spec.k, tier, c)
@@ -275,7 +275,7 @@ class EdgeRAG:
             route, reason = verdict.route, verdict.reason
         elif c.cgr:
             with stage("gate"):
-                gate = sequential_gate(scores[: c.gate_max_n], c)
+                gate = sequential_gate([p.score for p in hits[: c.gate_max_n]], c)
             with stage("extract"):
                 extraction = extract(question, hits[: c.baseline_k])  # the search's top k, as the certified reader
             route, reason = decide(d_min, gate, extraction, c)

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -134,3 +135,31 @@ def test_an_edgerag_used_in_a_forked_child_says_so(serial):
     assert said and json.loads(said)[-1] == "closed" and all("before a fork" in s for s in json.loads(said)[:-1]), said
     stream.close()
     assert _key(rag.ask(question)) == _key(answers[question])  # the parent's is unchanged
+
+
+def test_a_question_waiting_for_the_generator_when_its_edgerag_closes_is_not_generated(serial, sample_rag, bundle_dir):
+    """close() stopped no generation: questions queued for the one llama.cpp context each generated in turn after it
+    (4 GPT questions asked at once, closed 0.5 s in: 3 generations began after close(), the last answer came 9.0 s after
+    it, every thread 'answered'). Decoding now ends with the EdgeRAG: a queued question never starts (a StoreError
+    saying it was closed, all 4 within 0.06 s), and the generator it shares with another EdgeRAG answers on there."""
+    answers, other = serial
+    rag = EdgeRAG(sample_rag.store.folder, bundle=bundle_dir, config=Config(temperature=0.0, certified=False,
+                  cache_size=0), create=False, generator=other.generator)
+    outcome: list[object] = []
+
+    def ask() -> None:
+        try:
+            outcome.append(rag.ask(GPT_QUESTIONS[0]))
+        except StoreError as exc:
+            outcome.append(exc)
+
+    asking = threading.Thread(target=ask)
+    with other.generator._lock:  # another question decodes on the context the two EdgeRAGs share
+        asking.start()
+        deadline = time.monotonic() + 60
+        while not any(t.name == "edge-rag-decode" for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the question waits for the context (its decoding thread started)
+        rag.close()
+    asking.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreError) and "closed" in str(outcome[0]), outcome
+    assert _key(other.ask(GPT_QUESTIONS[0])) == _key(answers[GPT_QUESTIONS[0]])

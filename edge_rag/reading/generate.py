@@ -17,7 +17,7 @@ import queue
 import re
 import threading
 from collections import abc, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,16 +143,17 @@ class Generator:
         return gen
 
     def stream(self, question: str, context: str, max_new_tokens: int = 64, temperature: float = 0.4,
-               top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48
-               ) -> Iterator[str | Generation]:
+               top_k: int = 50, seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48,
+               stopped: Callable[[], bool] = lambda: False) -> Iterator[str | Generation]:
         """``generate`` as it happens: answer text pieces, then the Generation. A piece is sent once its
         sentence has ended (the rest when the model ends the answer itself), so a visitor never sees a
         fragment the answer then drops: the pieces joined are always a prefix of the final text and equal
-        to it at the end. An answer cut off (token budget, repetition) keeps only its whole sentences."""
+        to it at the end. An answer cut off (token budget, repetition) keeps only its whole sentences.
+        ``stopped`` (its caller closed) ends the decoding at the next token, or before it begins: a RuntimeError."""
         prompt, max_new_tokens = self.fit(question, context, max_new_tokens)
         out: list[int] = []
         shown = ""
-        decoding = self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window)
+        decoding = self.tokens(prompt, max_new_tokens, temperature, top_k, seed, repeat_ngram, repeat_window, stopped)
         while True:
             try:
                 out.append(next(decoding))
@@ -169,7 +170,8 @@ class Generator:
         yield Generation(text, len(prompt), len(out), cut)
 
     def tokens(self, prompt: list[int], max_new_tokens: int, temperature: float = 0.4, top_k: int = 50,
-               seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48) -> abc.Generator[int, None, bool]:
+               seed: int = 0, repeat_ngram: int = 3, repeat_window: int = 48,
+               stopped: Callable[[], bool] = lambda: False) -> abc.Generator[int, None, bool]:
         """The answer's tokens as they are decoded; returns whether it was cut off (budget, repetition rule).
 
         A thread decodes holding the context at its own pace, not the consumer's: a stream paused (or kept unread)
@@ -187,7 +189,7 @@ class Generator:
             detector = RepetitionDetector(repeat_ngram, repeat_window)
             for token in self.llm.generate(prompt, top_k=top_k, top_p=1.0, min_p=0.0, temp=temperature,
                                            repeat_penalty=1.0, reset=True):
-                if cancel.is_set() or self.llm.token_eos() == token or self._is_end_of_turn(token):
+                if cancel.is_set() or stopped() or self.llm.token_eos() == token or self._is_end_of_turn(token):
                     break
                 out.append(token)
                 if self._stops(out):
@@ -210,7 +212,9 @@ class Generator:
             try:
                 with self._lock:
                     decoding.set()
-                    cut = not cancel.is_set() and decode()  # not if dropped while it waited for the context
+                    cut = not cancel.is_set() and not stopped() and decode()  # not if dropped while it waited
+                if stopped():  # a closed EdgeRAG's: the questions queued for the context wasted it for seconds each
+                    raise RuntimeError("the generation was stopped: its EdgeRAG was closed")
                 found.put((cut, None))  # once the lock is released: a stream read to its end leaves the context free
             except BaseException as exc:  # noqa: BLE001 - raised again in the consumer's thread
                 found.put((False, exc))
