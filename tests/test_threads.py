@@ -2,6 +2,7 @@
 
 Before the generation lock, 8 threads x 25 asks with GPT-route questions killed the process (SIGABRT
 in ggml / SIGSEGV in the sampler) every time."""
+import gc
 import json
 import os
 import signal
@@ -135,6 +136,26 @@ def test_an_edgerag_used_in_a_forked_child_says_so(serial):
     assert said and json.loads(said)[-1] == "closed" and all("before a fork" in s for s in json.loads(said)[:-1]), said
     stream.close()
     assert _key(rag.ask(question)) == _key(answers[question])  # the parent's is unchanged
+
+
+def test_a_forked_child_that_drops_its_inherited_edgerag_exits(sample_rag, bundle_dir):
+    """Freeing an onnxruntime session joins its thread pool's workers, which in a forked child are its parent's
+    threads: a child that dropped the EdgeRAG it inherited, closed it and exited, or only exited (sys.exit, as a
+    gunicorn worker does), hung for good (3 of 3 each, the default Config; killed by an alarm after 30 s). The child
+    keeps the sessions it inherited and exits."""
+    rag = EdgeRAG(sample_rag.store.folder, bundle=bundle_dir, config=Config(threads=2), create=False)
+    rag.ask(RAG_QUESTIONS[0])  # its sessions have run: their workers are started
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.alarm(30)  # a child that hangs is killed
+            del rag
+            gc.collect()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    rag.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the child was killed by signal {os.WTERMSIG(status)}"
 
 
 def test_a_question_waiting_for_the_generator_when_its_edgerag_closes_is_not_generated(serial, sample_rag, bundle_dir):

@@ -6,6 +6,9 @@ after a batch goes back to the OS instead of staying reserved at the largest bat
 """
 from __future__ import annotations
 
+import ctypes
+import os
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -41,9 +44,26 @@ def session_options(threads: int) -> ort.SessionOptions:
 
 def load_session(path: Path, threads: int) -> ort.InferenceSession:
     try:
-        return ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for corrupt models
         raise BundleError(f"cannot load ONNX model {path}: {exc}") from exc
+    _MADE.add(session)
+    return session
+
+
+_MADE: weakref.WeakSet[ort.InferenceSession] = weakref.WeakSet()  # the sessions alive in this process
+
+
+def _kept_in_child() -> None:
+    """A forked child never frees the sessions it inherited: freeing one joins its thread pool's workers, which are
+    its parent's threads, so a child that dropped its inherited EdgeRAG, or only exited, hung for good. Kept, they cost
+    it only the pages it shares with its parent."""
+    for session in _MADE:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(session))
+    _MADE.clear()
+
+
+os.register_at_fork(after_in_child=_kept_in_child)
 
 
 TOKENIZE_CHARS = 1 << 19  # characters the tokenizer encodes at once (a long text's overflow is dropped after each)
