@@ -1,5 +1,6 @@
 """edge-rag: retrieval-augmented question answering on the device, inside a memory budget."""
 import os
+from typing import TYPE_CHECKING
 
 # onnxruntime 1.32 on Linux writes a device id into ~/.cache and sends usage events to Microsoft
 # unless this is set before it loads; the device runs offline and keeps nothing of its own. "0" keeps it on.
@@ -18,6 +19,9 @@ from .errors import (
     StoreUnavailable,
 )
 from .types import Answer, Document, Passage, Route
+
+if TYPE_CHECKING:  # what mypy and IDEs see: without it, EdgeRAG was Any to them, and a call's mistakes went unchecked
+    from .pipeline import EdgeRAG
 
 __version__ = "0.1.0"
 

@@ -158,3 +158,15 @@ def test_every_error_edge_rag_raises_on_purpose_is_exported() -> None:
 
     ours = {n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, errors.EdgeRAGError)}
     assert ours <= set(edge_rag.__all__) and all(getattr(edge_rag, n) is getattr(errors, n) for n in ours)
+
+
+def test_a_type_checker_sees_the_edgerag_the_package_exports(tmp_path) -> None:
+    """The package ships py.typed so mypy and IDEs check code that uses it (docs/reference/api.md), but ``EdgeRAG``,
+    imported on first use (the package's ``__getattr__``), was Any to them: ``rag.ask(42)`` and a misspelt method
+    passed the check."""
+    from mypy import api
+
+    user = tmp_path / "kiosk_app.py"
+    user.write_text("from edge_rag import EdgeRAG\n\nrag = EdgeRAG('kiosk-db')\nrag.ask(42)\nrag.answr('Where?')\n")
+    out, _, status = api.run([str(user), "--follow-imports=silent", "--cache-dir", str(tmp_path / "cache")])
+    assert status == 1 and '"ask" of "EdgeRAG" has incompatible type "int"' in out and '"answr"' in out, out
