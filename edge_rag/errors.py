@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
 MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
 MAX_QUESTION_CHARS = 2000
@@ -147,6 +147,17 @@ def one_or_many(value: object, kinds: tuple[type, ...], what: str) -> list:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class ProcessBound:
+    """What holds this process's models, threads and connections (EdgeRAG; ``open_only`` refuses its use in a forked
+    child) is never pickled. Sent to a pool's workers (``pool.map(rag.ask, questions)``), an EdgeRAG failed on whichever
+    attribute came first ("Can't pickle local object 'plan.<locals>.price'"), which said nothing of what to do."""
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(f"an {type(self).__name__} cannot be pickled or copied (sent to another process): its models, "
+                        "threads and store connections are this process's; open one in each process (a pool's "
+                        "initializer), after any fork")
 
 
 def open_only(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from . import errors
 from .config import Config
 from .decision.certified import CertifiedPath
 from .decision.gate import sequential_gate
@@ -42,7 +43,7 @@ from .storage.stores import open_store
 from .types import Answer, Document, Route
 
 
-class EdgeRAG:
+class EdgeRAG(errors.ProcessBound):
     """Question answering over the documents in ``db`` with the models in ``bundle``.
 
     Thread-safe: ``ask``/``decide`` may run in many threads at once (encoding, retrieval and extraction in parallel;
@@ -297,4 +298,3 @@ class EdgeRAG:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -5,6 +5,7 @@ in ggml / SIGSEGV in the sampler) every time."""
 import gc
 import json
 import os
+import pickle
 import signal
 import threading
 import time
@@ -136,6 +137,14 @@ def test_an_edgerag_used_in_a_forked_child_says_so(serial):
     assert said and json.loads(said)[-1] == "closed" and all("before a fork" in s for s in json.loads(said)[:-1]), said
     stream.close()
     assert _key(rag.ask(question)) == _key(answers[question])  # the parent's is unchanged
+
+
+def test_an_edgerag_sent_to_another_process_says_to_open_one_there(serial):
+    """pool.map(rag.ask, questions) pickles the EdgeRAG: it failed on whichever attribute came first, an AttributeError
+    "Can't pickle local object 'plan.<locals>.price'" (fork and spawn pools alike), naming nothing the caller wrote."""
+    _, rag = serial
+    with pytest.raises(TypeError, match="EdgeRAG cannot be pickled .* open one in each process"):
+        pickle.dumps(rag.ask)
 
 
 def test_a_forked_child_that_drops_its_inherited_edgerag_exits(sample_rag, bundle_dir):
