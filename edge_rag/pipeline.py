@@ -288,7 +288,7 @@ class EdgeRAG(errors.ProcessBound):
         return self.ask(question)
 
     def close(self) -> None:
-        self.closed = True
+        self.closed, self._generator = True, None  # its llama.cpp model, most of its RSS: now, not once it is dropped
         if self.pid == os.getpid():  # a forked child's are its parent's: a lock held at the fork would hang it for good
             self.cache.close()
             self.store.close()

@@ -300,6 +300,20 @@ def test_an_edgerag_dropped_frees_its_models_at_once(tmp_path, bundle_dir, close
         gc.enable()
 
 
+def test_a_closed_edgerag_still_referenced_frees_its_llama_model(tmp_path, bundle_dir):
+    """``rag.close(); rag = EdgeRAG(...)`` ("open the store again", its StoreError says) opened the new EdgeRAG while
+    the closed one, still referenced, held its llama.cpp model: 444 MB of RSS, 178 without it, so the new one's plan,
+    priced from that RSS, refused (BudgetError) under a memory_budget_mb of 700 or 900 that one EdgeRAG fits."""
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(certified=False))
+    model = weakref.ref(rag.generator)
+    gc.disable()  # freed by close() itself, not by a collection that happened to run
+    try:
+        rag.close()
+        assert model() is None
+    finally:
+        gc.enable()
+
+
 def test_one_id_with_two_texts_in_two_files_skips_the_second(rag, tmp_path):
     """Two JSONL files giving id "1" different texts replaced each other on every re-index. Now the second file is
     skipped with a reason naming the first, and re-indexing keeps what is stored."""
