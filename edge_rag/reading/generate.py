@@ -212,7 +212,12 @@ class Generator:
             try:
                 with self._lock:
                     decoding.set()
-                    cut = not cancel.is_set() and not stopped() and decode()  # not if dropped while it waited
+                    try:
+                        cut = not cancel.is_set() and not stopped() and decode()  # not if dropped while it waited
+                    finally:  # generate()'s sampler holds a vocabulary of candidates (3 MB for Gemma's) in a reference
+                        sampler, self.llm._sampler = self.llm._sampler, None  # cycle: freed now, not at a full gc
+                        if sampler is not None:
+                            sampler.close()
                 if stopped():  # a closed EdgeRAG's: the questions queued for the context wasted it for seconds each
                     raise RuntimeError("the generation was stopped: its EdgeRAG was closed")
                 found.put((cut, None))  # once the lock is released: a stream read to its end leaves the context free
