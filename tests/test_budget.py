@@ -27,7 +27,7 @@ from edge_rag.models import bundle as B
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.reading.reader import reader_file
 from edge_rag.storage.cache import MAX_ANSWER_BYTES, AnswerCache
-from edge_rag.types import Answer, Route
+from edge_rag.types import Answer, Document, Route
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DOCS = ROOT / "edge_rag" / "sample" / "docs"
@@ -552,6 +552,73 @@ def test_edgerag_refuses_an_impossible_budget_before_loading(bundle: B.Bundle, b
     assert result["cli_exit"] == 2 and "generator needs ~" in out.stderr
     assert result["index_error"].startswith("index needs ~") and "for 100000 passages" in result["index_error"]
     assert result["stored"] == 0
+
+
+WORST_QUESTIONS = """
+import json, re, sys, threading
+from edge_rag import BudgetError, Config, EdgeRAG
+from edge_rag.memory import peak_rss_mb, usage_mb
+from edge_rag.reading.reader import MAX_WINDOWS, passage_context
+db, bundle, question = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {}
+try:
+    EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=200))
+except BudgetError as exc:
+    out["refused"] = str(exc)
+smallest = int(re.search(r"at least (\\d+)", out["refused"]).group(1))
+try:
+    EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=smallest - 1))
+except BudgetError:
+    out["refused_below"] = True
+rag = EdgeRAG(db, bundle=bundle, config=Config(memory_budget_mb=smallest))
+rag.warm_up()
+loaded = usage_mb()[0]  # the models and index in; only the questions' activations and answers to come
+answers = []
+def ask(n):  # a distinct question each time: the answer cache would answer a repeat unread
+    answers.append(rag.ask(question[: len(question) - n]))
+for n in range(4):  # each thread keeps its own malloc arena: a server's lanes and jobs thread ask on several
+    worker = threading.Thread(target=ask, args=(n,))
+    worker.start(), worker.join()
+pair = [threading.Thread(target=ask, args=(n,)) for n in (4, 5)]
+[t.start() for t in pair], [t.join() for t in pair]
+hit = rag.store.passages([answers[0].passages[0].id])[0]
+reader = rag.certified.neural_reader().reader
+context = passage_context(hit.title, hit.text[:8192])[0]
+running = sum(rag.plan.component(c).parts["activations"] for c in ("encoder", "reader"))  # what questions run
+out.update(smallest=smallest, plan=rag.plan.total_mb, batch=rag.plan.encode_batch_tokens, peak=peak_rss_mb(),
+           rise=peak_rss_mb() - loaded, running=running,
+           titles=[a.passages[0].title for a in answers], read=[a.candidate is not None for a in answers],
+           windows=len(reader.windows(question, context)), max_windows=MAX_WINDOWS)
+print(json.dumps(out))
+"""
+
+
+def test_the_smallest_budget_admitted_holds_the_worst_questions(bundle_dir: Path, tmp_path: Path) -> None:
+    """The plan prices the reader at a full batch of its longest windows, however little a typical question reads. In
+    a fresh process, on the sample store plus one 16 KB record without a sentence end: a budget too small is refused
+    at open, naming the smallest plan; a budget of that figure (the smallest it admits, at the smallest encoder batch)
+    opens, and the longest question there is, finding that record, reads its READ_MAX_CHARS in MAX_WINDOWS windows on
+    four threads one after another and two at once: the peak RSS within the plan, and its rise over the models loaded
+    within the activations the plan prices for what questions run (the question encoder's and the reader's)."""
+    from conftest import sample_store
+
+    db = sample_store(bundle_dir, tmp_path / "db")
+    words = "lighthouse keeper harbour copper museum engine valley station garden river bridge ferry bell".split()
+    record = " ".join(words[(i * 7) % len(words)] for i in range(2400))[:16000]
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_documents([Document("longrecord", "Harbour record", record)])
+    question = ("Which lighthouse keeper rang the harbour ferry bell by the copper museum engine? " * 30)
+    question = question[:MAX_QUESTION_CHARS]
+    out = subprocess.run([sys.executable, "-c", WORST_QUESTIONS, str(db), str(bundle_dir), question],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["refused_below"] and "raise memory_budget_mb to at least" in result["refused"], result
+    assert result["batch"] == 256 and result["plan"] <= result["smallest"], result  # the smallest plan, admitted
+    assert set(result["titles"]) == {"Harbour record"} and all(result["read"]), result  # the reader read it
+    assert result["windows"] >= result["max_windows"], result  # its most windows, each full
+    print(result)
+    assert result["peak"] <= result["plan"] and result["rise"] <= result["running"], result
 
 
 FIRST_RUN = """
