@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -253,9 +254,21 @@ def test_impossible_budget_names_the_component_and_numbers(bundle: B.Bundle) -> 
         fixed_plan(bundle, Config(memory_budget_mb=150))
     msg = str(err.value)
     assert msg.startswith("generator needs ~") and "of the 150 MB budget remain after runtime base 75" in msg
-    assert "KV cache" in msg and f"n_ctx {MIN_N_CTX}" in msg and "raise memory_budget_mb to at least" in msg
+    assert "KV cache" in msg and f"n_ctx {MIN_N_CTX}" in msg
+    assert "raise memory_budget_mb (--memory-mb) to at least" in msg
     with pytest.raises(BudgetError, match=r"^runtime base needs ~75 MB"):
         fixed_plan(bundle, Config(memory_budget_mb=50))
+
+
+def test_a_budget_refused_on_the_command_line_names_its_option(bundle_dir: Path, tmp_path: Path, capsys) -> None:
+    """`edge-rag ask … --memory-mb 300` (docs/guides/devices.md) said only "raise memory_budget_mb to at least 338":
+    a Config field the command line has no option of that name for. The line names --memory-mb."""
+    from edge_rag.cli.commands import main
+
+    assert main(["ask", "hi", "--db", str(tmp_path / "db"), "--bundle", str(bundle_dir), "--memory-mb", "300"]) == 2
+    line = capsys.readouterr().err.strip()
+    least = re.search(r"raise memory_budget_mb \(--memory-mb\) to at least (\d+)$", line)
+    assert line.startswith("edge-rag: error: ") and least and int(least[1]) > 300, line
 
 
 def test_the_plan_holds_the_answer_cache_full(bundle: B.Bundle) -> None:
@@ -322,7 +335,7 @@ def test_a_larger_store_is_planned_as_plan_would_plan_it(bundle: B.Bundle) -> No
         start.with_passages(lo + 1, tight, dim)
     smallest = fixed_plan(bundle, big.with_(encode_batch_tokens=1), lo + 1)
     assert f"for {lo + 1} passages" in str(err.value)
-    assert str(err.value).endswith(f"raise memory_budget_mb to at least {int(smallest.total_mb) + 1}")
+    assert str(err.value).endswith(f"raise memory_budget_mb (--memory-mb) to at least {int(smallest.total_mb) + 1}")
 
 
 def test_indexing_runs_the_sessions_at_the_batch_the_grown_plan_holds(bundle: B.Bundle, bundle_dir: Path,
@@ -436,7 +449,7 @@ def test_a_store_grown_by_another_process_is_loaded_only_if_the_plan_holds_it(bu
         commit("b", room + 1 - room // 2, room // 2)
         with pytest.raises(BudgetError, match=f"grew to {room + 1} passages") as err:
             rag.ask("Who founded the museum?")
-        assert "raise memory_budget_mb to at least" in str(err.value)
+        assert "raise memory_budget_mb (--memory-mb) to at least" in str(err.value)
         assert rag.store.index.get_current_count() == rag.plan.passages == room // 2
         other.close()
 
@@ -661,7 +674,8 @@ def test_a_first_run_verifying_its_encoder_is_planned_as_every_later_run(bundle_
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert isinstance(result["opened"], float) and result["verified"], result  # verified here, and opened
     assert result["peak"] <= result["opened"], result
-    assert "raise memory_budget_mb to at least" in result["error"] and not result["verified_before_refusal"], result
+    assert "raise memory_budget_mb (--memory-mb) to at least" in result["error"], result
+    assert not result["verified_before_refusal"], result
 
 
 def test_the_certified_default_plans_no_generator_and_runs_where_it_would_not_fit(bundle: B.Bundle, bundle_dir: Path,

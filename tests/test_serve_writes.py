@@ -365,7 +365,7 @@ def _refusal(db: Path, bundle_dir: Path, *options: str) -> str:
 def _smallest_plan(line: str) -> tuple[float, int]:
     """(the runtime base the server measured, the budget its smallest plan needs), from its refusal of 1 MB."""
     base = re.search(r"^edge-rag: error: runtime base needs ~(\d+) MB", line)
-    least = re.search(r"raise memory_budget_mb to at least (\d+)$", line)
+    least = re.search(r"raise memory_budget_mb \(--memory-mb\) to at least (\d+)$", line)
     assert base and least, line
     return float(base[1]), int(least[1])
 

@@ -207,7 +207,7 @@ def _no_fit(parts: tuple[Estimate, ...], budget: int, n_ctx: int, batch: int, pa
     after = f" after {', '.join(before)}" if before else ""
     return (f"{c.name} needs ~{c.mb:.0f} MB ({c.describe()}{what}) but only {max(budget - used, 0):.0f} MB "
             f"of the {budget} MB budget remain{after}; the smallest plan needs ~{total:.0f} MB: raise "
-            f"memory_budget_mb to at least {int(total) + 1}")
+            f"memory_budget_mb (--memory-mb) to at least {int(total) + 1}")
 
 
 def stored_passages(db: str | Path) -> int:
