@@ -126,14 +126,26 @@ def test_cli_values_out_of_range_are_usage_errors(argv: list[str], message: str,
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value", ["nan", "inf"])
-def test_a_serve_timeout_that_times_nothing_out_is_refused(value: str, capsys) -> None:
-    """`edge-rag serve --timeout nan` started a server whose questions never timed out (NaN compares false with
-    every deadline); each is one line naming the setting, before any model loads or port is taken."""
+@pytest.mark.parametrize("option, value, message", [
+    ("--timeout", "nan", "question_timeout_s must be positive and finite"),  # no question ever timed out
+    ("--timeout", "inf", "question_timeout_s must be positive and finite"),
+    ("--timeout", "0", "question_timeout_s must be positive and finite"),
+    ("--idle-reset", "-1", "idle_reset_s must be positive and finite"),
+    ("--max-queue", "-1", "max_queue must be >= 0"),  # it said "max_queue and suggestions", no option of the CLI
+    ("--port", "99999", "port must be 0..65535"),
+    ("--port", "http", "not a whole number: 'http'"),
+])
+def test_serve_settings_out_of_range_are_usage_errors_naming_the_option(option: str, value: str, message: str,
+                                                                        capsys) -> None:
+    """`edge-rag serve --timeout 0` said 'edge-rag: error: question_timeout_s must be positive', a name the user never
+    typed, with no usage line (`ask --temperature -1` names its option). Each is refused by the parser as ask's are:
+    exit 2, the option and ServeConfig's rule named, before any model loads or port is taken."""
     from edge_rag.cli.commands import main
 
-    assert main(["serve", "--db", "db", "--bundle", "/nonexistent", "--port", "0", "--timeout", value]) == 2
-    assert "question_timeout_s must be positive and finite" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--db", "db", "--bundle", "/nonexistent", option, value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {option}: {message}" in err and err.startswith("usage:"), err
 
 
 def test_the_help_names_the_config_defaults_the_flags_leave_in_place(capsys) -> None:
@@ -170,3 +182,12 @@ def test_a_type_checker_sees_the_edgerag_the_package_exports(tmp_path) -> None:
     user.write_text("from edge_rag import EdgeRAG\n\nrag = EdgeRAG('kiosk-db')\nrag.ask(42)\nrag.answr('Where?')\n")
     out, _, status = api.run([str(user), "--follow-imports=silent", "--cache-dir", str(tmp_path / "cache")])
     assert status == 1 and '"ask" of "EdgeRAG" has incompatible type "int"' in out and '"answr"' in out, out
+
+
+def test_listening_off_loopback_without_a_token_names_every_way_to_give_one() -> None:
+    """docs/guides/kiosk.md gives the token with --token-file; `serve --host 0.0.0.0` without one said only 'pass
+    --token or set EDGE_RAG_TOKEN'."""
+    from edge_rag.serve.config import ServeConfig
+
+    with pytest.raises(ValueError, match="pass --token, --token-file or set EDGE_RAG_TOKEN"):
+        ServeConfig(host="0.0.0.0")

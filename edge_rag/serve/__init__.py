@@ -24,8 +24,9 @@ INDEX_THREADS = 1
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = ServeConfig()
     p.add_argument("--host", default=d.host, type=_address, help="interface to listen on (default loopback only; "
-                   f"anything else needs --token or ${TOKEN_ENV}); an IPv6 address bare or in brackets")
-    p.add_argument("--port", type=int, default=d.port, help="TCP port (0 = any free port, printed at start)")
+                   f"anything else needs --token, --token-file or ${TOKEN_ENV}); an IPv6 address bare or in brackets")
+    p.add_argument("--port", type=_setting("port", int), default=d.port,
+                   help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--token", help=f"API token for uploads and removals (default ${TOKEN_ENV}); "
                    "without one (or --token-file) the server is read-only; with one, its memory plan also holds the "
                    "encoder session that indexes uploads")
@@ -33,12 +34,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "creates it with a random token (mode 0600) and prints the token once")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="another Host name clients use for this server (a LAN name, a reverse proxy); repeatable")
-    p.add_argument("--timeout", type=float, default=d.question_timeout_s, help="seconds per question")
-    p.add_argument("--max-queue", type=int, default=d.max_queue, help="generations that may wait in line")
+    p.add_argument("--timeout", type=_setting("question_timeout_s", float), default=d.question_timeout_s,
+                   help="seconds per question")
+    p.add_argument("--max-queue", type=_setting("max_queue", int), default=d.max_queue,
+                   help="generations that may wait in line")
     p.add_argument("--title", default=d.title, help="heading of the kiosk page")
-    p.add_argument("--idle-reset", type=int, default=d.idle_reset_s, help="seconds before the page resets")
+    p.add_argument("--idle-reset", type=_setting("idle_reset_s", int), default=d.idle_reset_s,
+                   help="seconds before the page resets")
     p.add_argument("--question-log", metavar="FILE.jsonl", help="append every question asked to this file, to "
                    "label and calibrate on (`edge-rag calibrate`); it holds what visitors typed (off by default)")
+
+
+def _setting(name: str, kind: type[int] | type[float]) -> Callable[[str], float]:
+    """An argparse type for the ServeConfig field ``name``, checked by ServeConfig's own rule as the command line is
+    parsed: `--timeout 0` was 'question_timeout_s must be positive', a name the user never typed, with no usage."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {'whole ' if kind is int else ''}number: {text!r}") from None
+        try:
+            ServeConfig(**{name: value})  # type: ignore[arg-type]  # any field's name
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+    return parse
 
 
 def _address(host: str) -> str:

@@ -36,14 +36,15 @@ class ServeConfig:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, not {self.port}")
         if not is_loopback(self.host) and not self.token:
-            raise ValueError(f"listening on {self.host} (not loopback) needs an API token: pass --token or "
-                             f"set {TOKEN_ENV}")
+            raise ValueError(f"listening on {self.host} (not loopback) needs an API token: pass --token, "
+                             f"--token-file or set {TOKEN_ENV}")
         for name in ("max_question_chars", "max_body_bytes", "max_upload_bytes", "max_upload_files",
                      "question_timeout_s", "idle_reset_s", "keepalive_s", "header_timeout_s", "min_labels"):
             if not 0 < getattr(self, name) < math.inf:  # NaN compares false: --timeout nan timed nothing out
                 raise ValueError(f"{name} must be positive and finite, not {getattr(self, name)}")
-        if self.max_queue < 0 or self.suggestions < 0:
-            raise ValueError("max_queue and suggestions must be >= 0")
+        for name in ("max_queue", "suggestions"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, not {getattr(self, name)}")
 
 
 def is_loopback(host: str) -> bool:
