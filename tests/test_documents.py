@@ -464,6 +464,23 @@ def test_cli_remove_and_ask_on_a_missing_store(tmp_path, bundle_dir):
         assert con.execute("SELECT COUNT(*) FROM passages").fetchone()[0] == 0
 
 
+def test_cli_removing_a_file_nothing_was_indexed_from_says_so(tmp_path, bundle_dir, capsys):
+    """`edge-rag remove venue-docs/old-prices.md` run twice (docs/guides/quickstart.md) said the second time "no
+    document with id 'venue-docs/old-prices.md'", as if the file had not been looked at; it says that nothing was
+    indexed from it either, and removes nothing."""
+    from edge_rag.cli.commands import main
+
+    docs, db = tmp_path / "old-prices.md", tmp_path / "db"
+    docs.write_text(PRICES.format(price=12))
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_documents(["The café opens at 9:00 every day."])
+    assert main(["remove", str(docs), "--db", str(db), "--bundle", str(bundle_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"no document with id '{docs}'" in err and "nor one indexed from a file of that name" in err, err
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        assert rag.store.count == 1
+
+
 def test_cli_remove_run_from_a_folder_since_removed(tmp_path, bundle_dir):
     """`edge-rag remove DOC_ID` run from a working folder since removed (a release folder swapped away) ended on
     FileNotFoundError's traceback, resolving DOC_ID as a file name; the document is removed by its id."""

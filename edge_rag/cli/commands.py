@@ -95,7 +95,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
                 source = None
             ids += (rag.store.documents_from(source) if source else []) or [item]
         ids = list(dict.fromkeys(ids))  # a file or id named twice is one document
-        removed = rag.remove(ids)
+        try:
+            removed = rag.remove(ids)
+        except InputError as exc:  # an unknown name is looked up as a file first: nothing was indexed from it either
+            raise InputError(f"{exc}, nor one indexed from a file of that name") from None
         print(f"removed {len(ids)} document(s), {removed} passages; the store at {rag.store.location} "
               f"now holds {rag.store.count}")
     return 0
