@@ -97,6 +97,19 @@ def test_an_archive_entry_that_is_not_a_bundle_file_is_refused(archive: Path, ho
     assert {p.name for p in (home / "bundles").iterdir()} <= {".install.lock"}  # nothing unpacked stays
 
 
+@pytest.mark.parametrize("content", [b"", b"junk\n", b"\x1f\x8b" + bytes(200)])
+def test_a_file_that_is_no_tar_archive_is_one_line(home: Path, tmp_path: Path, content: bytes) -> None:
+    """An empty or foreign file given to `edge-rag models install` ended on five lines, tarfile's 'file could not be
+    opened successfully:' and one line per compression it tried; docs/reference/cli.md promises one line naming the
+    file. It says, on one line, that the file is no tar archive."""
+    bad = tmp_path / "edge-rag-gemma.tar"
+    bad.write_bytes(content)
+    with pytest.raises(BundleError) as refused:
+        install(bad)
+    message = str(refused.value)
+    assert "\n" not in message and f"failed for {bad}: not a tar archive, plain or compressed (tar: " in message, message
+
+
 def test_an_archive_of_many_entries_is_refused_at_the_first_foreign_one(home: Path, tmp_path: Path) -> None:
     """Every entry of the archive was listed before the first was looked at, then all were unpacked: 200,000 empty
     files took 25 s and +92 MB of RSS, and made 200,000 files, before 'manifest.json missing'. The first entry that

@@ -103,7 +103,10 @@ def _unpack(archive: Path, staging: Path) -> None:
                     os.fsync(out.fileno())  # on the card before the old bundle is removed
             fsync_dir(staging)
     except (tarfile.TarError, OSError) as exc:
-        raise BundleError(f"install: step 'unpack' failed for {archive}: {exc}") from exc
+        tried = str(exc).splitlines()  # tarfile.open's: a line per compression it tried, as plain tar the last
+        why = f"not a tar archive, plain or compressed ({tried[-1].removeprefix('- method ')})" if len(tried) > 1 \
+            else str(exc)
+        raise BundleError(f"install: step 'unpack' failed for {archive}: {why}") from exc
 
 
 class _Entry(tarfile.TarInfo):
