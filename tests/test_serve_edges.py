@@ -148,6 +148,25 @@ def test_questions_with_unicode_line_separators_are_listed(tmp_path):
     assert [question for question, _ in lines(log.path)] == typed
 
 
+def test_a_request_refused_for_want_of_the_token_says_what_it_needs_not_that_it_is_a_write() -> None:
+    """docs/guides/kiosk.md's `curl 'localhost:8080/api/health?deep=1' -H "Authorization: Bearer $TOKEN"`, sent with
+    $TOKEN unset, was told 'writes need the API token'; on a read-only server, that the token lets it 'accept uploads
+    and removals'. Deep health checks and the operator page need it too, and the refusals say so."""
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+
+    from edge_rag.serve.auth import require_writer
+
+    request = Request({"type": "http", "headers": [(b"authorization", b"Bearer ")]})
+    with pytest.raises(HTTPException) as no_token:
+        require_writer(request, None)
+    assert no_token.value.status_code == 403 and "deep health checks and the operator page" in no_token.value.detail
+    with pytest.raises(HTTPException) as wrong:
+        require_writer(request, "s3cret")
+    assert wrong.value.status_code == 401 and "writes" not in wrong.value.detail
+    assert "Authorization: Bearer <token>" in wrong.value.detail
+
+
 def test_deep_health_needs_the_token_and_runs_one_at_a_time(edge):
     """Issue #43: ``/api/health?deep=1`` was open to anyone, and 6 clients looping on it pushed question p95 from
     91 ms to 1 s and the server from 191 MB to 1.6 GB. It needs the token now, and a second deep check while one

@@ -21,8 +21,10 @@ from starlette.requests import Request
 
 from ..errors import EdgeRAGError
 
+# Said to every request that needs the token, reads too (deep health, the operator's page): "writes need the API
+# token" answered a curl of /api/health?deep=1 sent with an empty $TOKEN.
 READ_ONLY = ("this server is read-only: start it with --token TOKEN, $EDGE_RAG_TOKEN or --token-file FILE "
-             "to accept uploads and removals")
+             "to accept uploads, removals, deep health checks and the operator page")
 FREE_TRIES = 10  # wrong tokens an address may send before it waits (a typo or two, an old tab, a changed token)
 MAX_WAIT_S = 60.0  # the longest wait: one guess a minute, and staff at the guesser's address are not shut out longer
 ADDRESSES = 4096  # addresses remembered (a few hundred KB at most); past it, the one quiet the longest is forgotten
@@ -83,7 +85,8 @@ class Tries:
 
 
 def require_writer(request: Request, token: str | None) -> None:
-    """403 on a read-only server, 401 unless the request carries ``Authorization: Bearer <token>``, 429 while its
+    """403 on a read-only server, 401 unless the request carries ``Authorization: Bearer <token>`` (writes, and the
+    reads only the operator may make), 429 while its
     address waits after too many wrong ones (``Tries``)."""
     if token is None:
         raise HTTPException(403, READ_ONLY)
@@ -97,4 +100,4 @@ def require_writer(request: Request, token: str | None) -> None:
             tries.passed(address)
             return
         tries.failed(address)
-    raise HTTPException(401, "writes need the API token: send 'Authorization: Bearer <token>'")
+    raise HTTPException(401, "this needs the API token: send 'Authorization: Bearer <token>'")
