@@ -237,6 +237,25 @@ def test_two_writers_take_turns(pg_url):
     store.close()
 
 
+def test_a_login_the_server_refuses_is_no_outage(pg_admin_url):
+    """A wrong password, role or database name in the fleet guide's URL was told 'the database cannot be reached now
+    (down, restarting, refusing connections or not answering): retry', a StoreUnavailable (503 for a server), though
+    every attempt gets the same refusal. It is a StoreError saying to check the URL; an unreachable server is as
+    before."""
+    from edge_rag.errors import StoreUnavailable
+
+    parts = urlsplit(pg_admin_url)
+    wrong_password = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":Wr0ngPassw0rd@"))
+    for url in (urlunsplit(wrong_password), urlunsplit(parts._replace(path="/no_such_museum"))):
+        with pytest.raises(StoreError) as err:
+            PgStore(url, DIM, "enc-1")
+        said = str(err.value)
+        assert not isinstance(err.value, StoreUnavailable) and "the server refused this login" in said, said
+        assert "retry" not in said and "Wr0ngPassw0rd" not in said, said
+    with pytest.raises(StoreUnavailable, match="cannot be reached now"):  # nothing listens on port 1
+        PgStore(urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:1")), DIM, "enc-1")
+
+
 def test_passwords_never_printed(pg_url, bundle_dir, caplog):
     assert mask_url("postgresql://kiosk:s3cr%40t@db.example:5432/venue") == "postgresql://kiosk:***@db.example:5432/venue"
     assert mask_url("postgresql://db/venue?sslmode=require&password=s3cret") == \

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
+import re
 import socket
 import threading
 import time
@@ -176,6 +177,17 @@ class Breaker:
                 if up:
                     self.down, self._probing = None, False
                 self._state.notify_all()
+
+
+# The server's own refusal of a login, which libpq reports with no SQLSTATE (none reaches the client before the
+# session exists): another attempt gets the same. Its English words, so a server with other lc_messages is told as
+# before, as a database that cannot be reached now.
+_REFUSED = re.compile(r'FATAL:\s+(password authentication failed|(database|role) ".*" does not exist|no pg_hba)')
+
+
+def refused_login(exc: Exception) -> bool:
+    """Whether ``exc`` is the server refusing this URL's user, password or database, not a server out of reach."""
+    return getattr(exc, "sqlstate", None) is None and _REFUSED.search(str(exc)) is not None
 
 
 def lost(psycopg, exc: Exception) -> bool:

@@ -14,7 +14,7 @@ from typing import TypeVar
 from ..errors import StoreBusy, StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 from .dburl import scrub
-from .pgbreaker import lost
+from .pgbreaker import lost, refused_login
 from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
@@ -49,7 +49,9 @@ HINTS = {"42501": "; the role needs SELECT (devices) or INSERT/UPDATE (indexers)
          "55P03": "; another session holds a lock on the store's tables (VACUUM FULL, LOCK TABLE, an upgrade): "
                   "ask again when it has finished",
          "57014": "; the database did not answer in time (busy, or another session holds a lock on the store's "
-                  "tables): retry"}
+                  "tables): retry",
+         "28000": "; the server refused this login: check the URL's user, password (or ~/.pgpass, PGPASSWORD) and "
+                  "database name"}
 # The SQLSTATEs (prefixes) of a database that cannot be reached now or of a wait that ran out, where the same call
 # succeeds once it is back: none (no server answered: a connection attempt, the pool's wait), connections (08), shut
 # down, crashed or starting (57P01-03), too many connections, the statement and lock timeouts. psycopg's other
@@ -158,9 +160,9 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
     message = scrub(" ".join(message.split()), url)
     if isinstance(exc, psycopg.errors.UniqueViolation):
         message = f"a document is already in the store ({message})"
-    state = exc.sqlstate or "08"  # none: no server answered
+    state = exc.sqlstate or ("28000" if refused_login(exc) else "08")  # none: no server answered, or it refused us
     kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) and state.startswith(UNAVAILABLE) else StoreError
-    return kind(f"{what}: {message}{HINTS.get(exc.sqlstate or '', NO_CONNECTION if lost(psycopg, exc) else '')}")
+    return kind(f"{what}: {message}{HINTS.get(state, NO_CONNECTION if lost(psycopg, exc) else '')}")
 
 
 def checked_meta(pool) -> dict[str, str]:
