@@ -86,8 +86,7 @@ class Tries:
 
 def require_writer(request: Request, token: str | None) -> None:
     """403 on a read-only server, 401 unless the request carries ``Authorization: Bearer <token>`` (writes, and the
-    reads only the operator may make), 429 while its
-    address waits after too many wrong ones (``Tries``)."""
+    reads only the operator may make), 429 while its address waits after too many wrong ones (``Tries``)."""
     if token is None:
         raise HTTPException(403, READ_ONLY)
     scheme, _, sent = request.headers.get("authorization", "").partition(" ")
