@@ -50,8 +50,7 @@ HINTS = {"42501": "; the role needs SELECT (devices) or INSERT/UPDATE (indexers)
                   "ask again when it has finished",
          "57014": "; the database did not answer in time (busy, or another session holds a lock on the store's "
                   "tables): retry",
-         "28000": "; the server refused this login: check the URL's user, password (or ~/.pgpass, PGPASSWORD) and "
-                  "database name"}
+         "28000": "; the server refused this login: check the URL's user, password (or ~/.pgpass) and database"}
 # The SQLSTATEs (prefixes) of a database that cannot be reached now or of a wait that ran out, where the same call
 # succeeds once it is back: none (no server answered: a connection attempt, the pool's wait), connections (08), shut
 # down, crashed or starting (57P01-03), too many connections, the statement and lock timeouts. psycopg's other
@@ -166,9 +165,8 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
 
 
 def checked_meta(pool) -> dict[str, str]:
-    """The meta table as a health poll reads it: CHECK_WAIT_S for a connection, as long for the read, which takes the
-    lock a question takes on every table of the store: a LOCK TABLE on the passages (VACUUM FULL's) held each question
-    10 s before its 503 while health answered ok."""
+    """The meta table as a health poll reads it: CHECK_WAIT_S for a connection, as long for the read, under a question's
+    lock on every table (a LOCK TABLE on the passages held each question 10 s before its 503 while health said ok)."""
     with pool.connection(timeout=CHECK_WAIT_S) as conn, conn.transaction():
         conn.execute(f"SET LOCAL statement_timeout = {CHECK_WAIT_S * 1000:.0f}")
         conn.execute(f"LOCK TABLE {META}, {DOCUMENTS}, {PASSAGES} IN ACCESS SHARE MODE")
