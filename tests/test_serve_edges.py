@@ -152,12 +152,13 @@ def test_a_request_refused_for_want_of_the_token_says_what_it_needs_not_that_it_
     """docs/guides/kiosk.md's `curl 'localhost:8080/api/health?deep=1' -H "Authorization: Bearer $TOKEN"`, sent with
     $TOKEN unset, was told 'writes need the API token'; on a read-only server, that the token lets it 'accept uploads
     and removals'. Deep health checks and the operator page need it too, and the refusals say so."""
+    from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
 
     from edge_rag.serve.auth import require_writer
 
-    request = Request({"type": "http", "headers": [(b"authorization", b"Bearer ")]})
+    request = Request({"type": "http", "headers": [(b"authorization", b"Bearer ")], "app": Starlette()})
     with pytest.raises(HTTPException) as no_token:
         require_writer(request, None)
     assert no_token.value.status_code == 403 and "deep health checks and the operator page" in no_token.value.detail
