@@ -95,12 +95,11 @@ class EdgeRAG(errors.ProcessBound):
                       source: str = "", encoder: Encoder | None = None) -> int:
         """Chunk, embed and store documents, or one (plain strings become untitled documents).
 
-        Documents already in the store (same id and text) are skipped; one stored under the same id with
-        another text is replaced. ``source`` names where they all came from (an uploaded file's name):
-        documents stored from that source before and absent now are removed, as when a file is re-indexed.
-        ``progress``: a progress bar, or a callback (passages done, planned). ``encoder``: another session
-        of this encoder (``indexing_encoder``) so indexing does not share the question path's threads.
-        Returns passages added."""
+        Documents already in the store (same id and text) are skipped; one stored under the same id with another text is
+        replaced. ``source`` names where they all came from (an uploaded file's name): documents stored from that source
+        before and absent now are removed, as when a file is re-indexed. ``progress``: a progress bar, or a callback
+        (passages done, planned). ``encoder``: another session of this encoder (``indexing_encoder``) so indexing does
+        not share the question path's threads. Returns passages added."""
         docs = [as_document(d) for d in one_or_many(documents, (str, Document), "documents")]
         with self.store.writing():
             # Counted in full (they are in memory already); files are counted only up to what fits.
@@ -188,6 +187,9 @@ class EdgeRAG(errors.ProcessBound):
                     raise BudgetError("llama.cpp is not in this EdgeRAG's memory plan: its calibration does not certify "
                                       "generated answers, so no question is generated (Config(certified=False) does)")
                 self._generator = Generator.of(self.bundle.current(B.ROLE_GENERATOR), self.bundle.generator, self.config)
+                if self.closed:  # close() ran while it loaded: the closed EdgeRAG held the model close() drops
+                    self._generator = None
+                    raise RuntimeError("closed while llama.cpp loaded")  # open_only's StoreError: it was closed
             return self._generator
 
     def ask(self, question: str) -> Answer:
@@ -259,8 +261,7 @@ class EdgeRAG(errors.ProcessBound):
             if c.compression:
                 passages = dedupe(passages, c.dedupe_prefix_chars)
                 packed = compress(question, passages, spec.context_chars, c.compression_floor)
-                kept = set(packed.passage_ids)
-                context, used = packed.text, [p for p in passages if p.id in kept]
+                context, used = packed.text, [p for p in passages if p.id in packed.passage_ids]
             else:
                 context, used = build_context(passages), passages
         d_min = found.d_min  # the nearest passage by the dense search, whatever the tier kept
@@ -280,8 +281,7 @@ class EdgeRAG(errors.ProcessBound):
             with stage("extract"):
                 extraction = extract(question, hits[: c.baseline_k])  # the search's top k, as the certified reader
             route, reason = decide(d_min, gate, extraction, c)
-        return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction, verdict,
-                        hits)
+        return Decision(route, reason, tier, fallback, used, context, d_min, corrected, gate, extraction, verdict, hits)
 
     def answer(self, question: str) -> Answer:
         """cautious-rag style alias: ``rag.answer(q).confident``, ``.lower_bound``, ``.threshold``."""

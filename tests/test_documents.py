@@ -314,6 +314,28 @@ def test_a_closed_edgerag_still_referenced_frees_its_llama_model(tmp_path, bundl
         gc.enable()
 
 
+def test_an_edgerag_closed_while_its_llama_model_loads_does_not_keep_it(tmp_path, bundle_dir):
+    """close() while the first GPT question loaded llama.cpp: the load finished after close() dropped the model and
+    kept it in the closed EdgeRAG (RSS 572, 885, 917 MB over three in turn, still referenced; 253-287 now). The
+    question is told it was closed and nothing is kept."""
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=Config(certified=False))
+    told: list[Exception] = []
+
+    def load() -> None:
+        try:
+            _ = rag.generator
+        except StoreError as exc:
+            told.append(exc)
+
+    loading = threading.Thread(target=load)
+    loading.start()
+    while not rag._generator_lock.locked() and loading.is_alive():
+        pass  # until it loads
+    rag.close()
+    loading.join()
+    assert rag._generator is None and len(told) == 1 and "was closed" in str(told[0]), told
+
+
 def test_one_id_with_two_texts_in_two_files_skips_the_second(rag, tmp_path):
     """Two JSONL files giving id "1" different texts replaced each other on every re-index. Now the second file is
     skipped with a reason naming the first, and re-indexing keeps what is stored."""
