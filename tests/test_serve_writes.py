@@ -171,6 +171,35 @@ def test_wrong_tokens_slow_their_address_down_never_its_questions(servers, monke
     assert held.value.headers == {"Retry-After": str(int(auth.MAX_WAIT_S))}
 
 
+def test_wrong_tokens_from_one_ipv6_64_count_as_one_address(monkeypatch):
+    """An IPv6 device may take any address of its /64 (privacy addresses rotate in it): guesses from a new address
+    each were all read (12 of 12 from 2001:db8::1 .. ::c, each with its own FREE_TRIES), as were an IPv4 client's
+    through a dual-stack socket (::ffff:10.0.0.1) beside its plain address. They count as one address now."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from edge_rag.serve import auth
+    from edge_rag.serve.auth import FREE_TRIES, require_writer
+
+    monkeypatch.setattr(auth, "monotonic", lambda: 1000.0)  # the server's clock stands still: no wait ends mid-test
+    def write(request):
+        require_writer(request, "the-token")
+        return PlainTextResponse("written")
+
+    app = Starlette(routes=[Route("/w", write, methods=["POST"])])
+
+    def guess(host: str, token: str = "wrong") -> int:
+        with TestClient(app, client=(host, 50000)) as client:
+            return client.post("/w", headers={"authorization": f"Bearer {token}"}).status_code
+
+    assert [guess(f"2001:db8::{i + 1:x}") for i in range(FREE_TRIES + 2)] == [401] * (FREE_TRIES + 1) + [429]
+    assert guess("2001:db8:0:1::1") == 401  # the next /64: another device
+    assert [guess(h) for h in ["10.0.0.1", "::ffff:10.0.0.1"] * (FREE_TRIES // 2 + 1)][-1] == 429
+    assert guess("10.0.0.2", "the-token") == 200
+
+
 def test_reupload_of_an_edited_file_replaces_it_and_delete_removes_it(servers):
     url, rag, _, _ = servers
     before = rag.store.count

@@ -8,6 +8,7 @@ tokens slow their address down (``Tries``).
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import math
 import os
 import secrets
@@ -58,11 +59,12 @@ def token_from_file(path: Path) -> tuple[str, bool]:
 
 
 class Tries:
-    """Wrong tokens per client address (the TCP peer's: uvicorn is told to trust no X-Forwarded-For, which a script
-    on the kiosk's own browser may set). Past FREE_TRIES, each one makes the address wait before a token of its is
-    read again, twice as long each time up to MAX_WAIT_S: guessing ran at 800 tokens a second. A right token clears
-    it; staff who share the address are back within MAX_WAIT_S of the last wrong one. Questions read no token.
-    Used on the event loop only (every route that reads a token runs there), so it needs no lock."""
+    """Wrong tokens per client address (the TCP peer's, an IPv6 one's /64: ``counted``; uvicorn is told to trust no
+    X-Forwarded-For, which a script on the kiosk's own browser may set). Past FREE_TRIES, each one makes the address
+    wait before a token of its is read again, twice as long each time up to MAX_WAIT_S: guessing ran at 800 tokens a
+    second. A right token clears it; staff who share the address are back within MAX_WAIT_S of the last wrong one.
+    Questions read no token. Used on the event loop only (every route that reads a token runs there), so it needs no
+    lock."""
 
     def __init__(self) -> None:
         self._wrong: OrderedDict[str, tuple[int, float]] = OrderedDict()  # address → (wrong tokens, wait until)
@@ -84,6 +86,20 @@ class Tries:
         self._wrong.pop(address, None)
 
 
+def counted(host: str) -> str:
+    """The address wrong tokens count for: an IPv6 host's /64, the least a device is given, in which it may take any
+    address (privacy addresses rotate in it), so each guess could come from a new address with its FREE_TRIES."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv4Address):
+        return host
+    if ip.ipv4_mapped:  # ::ffff:a.b.c.d, an IPv4 client of a dual-stack socket
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
+
+
 def require_writer(request: Request, token: str | None) -> None:
     """403 on a read-only server, 401 unless the request carries ``Authorization: Bearer <token>`` (writes, and the
     reads only the operator may make), 429 while its address waits after too many wrong ones (``Tries``)."""
@@ -92,7 +108,7 @@ def require_writer(request: Request, token: str | None) -> None:
     scheme, _, sent = request.headers.get("authorization", "").partition(" ")
     if not hasattr(request.app.state, "tries"):  # the app's own (every route it serves), made at its first token
         request.app.state.tries = Tries()
-    tries, address = request.app.state.tries, request.client.host if request.client else ""
+    tries, address = request.app.state.tries, counted(request.client.host if request.client else "")
     if scheme.lower() == "bearer" and sent.strip():
         tries.check(address)
         if hmac.compare_digest(sent.strip().encode(), token.encode()):
