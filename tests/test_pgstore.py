@@ -712,6 +712,50 @@ def test_a_database_that_refuses_connections_fails_a_call_as_a_connection_attemp
         store.search(unit_vectors(2)[0], 1)  # said so, not tried as an outage
 
 
+def test_a_pool_busy_at_its_roles_connection_limit_is_not_taken_for_an_outage(pg_admin_url):
+    """A kiosk role limited to its pool's connections (CONNECTION LIMIT 4), its 4 questions held 1.5 s by a lock: the
+    5th, given no connection within POOL_FIRST_WAIT_S, made a connection attempt beside them, which the role's limit
+    refused, and the breaker opened on a working store (StoreUnavailable in 0.53 s, then 0 of 20 questions over 5 s
+    served, the probe refused as long as the pool kept its connections). A pool whose connections calls hold waits."""
+    from edge_rag.storage import pgbreaker
+
+    role = f"kiosk_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'its-secret' CONNECTION LIMIT 4")
+    try:
+        with fresh_database(pg_admin_url, f"OWNER {role}") as url, psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION vector")
+            parts = urlsplit(url)
+            store = PgStore(urlunsplit(parts._replace(netloc=f"{role}:its-secret@{parts.hostname}:{parts.port}")), DIM,
+                            "enc-1", pool_size=4)
+            try:
+                store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+                found: list[object] = []
+                asking = [threading.Thread(target=lambda: found.append(store.search(unit_vectors(2)[0], 1)))
+                          for _ in range(4)]
+                with psycopg.connect(url) as locker:
+                    locker.execute("LOCK TABLE edge_rag_passages IN ACCESS EXCLUSIVE MODE")
+                    for thread in asking:
+                        thread.start()
+                    while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND wait_event_type "
+                                        "= 'Lock'", (role,)).fetchone()[0] < 4:
+                        time.sleep(0.05)
+                    release = threading.Timer(3 * pgbreaker.POOL_FIRST_WAIT_S, locker.rollback)
+                    release.start()
+                    assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
+                    release.join()
+                for thread in asking:
+                    thread.join()
+                assert len(found) == 4 and store._breaker.down is None
+            finally:
+                store.close()
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+            for (left,) in admin.execute("SELECT datname FROM pg_database WHERE datdba = %s::regrole", (role,)):
+                admin.execute(f"DROP DATABASE {left} WITH (FORCE)")  # a failed test's: fresh_database leaves it
+            admin.execute(f"DROP ROLE {role}")
+
+
 def test_devices_opening_an_empty_database_at_once_all_open_the_store_one_makes(pg_url):
     """Each device creating the store re-checked, inside the writers' lock, whether another had made it meanwhile, by
     ``to_regclass``: it answers from the session's catalog cache, which an advisory lock does not refresh, so every

@@ -43,6 +43,7 @@ class Breaker:
         self._wake, self._stopped = threading.Event(), threading.Event()
         self._started = self._finished = 0  # the probe's attempts
         self._probing = False
+        self._held = 0  # the pool's connections calls hold now (_pooled)
         self._cuts, self._seq = threading.Condition(), itertools.count()
         self._due: list[tuple[float, int, list]] = []  # cut()'s bounds, soonest first: (when, order, [conn, shut])
         self._watchdog: threading.Thread | None = None
@@ -81,9 +82,11 @@ class Breaker:
 
     @contextmanager
     def _pooled(self, pool) -> Iterator:
-        """``pool.connection()``, but if none comes within POOL_FIRST_WAIT_S, one connection attempt (the probe's) first:
-        failed, the database is unreachable and the call fails now (it waited the pool's whole timeout, 10 s a kiosk
-        visitor waited for the first 503 of an outage); succeeded, the pool is slow or busy and the call waits on."""
+        """``pool.connection()``, but if none comes within POOL_FIRST_WAIT_S while calls hold fewer than all its
+        connections, one connection attempt (the probe's) first: failed, the database is unreachable and the call fails
+        now (it waited the pool's whole timeout, 10 s a kiosk visitor waited for the first 503 of an outage); succeeded,
+        the pool is slow and the call waits on. A pool whose every connection calls hold is busy, not down: an attempt
+        beside them was refused by a role's or server's connection limit, which opened the breaker on a working store."""
         with ExitStack() as stack:
             try:
                 conn = stack.enter_context(pool.connection(POOL_FIRST_WAIT_S))
@@ -91,13 +94,20 @@ class Breaker:
                 if self._stopped.is_set():  # the store closed (its pool with it): nothing to tell
                     raise
                 try:
-                    self._probe()
+                    if self._held < pool.max_size:  # all held: their calls' own errors (a read's cut) tell an outage
+                        self._probe()
                 except Exception as exc:  # noqa: BLE001 - whatever it says, no connection can be made now
                     why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                     raise self._unreachable(f"no connection within {POOL_FIRST_WAIT_S:g} s, and an attempt "
                                             f"failed: {why}") from None
                 conn = stack.enter_context(pool.connection(max(pool.timeout - POOL_FIRST_WAIT_S, 0.0)))
-            yield conn
+            with self._state:
+                self._held += 1
+            try:
+                yield conn
+            finally:
+                with self._state:
+                    self._held -= 1
 
     def checked(self, check: Callable[[Any], None]) -> Callable[[Any], None]:
         """The pool's ``check`` of a connection it hands out, ``cut`` after PROBE_WAIT_S (it waited for good on a
