@@ -858,14 +858,16 @@ def test_an_operators_pgconnect_timeout_wins_over_the_stores_default(pg_url, mon
         assert (used[b"connect_timeout"], used[b"keepalives_idle"]) == (seconds.encode(), b"15")
 
 
-@pytest.mark.parametrize("where", ["url", "environment"])
+@pytest.mark.parametrize("where", ["url", "environment", "empty-environment"])
 def test_a_connect_timeout_that_waits_for_good_gets_the_stores_bound(pg_url, monkeypatch, where):
     """connect_timeout=0 (or less) is libpq's "wait for good", which psycopg waits 130 s for: a store opened against a
     port that never answered waited 130.2 s (a kiosk's start with it). It gets the store's own bound now (10.1 s), from
-    the URL as from PGCONNECT_TIMEOUT."""
+    the URL as from PGCONNECT_TIMEOUT. A PGCONNECT_TIMEOUT set empty (a unit file's ``Environment=PGCONNECT_TIMEOUT=``)
+    is unset too: libpq refuses it, and with the store's default left out every connection failed ('bad value for
+    connect_timeout')."""
     from edge_rag.storage import pgsql
 
-    monkeypatch.setenv("PGCONNECT_TIMEOUT", "0")
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "" if where == "empty-environment" else "0")
     if where == "url":
         monkeypatch.delenv("PGCONNECT_TIMEOUT")
     store = PgStore(f"{pg_url}{'&' if '?' in pg_url else '?'}connect_timeout=-1" if where == "url" else pg_url, DIM)

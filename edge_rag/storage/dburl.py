@@ -44,9 +44,10 @@ def conninfo(url: str, defaults: Mapping[str, int | str]) -> str:
 
 
 def _unbounded(key: str, value: object) -> bool:
-    """Whether ``value`` leaves ``key`` unset: none given, or a connect_timeout of 0 or less, libpq's "wait for good",
-    which psycopg waits 130 s for (an open against a port that never answered, a kiosk's start with it)."""
-    if value is None:
+    """Whether ``value`` leaves ``key`` unset: none given, an empty one (``Environment=PGCONNECT_TIMEOUT=``, which
+    libpq refuses: every connection failed once the store's default was left out for it), or a connect_timeout of 0
+    or less, libpq's "wait for good", which psycopg waits 130 s for (an open against a port that never answered)."""
+    if value is None or not str(value).strip():
         return True
     try:
         return key == "connect_timeout" and int(float(str(value))) <= 0
