@@ -540,6 +540,47 @@ def _frozen_parses(psutil):
                 child.resume()
 
 
+# An upload parsed and waiting for its job in a server of its own (its folder under TMPDIR); told to go on, the job
+# reads its documents (unstash) and says how many it found.
+WAITING_UPLOAD = """
+import asyncio, io, sys
+from concurrent.futures import ThreadPoolExecutor
+from starlette.datastructures import UploadFile
+from edge_rag.documents.parse_child import Parser
+from edge_rag.serve.uploads import Folders, unstash
+async def main():
+    folders = Folders()
+    upload = UploadFile(io.BytesIO(b"The museum opens at nine."), filename="hours.txt")
+    folder, saved = await folders.save_and_parse([upload], Parser(), ThreadPoolExecutor(1))
+    print("waiting", flush=True)
+    sys.stdin.readline()
+    with folders.done(folder):
+        print(len(unstash(saved[0][1])))
+asyncio.run(main())
+"""
+
+
+def test_an_upload_waiting_for_its_job_is_kept_by_a_server_in_another_pid_namespace(tmp_path):
+    """A server starting in another pid namespace (a container sharing /tmp, here `unshare -pf`) sees no process
+    under a live server's pid: it took that server's upload folder, parsed and waiting for its job, for a killed
+    server's and removed it, and the job found no documents. A folder whose server holds it is kept, whoever looks."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a pid namespace needs root and unshare")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    live = subprocess.Popen([sys.executable, "-c", WAITING_UPLOAD], cwd=ROOT, env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert live.stdout.readline() == "waiting\n"
+    other = subprocess.run(["unshare", "-pf", "--mount-proc", sys.executable, "-c",
+                            "from edge_rag.serve.uploads import remove_stale_folders; remove_stale_folders()"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    if other.returncode != 0 and "unshare" in other.stderr:
+        live.kill()
+        pytest.skip(f"no pid namespace here: {other.stderr.strip()}")
+    out, _ = live.communicate("\n", timeout=60)
+    assert other.returncode == 0 and live.returncode == 0 and out == "1\n", (other.stderr, out)
+    assert not list(tmp_path.glob(f"{TEMP_PREFIX}*")), "the job removes its folder"
+
+
 def _saved_uploads() -> int:
     """Upload folders of this process holding their file (saved: its parse is next)."""
     return sum(1 for f in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}{os.getpid()}-*/000/*.html"))

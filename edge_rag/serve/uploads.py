@@ -8,13 +8,15 @@ case-insensitive file systems such files come from (the kiosk must not answer fr
 naming a file twice is refused.
 
 Temporary folders carry the server's pid: a server killed mid-upload leaves its folder behind, and the next
-start removes every folder whose process is gone.
+start removes every folder whose process is gone and that no server holds (an flock while the folder lives: a server in
+another pid namespace, a container sharing /tmp, sees no process under a live one's pid).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -34,7 +36,7 @@ from starlette.exceptions import HTTPException
 from ..documents.chunk import read_documents
 from ..documents.parse_child import Parser
 from ..errors import InputError
-from ..storage.fileio import left_by_a_gone_process
+from ..storage.fileio import held, left_by_a_gone_process
 from ..types import Document
 
 UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
@@ -47,18 +49,24 @@ COPY_CHUNK = 1 << 20  # an upload is saved from the parser's spooled file a MiB 
 _SEPARATORS = re.compile(r"[/\\]")
 
 
-def upload_folder() -> Path:
+def upload_folder() -> tuple[Path, int]:
     """A temporary folder for one upload: its files, then their documents until its job has indexed them. The job
-    removes it (or the upload, if it goes no further; ``Folders``)."""
-    return Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
+    removes it (or the upload, if it goes no further; ``Folders``). With the descriptor that holds its flock until then
+    (a file system without flock: none held, the folder kept by the others as if held)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
+    fd = os.open(folder, os.O_RDONLY)
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return folder, fd
 
 
 def remove_stale_folders() -> None:
-    """Remove upload folders left by servers that were killed (their process is gone)."""
+    """Remove upload folders left by servers that were killed (their process is gone, and with it their lock)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
         pid = folder.name[len(TEMP_PREFIX):].split("-")[0]
         with contextlib.suppress(OSError):  # gone meanwhile
-            if pid.isascii() and pid.isdigit() and left_by_a_gone_process(int(pid), folder.stat().st_mtime):
+            if pid.isascii() and pid.isdigit() and left_by_a_gone_process(int(pid), folder.stat().st_mtime) \
+                    and not held(folder):
                 shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -67,22 +75,22 @@ class Folders:
     drops never run)."""
 
     def __init__(self) -> None:
-        self._waiting: set[Path] = set()
+        self._waiting: dict[Path, int] = {}  # each folder's descriptor, holding its lock
         self._lock = threading.Lock()
 
     async def save_and_parse(self, files: list[UploadFile], parser: Parser,
                              parsing: Executor) -> tuple[Path, list[tuple[str, Path]]]:
         """``save_files`` into a new ``upload_folder``, every file parsed there on ``parsing`` (one bad file, an
         InputError, adds nothing) and its documents stashed beside it; the folder is removed if any of it fails."""
-        folder = upload_folder()
+        folder, fd = upload_folder()
         try:
             saved = await save_files(files, folder)
             await asyncio.get_running_loop().run_in_executor(parsing, _parse_all, saved, parser)
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove(folder, fd)
             raise
         with self._lock:
-            self._waiting.add(folder)
+            self._waiting[folder] = fd
         return folder, saved
 
     @contextlib.contextmanager
@@ -91,15 +99,22 @@ class Folders:
         try:
             yield
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
             with self._lock:
-                self._waiting.discard(folder)
+                fd = self._waiting.pop(folder, None)
+            if fd is not None:
+                _remove(folder, fd)
 
     def remove_all(self) -> None:
         with self._lock:
-            for folder in self._waiting:
-                shutil.rmtree(folder, ignore_errors=True)
+            for folder, fd in self._waiting.items():
+                _remove(folder, fd)
             self._waiting.clear()
+
+
+def _remove(folder: Path, fd: int) -> None:
+    """The folder removed, then its lock let go."""
+    shutil.rmtree(folder, ignore_errors=True)
+    os.close(fd)
 
 
 def _parse_all(saved: list[tuple[str, Path]], parser: Parser) -> None:

@@ -31,7 +31,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
         try:
-            with contextlib.suppress(OSError):  # a file system without flock: kept, as if held (_held)
+            with contextlib.suppress(OSError):  # a file system without flock: kept, as if held (``held``)
                 fcntl.flock(fd, fcntl.LOCK_EX)  # held while it is written: live to a writer that cannot see this pid
             yield Path(tmp)
             with open(tmp, "rb+") as f:
@@ -65,12 +65,12 @@ def _stale(entry: os.DirEntry, pid: int) -> bool:
     with _WRITING_LOCK:
         if entry.name in _WRITING:
             return False
-    return left_by_a_gone_process(pid, entry.stat().st_mtime) and not _held(entry.path)
+    return left_by_a_gone_process(pid, entry.stat().st_mtime) and not held(entry.path)
 
 
-def _held(path: str) -> bool:
-    """Whether a process holds the lock ``atomic_path`` takes on its temp ``path`` (yes if it cannot be opened or
-    locked at all)."""
+def held(path: str | Path) -> bool:
+    """Whether a process holds the lock ``atomic_path`` takes on its temp ``path`` (or an upload on its folder; yes
+    if it cannot be opened or locked at all)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
