@@ -312,6 +312,49 @@ def test_a_store_whose_wal_was_lost_after_a_power_cut_keeps_its_commits(tmp_path
     store.close()
 
 
+COMMIT_THEN_KILLED_BEFORE_THE_CHECKPOINT = """
+import os, sys
+import numpy as np
+from edge_rag.documents.chunk import make_document
+from edge_rag.storage.store import Part, Store
+store = Store(sys.argv[1], 8)
+for i in range(2):
+    store.fault_hook = lambda step: i == 1 and step == "committed" and os._exit(70)  # before the commit's checkpoint
+    doc = make_document(f"Document {i} about the harbour clock.", doc_id=f"d{i}")
+    store.add([Part(doc, 0, [doc.text], last=True, sha=doc.doc_id)], np.eye(8, dtype=np.float32)[i:i + 1])
+"""
+COUNT = "import sys; from edge_rag.storage.store import Store; print(Store(sys.argv[1], 8, create=False).count)"
+
+
+def test_a_read_only_copy_whose_wal_holds_a_commit_is_refused_not_read_old(tmp_path):
+    """A store whose writer was killed between a commit and its checkpoint keeps that commit in passages.sqlite-wal
+    only; copied without the -shm (or its -shm removed) to a folder this process may not write, it was opened
+    immutable, which reads the database alone: 1 of the 2 committed passages, silently (and a checkpoint cut short
+    would read torn). It is refused, saying what brings the commit in; once its owner opened it, it is read whole."""
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("as root, a read-only folder needs setpriv to drop CAP_DAC_OVERRIDE")
+    as_user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    db, copy = tmp_path / "db", tmp_path / "copy"
+    run = subprocess.run([sys.executable, "-c", COMMIT_THEN_KILLED_BEFORE_THE_CHECKPOINT, str(db)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 70, run.stderr
+    shutil.copytree(db, copy, ignore=shutil.ignore_patterns("*-shm"))
+    copy.chmod(0o555)
+    try:
+        read = subprocess.run([*as_user, sys.executable, "-c", COUNT, str(copy)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert read.returncode != 0 and "open it once where it may be written" in read.stderr, (read.stdout,
+                                                                                                 read.stderr)
+        copy.chmod(0o755)
+        Store(copy, 8, create=False).close()  # its owner opens it
+        copy.chmod(0o555)
+        read = subprocess.run([*as_user, sys.executable, "-c", COUNT, str(copy)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert read.stdout == "2\n", read.stderr
+    finally:
+        copy.chmod(0o755)
+
+
 def test_a_database_that_goes_bad_under_a_running_kiosk_is_a_store_error(tmp_path, sample_db, bundle_dir):
     """The card fails while the kiosk runs: quick_check passed at open, and the next questions met SQLite's own
     'database disk image is malformed' (sqlite3.DatabaseError: HTTP 500 'internal error: DatabaseError' at the

@@ -2,7 +2,10 @@
 
 SQLite makes a -wal and a -shm file beside a WAL database to read it, and cannot in such a folder. It reads it
 through those of a writer that has it open (a process that may write the folder: its commits are followed), else as
-a file that does not change (``immutable``: no writer has it open). SQLite says reading an immutable file that changes
+a file that does not change (``immutable``: no writer has it open). An immutable connection reads the database alone:
+a -wal holding frames beside no -shm (a writer killed between its commit and the checkpoint that copies it into the
+database, a copy made without the -shm) may hold commits it would not see, and the store is refused until its owner
+opens it once. SQLite says reading an immutable file that changes
 is undefined (its page cache goes stale, a checkpoint tears its reads): a connection here (``Reopened``) is used only
 while the database and its -wal and -shm are as they were when it opened, and is opened again once another process
 opened the store to write (its owner indexing) or wrote it, so the next read follows that commit.
@@ -11,10 +14,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import StoreError
+
+WAL_HEADER = 32  # bytes of a -wal before its first frame
+CLOSING_S = 0.1  # a writer closing the store removes its -shm a moment before its -wal: looked at again after this
 
 
 def writable(folder: Path) -> bool:
@@ -30,7 +37,24 @@ def uri(path: Path, mode: str) -> str:
         return f"{name}?mode={mode}"
     if not path.is_file():
         raise StoreError(f"{path} is missing and the folder is read-only here: no store can be opened or made in it")
-    return f"{name}?mode=ro" + ("" if path.with_name(f"{path.name}-shm").exists() else "&immutable=1")
+    wal, shm = (path.with_name(path.name + end) for end in ("-wal", "-shm"))
+    for _ in range(2):
+        if shm.exists():
+            return f"{name}?mode=ro"
+        if not _frames(wal):
+            return f"{name}?mode=ro&immutable=1"
+        time.sleep(CLOSING_S)
+    raise StoreError(f"{wal} may hold commits not yet in {path.name} (a writer stopped before it copied them there, or "
+                     f"the store was copied without {shm.name}), and the folder is read-only here: open it once where "
+                     "it may be written (edge-rag doctor --db ...), which brings them in")
+
+
+def _frames(wal: Path) -> bool:
+    """Whether the -wal ``wal`` holds frames (commits, or what a checkpoint copied already: it cannot tell)."""
+    try:
+        return wal.stat().st_size > WAL_HEADER
+    except FileNotFoundError:
+        return False
 
 
 class Reopened:
