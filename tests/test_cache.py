@@ -13,6 +13,7 @@ from edge_rag.config import Config, Tier
 from edge_rag.errors import StoreError
 from edge_rag.events import Final
 from edge_rag.models import bundle as B
+from edge_rag.models import verify
 from edge_rag.pipeline import EdgeRAG
 from edge_rag.storage.cache import MAX_ANSWER_BYTES, AnswerCache, answer_from_dict, cache_key
 from edge_rag.types import Answer, Document, PassageRef, Route
@@ -345,6 +346,21 @@ def test_an_answer_kept_under_another_onnxruntime_is_not_served(tmp_path, bundle
         rag.add_documents([_lockers(3)])
         assert not rag.ask(question).cache_hit and rag.ask(question).cache_hit
     monkeypatch.setattr(onnxruntime, "__version__", f"{onnxruntime.__version__}.upgraded")
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config) as rag:
+        assert not rag.ask(question).cache_hit and rag.ask(question).cache_hit
+
+
+def test_an_answer_kept_on_another_cpus_kernels_is_not_served(tmp_path, bundle_dir, monkeypatch):
+    """A store carries its persistent cache (an SD card moved from an AVX-512 VNNI box to an AVX2-only one or a Pi):
+    onnxruntime picks its kernels by the CPU's features, and each path rounds the reader's floats otherwise (x86
+    against an Arm A72: margins up to 0.70 logits apart, 1 decision in 60 another; docs/decisions/reader-kernels.md),
+    yet answers decided there were served here. The CPU's features are in the key (the move: the features reported)."""
+    question, config = "How much do the coin lockers cost?", Config(persistent_cache=True)
+    with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config) as rag:
+        rag.add_documents([_lockers(3)])
+        assert not rag.ask(question).cache_hit and rag.ask(question).cache_hit
+    moved = f"{verify.cpu_features()},ANOTHER_KERNEL_PATH"
+    monkeypatch.setattr(verify, "cpu_features", lambda: moved)
     with EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=config) as rag:
         assert not rag.ask(question).cache_hit and rag.ask(question).cache_hit
 

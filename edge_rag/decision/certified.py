@@ -15,6 +15,7 @@ import onnxruntime as ort
 from ..config import Config
 from ..errors import BundleError
 from ..models import bundle as B
+from ..models import verify
 from ..reading.read import NOTHING, Candidate, NeuralReader, paragraphs, read_rules, reader_path
 from ..reading.reader import MAX_SEQ_LEN as READER_SEQ_LEN
 from ..reading.reader import reader_file
@@ -247,9 +248,11 @@ def _cache_key(config: Config, calibration_sha256: str | None, measured: State, 
     must not answer by the old one. The bundle by its manifest (each file's sha256, the generator's settings): another
     installed at the same path (`edge-rag models install`) routes and generates otherwise. And the onnxruntime that
     runs them: its kernels round otherwise from version to version (1.22.1 against 1.32.0 on one CPU: 3 of the 24
-    sample questions decided or answered otherwise, "What is Big Mary?" refused by one and answered by the other)."""
-    return hashlib.sha1(repr((config, calibration_sha256, measured, bundle.manifest,
-                              ort.__version__)).encode()).hexdigest()[:12]
+    sample questions decided or answered otherwise, "What is Big Mary?" refused by one and answered by the other), and
+    the CPU features that pick its kernels: a store moved with its cache (an SD card) to a CPU of another kernel path
+    (AVX2 against AVX-512 VNNI, x86 against Arm) rounds the reader's floats otherwise (reader-kernels.md)."""
+    return hashlib.sha1(repr((config, calibration_sha256, measured, bundle.manifest, ort.__version__,
+                              verify.cpu_features())).encode()).hexdigest()[:12]
 
 
 def stale_reader(bundle: B.Bundle, calibration: ReaderCalibration) -> str | None:
