@@ -626,7 +626,7 @@ def test_the_smallest_budget_admitted_holds_the_worst_questions(bundle_dir: Path
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["refused_below"] and "raise memory_budget_mb to at least" in result["refused"], result
+    assert result["refused_below"] and "raise memory_budget_mb (--memory-mb) to at least" in result["refused"], result
     assert result["batch"] == 256 and result["plan"] <= result["smallest"], result  # the smallest plan, admitted
     assert set(result["titles"]) == {"Harbour record"} and all(result["read"]), result  # the reader read it
     assert result["windows"] >= result["max_windows"], result  # its most windows, each full
