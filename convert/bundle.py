@@ -23,6 +23,7 @@ from pathlib import Path
 import edge_rag
 from edge_rag.models import bundle as B
 from edge_rag.models import registry as M
+from edge_rag.models.verify import check_models
 from edge_rag.storage.fileio import sha256_file
 
 from .report import read_report
@@ -132,7 +133,11 @@ def assemble(out: Path, files: dict[str, Path], profile: str, encoder: dict, gen
     if B.ROLE_READER in files:
         sections[B.KEY_READER] = {"parity": read_report(files[B.ROLE_READER])}
     path = B.write_manifest(out, {role: names[role] for role in files}, **sections)
-    B.Bundle.load(out)  # what we wrote must verify
+    try:  # what we wrote must verify, and open as the device's `models install` opens it (hashes alone packed
+        check_models(B.Bundle.load(out))  # a truncated GGUF, exit 0, for the device to refuse)
+    except edge_rag.BundleError as exc:
+        path.unlink()  # no manifest: not a bundle anything loads, and the next build rebuilds it
+        raise SystemExit(f"convert bundle: {exc}") from None
     return path
 
 

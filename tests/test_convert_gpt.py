@@ -294,3 +294,19 @@ def test_an_export_cut_short_leaves_the_previous_gguf_whole(tiny, tmp_path):
     assert failed.returncode != 0 and "OSError" in failed.stderr, failed.stderr[-300:]  # numpy: "N requested and M written"
     assert out.read_bytes() == before and out.with_name("model.gguf.parity.json").read_text() == report
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf", "model.gguf.parity.json"]  # no temp left
+
+
+def test_a_bundle_refuses_a_truncated_gguf_the_device_would_refuse(tiny, bundle, tmp_path):
+    """`convert bundle` checked only the hashes of what it wrote: a GGUF cut short (here one of another source, so
+    no report of its own) was packed, exit 0, and only the device's `models install` refused it. The bundle is now
+    opened as the device opens it: refused, naming the GGUF, and no manifest is left to load."""
+    from edge_rag.models import bundle as B
+
+    whole = tmp_path / "whole.gguf"
+    convert_gpt(tiny.nanogpt_ckpt, whole, "f16")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(SystemExit, match=r"GGUF .*generator\.gguf"):
+        main(["bundle", "--out", str(tmp_path / "bundle"), "--encoder", str(bundle.require(B.ROLE_ENCODER)),
+              "--tokenizer", str(bundle.require(B.ROLE_TOKENIZER)), "--gguf", str(cut)])
+    assert not (tmp_path / "bundle" / B.MANIFEST).exists()
