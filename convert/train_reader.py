@@ -196,6 +196,13 @@ def checkpoint(model: M.SpanReader, tok, args: argparse.Namespace, history: dict
     print(f"checkpoint {ckpt.name} ({seen} windows) after {history['seconds'] / 60:.1f} min: {summary}", flush=True)
 
 
+def stopped_at(run: Path) -> tuple[int, int] | None:
+    """(last checkpoint's step, all steps) of a run stopped before its last checkpoint, else None."""
+    history = json.loads((run / "history.json").read_text())
+    last = max(c["step"] for c in history["checkpoints"])
+    return (last, history["steps"]) if last < history["steps"] else None
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.mix and not args.examples:
         raise SystemExit("error: --mix needs --examples N > 0 (the windows the shares are of)")
@@ -204,6 +211,9 @@ def _run(args: argparse.Namespace) -> int:
     args.run = run_dir(args)
     if args.skip_train and not (args.run / "history.json").is_file():
         raise SystemExit(f"error: --skip-train: {args.run} holds no scored checkpoint of a run with these settings")
+    if args.skip_train and (done := stopped_at(args.run)):  # a choice among the checkpoints so far is no run's choice
+        raise SystemExit(f"error: --skip-train: the run in {args.run} stopped at step {done[0]} of {done[1]}; "
+                         "run the command without --skip-train to finish it")
     args.run.mkdir(parents=True, exist_ok=True)
     if not args.skip_train:
         train(args)
@@ -228,7 +238,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="train on --examples windows with these shares of sources, e.g. impossible=0.2,answerable=0.8")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=home() / "reader-train", help="runs: state, checkpoints, validation rows")
-    p.add_argument("--skip-train", action="store_true", help="export from the checkpoints of this run's folder")
+    p.add_argument("--skip-train", action="store_true", help="export from the checkpoints of this run's folder (a run trained to its end)")
     p.add_argument("--no-export", action="store_true",
                    help="train and score the checkpoints only (comparing mixes); the shipped reader stays")
     p.set_defaults(func=_run)

@@ -164,3 +164,32 @@ def test_a_reader_export_that_fails_its_parity_check_is_not_shipped(tiny_reader,
     assert shipped.read_bytes() == b"the shipped reader" and not (shipped.parent / "reader.onnx.parity.json").exists()
     (report,) = (tmp_path / "w").glob("run-*/reader.int8.onnx.parity.json")
     assert '"passed": false' in report.read_text()
+
+
+def test_skip_train_refuses_a_run_stopped_before_its_last_checkpoint(tiny_reader, tmp_path, monkeypatch):
+    """--skip-train exports from the run's scored checkpoints: a run stopped after the first of its two checkpoints
+    shipped a reader chosen among that one, as if training had finished. It is refused now, saying to resume, and the
+    shipped reader stays; the run resumed to its end then exports."""
+    from convert import train_reader as T
+    from convert.__main__ import main
+
+    shipped = tmp_path / "reader.onnx"
+    shipped.write_bytes(b"the shipped reader")
+    monkeypatch.setattr(T, "finish", lambda args: shipped.write_bytes(b"exported"))  # the export, once chosen
+    real, calls = T.span_loss, []
+
+    def stop_at_the_third_step(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C after the checkpoint at step 2 of 3
+        return real(*args)
+    monkeypatch.setattr(T, "span_loss", stop_at_the_third_step)
+    argv = ["train-reader", "--examples", "12", "--checkpoints", "2", "--swaps", "0", "--work", str(tmp_path / "w")]
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    with pytest.raises(SystemExit, match="stopped at step 2 of 3"):
+        main([*argv, "--skip-train"])
+    assert shipped.read_bytes() == b"the shipped reader"
+    monkeypatch.setattr(T, "span_loss", real)
+    main(argv)
+    assert shipped.read_bytes() == b"exported"
