@@ -5,6 +5,9 @@ import argparse
 import importlib
 import sys
 
+from convert.args import InputError
+from edge_rag.errors import BundleError
+
 # Each module registers its own sub-command with ``register(subparsers)``: sub-command → module.
 COMMANDS = {"encoder": "encoder", "gpt": "gpt", "router": "router", "bundle": "bundle", "train-router": "train_router",
             "train-reader": "train_reader", "score-reader": "reader_report", "calibrate": "calibrate",
@@ -21,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in named:
         importlib.import_module(f"convert.{COMMANDS[name]}").register(sub)
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (InputError, BundleError) as exc:  # an input that does not read, named by its path
+        print(f"{parser.prog} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -20,7 +20,21 @@ def at_least(low: float, kind: type = int) -> Callable[[str], float]:
     return parse
 
 
+class InputError(Exception):
+    """An input the command cannot read (a model file cut short): ``python -m convert`` says so in one line, status 2,
+    as for a bad argument, not a traceback of the library that read it."""
+
+
 def existing_file(text: str) -> Path:
     if not Path(text).is_file():
         raise argparse.ArgumentTypeError(f"{text}: no such file")
     return Path(text)
+
+
+def model_folder(folder: str | Path) -> Path:
+    """``folder`` when it holds a Hugging Face model, else an InputError (a missing one was a FileNotFoundError
+    traceback); checked when the command runs, not when parsed: the docs' commands parse with placeholder paths."""
+    missing = [n for n in ("config.json", "model.safetensors", "tokenizer.json") if not (Path(folder) / n).is_file()]
+    if missing:
+        raise InputError(f"{folder}: no {', '.join(missing)} (not a model folder)")
+    return Path(folder)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModel
 
 from edge_rag.models.registry import REFERENCE_ROLE
@@ -25,7 +26,7 @@ from edge_rag.models.verify import THRESHOLDS, query_latency_ms, save_reference
 from edge_rag.retrieval.encode import Encoder, length_batches, mean_pool, pad_batch
 from edge_rag.storage.fileio import fsync_dir
 
-from .args import at_least
+from .args import InputError, at_least, model_folder
 from .quantize import quantize_int8
 from .report import write_report
 
@@ -53,7 +54,10 @@ class _LastHidden(torch.nn.Module):
 
 def load_torch(model_dir: Path) -> torch.nn.Module:
     # Eager attention traces the padding mask into the graph; SDPA paths may drop an all-ones mask.
-    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager")
+    try:
+        model = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager")
+    except (OSError, ValueError, SafetensorError) as exc:  # a safetensors file cut short, a config of no model
+        raise InputError(f"{model_dir}: cannot load the model ({exc})") from exc
     return model.eval()
 
 
@@ -195,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"convert encoder: {len(texts)} parity sentences (of {args.squad or args.sample_dir}); "
                          f"the check needs at least {MIN_SENTENCES}")
     squad = Path(args.squad) if args.squad and args.recall else None
-    summary = convert(Path(args.model_dir), Path(args.out), args.precision, texts, args.threads, squad)
+    summary = convert(model_folder(args.model_dir), Path(args.out), args.precision, texts, args.threads, squad)
     failed = [k for k, r in summary["files"].items() if not r["passed"]]
     if failed:
         print(f"parity FAILED for {', '.join(failed)}; do not ship these files")
@@ -213,5 +217,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recall", action="store_true", help="also compare SQuAD Recall@5: torch vs each export")
     p.add_argument("--sample-dir", default=str(DEFAULT_SAMPLE), help="fallback parity text (*.md)")
     p.add_argument("--sentences", type=at_least(MIN_SENTENCES), default=200, help="number of parity sentences")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=at_least(0), default=0)
     p.set_defaults(func=run)

@@ -20,6 +20,7 @@ import torch
 from gguf import MODEL_TENSOR
 from tokenizers import Tokenizer
 
+from convert.args import InputError, at_least
 from convert.gguf_writer import (
     OUT_TYPES,
     GPT2Hparams,
@@ -278,13 +279,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--verify-text", type=Path, help="held-back text; without it the export is not marked good"
     )
     p.add_argument(
-        "--verify-tokens", type=int, default=VERIFY_MAX_TOKENS, help="tokens compared (default %(default)s)"
+        "--verify-tokens", type=at_least(1), default=VERIFY_MAX_TOKENS, help="tokens compared (default %(default)s)"
     )
     p.add_argument("--threads", type=int, help="torch and llama.cpp threads (default: their own)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.verify_text and not args.verify_text.is_file():  # not when parsed: the docs' commands parse anywhere
+        raise InputError(f"--verify-text {args.verify_text}: no such file")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:

@@ -141,7 +141,11 @@ def load_checkpoint(
             )
         cfg_path = config_path or path / "config.json"
         cfg = GPTConfig.from_dict(_read_config(cfg_path), cfg_path)
-        cfg, sd = _canonical(load_file(weights), cfg, weights, conv1d=True)
+        try:
+            tensors = load_file(weights)
+        except Exception as exc:  # a file cut short: "incomplete metadata, file not fully covered"
+            raise CheckpointError(f"{weights}: not a readable safetensors file ({exc})") from exc
+        cfg, sd = _canonical(tensors, cfg, weights, conv1d=True)
         fmt, folder = "hf", path
     elif path.is_file():
         try:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from edge_rag.models.verify import verify_encoder
 
+from .args import model_folder
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -75,7 +77,7 @@ def table(results: dict[str, list[dict]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    files = prepare(Path(args.model_dir), out, args.sentences, Path(args.squad) if args.squad else None)
+    files = prepare(model_folder(args.model_dir), out, args.sentences, Path(args.squad) if args.squad else None)
     results = {"native": run_on([sys.executable], files, out, args.threads)}
     for cpu in filter(None, args.qemu_cpus.split(",")):
         results[f"qemu -cpu {cpu}"] = run_on(["qemu-x86_64", "-cpu", cpu, sys.executable], files, out, args.threads)

@@ -95,7 +95,10 @@ def save_router(model: RouterMLP, path: str | Path) -> None:
 
 def load_router(path: str | Path) -> RouterMLP:
     """A ``save_router`` checkpoint or a bare RouterMLP state_dict."""
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a file cut short, a pickle of custom classes (as convert gpt's checkpoints)
+        raise RouterError(f"{path}: not a loadable torch checkpoint ({exc})") from exc
     state = obj.get("state_dict", obj) if isinstance(obj, dict) else None
     if not isinstance(state, dict):
         raise RouterError(f"{path}: expected a RouterMLP state_dict, got {type(obj).__name__}")

@@ -263,6 +263,42 @@ def test_cli_reports_errors_and_missing_files(small, capsys):
         load_checkpoint(tmp / "absent.pt")
 
 
+@pytest.mark.parametrize("argv", [
+    ["encoder", "{missing}", "--out", "{out}"],  # FileNotFoundError of config.json
+    ["encoder", "{cut_hf}", "--out", "{out}"],  # SafetensorError "incomplete metadata", naming no file
+    ["kernels", "{missing}", "--out", "{out}"],
+    ["gpt", "{cut_hf}", "--out", "{out}/m.gguf"],
+    ["gpt", "{ckpt}", "--out", "{out}/m.gguf", "--verify-text", "{missing}"],
+    ["router", "--checkpoint", "{missing}", "--out", "{out}/r.onnx"],  # IsADirectoryError / FileNotFoundError
+    ["router", "--checkpoint", "{cut_pt}", "--out", "{out}/r.onnx"],  # RuntimeError of PytorchStreamReader
+    ["score-reader", "--onnx", "{missing}"],
+    ["score-reader", "--onnx", "{cut_onnx}"],  # BundleError INVALID_PROTOBUF
+], ids=lambda argv: " ".join(a.strip("{}") for a in argv[:3]))
+def test_a_missing_or_cut_short_input_is_one_line_and_status_2(tiny, tmp_path, capsys, argv):
+    """A model file that is missing or cut short was a traceback of the library that read it (exit 1); it is now one
+    line naming the file, status 2 as for any bad argument, and nothing is written."""
+    import shutil
+
+    from edge_rag.models.registry import ROUTER_ASSET
+
+    cut_hf = shutil.copytree(tiny.hf_dir, tmp_path / "cut_hf")
+    weights = cut_hf / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    (tmp_path / "cut.pt").write_bytes(tiny.nanogpt_ckpt.read_bytes()[:3000])
+    (tmp_path / "cut.onnx").write_bytes(ROUTER_ASSET.read_bytes()[:3000])
+    paths = {"missing": str(tmp_path / "no-such"), "cut_hf": str(cut_hf), "ckpt": str(tiny.nanogpt_ckpt),
+             "cut_pt": str(tmp_path / "cut.pt"), "cut_onnx": str(tmp_path / "cut.onnx"), "out": str(tmp_path / "out")}
+    args = [a.format(**paths) for a in argv]
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's usage error
+        code = exc.code
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # (the exception itself escaped main before)
+    assert code == 2 and "error: " in last, last
+    assert any(Path(a).name in last for a in args if a.startswith(str(tmp_path)) and a != paths["out"]), last
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
 def test_a_bundle_refuses_an_export_that_failed_its_check(tiny, bundle, tmp_path):
     """`convert gpt` marks an export good only when llama.cpp agrees with torch (here: not verified at all, so not
     good); `convert bundle` of one's own exports packed it anyway, exit 0 (the encoder's 'do not ship these files'
