@@ -28,7 +28,7 @@ from edge_rag.models import registry as M
 from edge_rag.models.verify import check_models
 from edge_rag.storage.fileio import sha256_file
 
-from .report import read_report
+from .report import of_file, read_report
 
 ENCODER_WORK = "encoder-export"
 BUILD_ONLY = ("file", "assemble_module", "parts", "sha256")  # how a generator is fetched, not what the device runs
@@ -131,6 +131,9 @@ def assemble(out: Path, files: dict[str, Path], profile: str, encoder: dict, gen
         if (checked := read_report(src)) is not None and checked.get("passed") is not True:  # said "do not ship"
             raise SystemExit(f"convert bundle: {src} (role {role}) failed its check against the torch original "
                              f"({'; '.join(checked.get('failures') or ['see its report'])}: {src}.parity.json)")
+        if checked is not None and not of_file(src, checked):  # its report vouched for the file it replaced
+            raise SystemExit(f"convert bundle: {src} (role {role}) is not the file its check was of ({src}.parity.json "
+                             "holds another sha256): export it again")
     out.mkdir(parents=True, exist_ok=True)
     for role, src in files.items():
         if src.resolve() != (out / names[role]).resolve():

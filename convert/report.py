@@ -4,10 +4,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edge_rag.storage.fileio import sha256_file
+
 
 def write_report(artifact: str | Path, report: dict) -> Path:
-    """Write ``<artifact>.parity.json`` and print a summary; returns the report path."""
+    """Write ``<artifact>.parity.json`` and print a summary; returns the report path. The report holds the artifact's
+    sha256: a file put where a checked one was (another export, a run cut short between the two writes) is not
+    vouched for by the report of the one it replaced (``of_file``)."""
     path = Path(str(artifact) + ".parity.json")
+    report = {**report, "sha256": sha256_file(artifact)}
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     status = "PASS" if report.get("passed") else "FAIL"
     print(f"[{status}] {Path(artifact).name}")
@@ -21,3 +26,8 @@ def read_report(artifact: str | Path) -> dict | None:
     """The parity report written beside ``artifact``, or None when it has none."""
     path = Path(str(artifact) + ".parity.json")
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def of_file(artifact: str | Path, report: dict) -> bool:
+    """Whether ``report`` is of the file now at ``artifact`` (a report older than the hash it holds is taken as is)."""
+    return report.get("sha256", None) in (None, sha256_file(artifact))

@@ -346,3 +346,20 @@ def test_a_bundle_refuses_a_truncated_gguf_the_device_would_refuse(tiny, bundle,
         main(["bundle", "--out", str(tmp_path / "bundle"), "--encoder", str(bundle.require(B.ROLE_ENCODER)),
               "--tokenizer", str(bundle.require(B.ROLE_TOKENIZER)), "--gguf", str(cut)])
     assert not (tmp_path / "bundle" / B.MANIFEST).exists()
+
+
+def test_a_bundle_refuses_a_file_its_passing_report_was_not_of(tiny, bundle, tmp_path):
+    """A report vouched for whatever file sat beside it: an unverified q8_0 export copied over a verified f16 one
+    was packed on the f16's 'passed: true' (the manifest recording the f16's figures), as a GGUF renamed in by a run
+    stopped before it wrote its report would be. The report holds its file's sha256; the bundle refuses another file."""
+    from edge_rag.models import bundle as B
+
+    gguf, other = tmp_path / "model.gguf", tmp_path / "other.gguf"
+    assert convert_gpt(tiny.nanogpt_ckpt, gguf, "f16", verify_text=tiny.heldout.read_text(encoding="utf-8"),
+                       **QUICK | {"verify_tokens": 256})["passed"]
+    assert not convert_gpt(tiny.nanogpt_ckpt, other, "q8_0")["passed"]
+    gguf.write_bytes(other.read_bytes())
+    with pytest.raises(SystemExit, match=r"model\.gguf \(role generator\) is not the file its check was of"):
+        main(["bundle", "--out", str(tmp_path / "bundle"), "--encoder", str(bundle.require(B.ROLE_ENCODER)),
+              "--tokenizer", str(bundle.require(B.ROLE_TOKENIZER)), "--gguf", str(gguf)])
+    assert not (tmp_path / "bundle").exists()
