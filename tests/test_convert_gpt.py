@@ -363,3 +363,21 @@ def test_a_bundle_refuses_a_file_its_passing_report_was_not_of(tiny, bundle, tmp
         main(["bundle", "--out", str(tmp_path / "bundle"), "--encoder", str(bundle.require(B.ROLE_ENCODER)),
               "--tokenizer", str(bundle.require(B.ROLE_TOKENIZER)), "--gguf", str(gguf)])
     assert not (tmp_path / "bundle").exists()
+
+
+def test_own_exports_without_encoder_are_refused_not_ignored(tiny, bundle, tmp_path, capsys):
+    """`convert bundle --gguf mine.gguf` (no --encoder) ignored the GGUF: it kept (or built) the profile's bundle and
+    archived that, 'complete and verified', exit 0. It is a usage error now, naming the options, and nothing is
+    archived."""
+    from edge_rag.models import bundle as B
+
+    profile = tmp_path / "profile"  # the profile's complete bundle, its files linked
+    profile.mkdir()
+    for f in bundle.files():
+        (profile / f["name"]).symlink_to(bundle.root / f["name"])
+    (profile / B.MANIFEST).write_bytes((bundle.root / B.MANIFEST).read_bytes())
+    gguf = tmp_path / "mine.gguf"
+    convert_gpt(tiny.nanogpt_ckpt, gguf, "f16")
+    archive = tmp_path / "mine.tar"
+    assert main(["bundle", "--gguf", str(gguf), "--dir", str(profile), "--archive", str(archive)]) == 2
+    assert "--gguf: your own exports go with --encoder" in capsys.readouterr().err and not archive.exists()
