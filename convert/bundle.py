@@ -244,7 +244,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     own.add_argument("--encoder", help="encoder ONNX (from `convert encoder`)")
     own.add_argument("--encoder-fp32", help="its fp32 twin, the fallback where int8 fails verify")
     own.add_argument("--reference", help="reference.npz written by `convert encoder`")
-    own.add_argument("--encoder-license", default="")
+    own.add_argument("--encoder-license", default="", help="encoder license for the manifest")
     own.add_argument("--tokenizer", help="the encoder's tokenizer.json")
     own.add_argument("--gguf", help="generator GGUF (from `convert gpt` or any llama.cpp model)")
     own.add_argument("--router", help="router ONNX (default: the shipped edge_rag/assets/router.onnx)")

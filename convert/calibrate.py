@@ -324,16 +324,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="fit the answer score and certify its threshold (calibration.json)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--readers", default="rules,neural", type=readers, help=f"comma-separated: {', '.join(READERS)}")
-    p.add_argument("--squad", type=existing_file, default=data.FILES["squad"])
-    p.add_argument("--hotpotqa", type=existing_file, default=data.FILES["hotpotqa"])
+    p.add_argument("--squad", type=existing_file, default=data.FILES["squad"], help="SQuAD-2 dev file (corpus, questions)")
+    p.add_argument("--hotpotqa", type=existing_file, default=data.FILES["hotpotqa"], help="HotpotQA dev file (multi-hop)")
     p.add_argument("--backend", choices=("embedded", "pgvector"), default="embedded",
                    help="the store the calibration counts decisions on (pgvector: its full-text half ranks otherwise)")
     p.add_argument("--out", type=Path, default=None,
                    help="default: the shipped calibration of --backend (edge_rag/assets/calibration[-pgvector].json)")
     p.add_argument("--ood-sample", type=at_least(1), default=600, help="OOD-calibration questions used (seeded sample)")
     p.add_argument("--gpt-sample", type=at_least(0), default=40, help="generative calibration questions generated")
-    p.add_argument("--profile", default="gemma")
-    p.add_argument("--bundle", type=Path, default=None)
-    p.add_argument("--index-cache", type=Path, default=home() / "bench")
+    p.add_argument("--profile", default="gemma", help="generator profile whose bundle runs the pipeline")
+    p.add_argument("--bundle", type=Path, default=None, help="bundle folder (default: --profile's)")
+    p.add_argument("--index-cache", type=Path, default=home() / "bench", help="cached indexes (the benchmarks' too)")
     p.add_argument("--rows-cache", type=Path, default=None, help="keep per-question rows here (re-fit without re-running)")
     p.set_defaults(func=run)

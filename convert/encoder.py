@@ -219,5 +219,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recall", action="store_true", help="also compare --squad's Recall@5: torch vs each export")
     p.add_argument("--sample-dir", default=str(DEFAULT_SAMPLE), help="fallback parity text (*.md)")
     p.add_argument("--sentences", type=at_least(MIN_SENTENCES), default=200, help="number of parity sentences")
-    p.add_argument("--threads", type=at_least(0), default=0)
+    p.add_argument("--threads", type=at_least(0), default=0, help="onnxruntime threads of the parity check (0: its own)")
     p.set_defaults(func=run)

@@ -97,12 +97,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kernels", help="measure int8 schemes natively and under qemu CPU models")
     p.add_argument("model_dir", help="sentence-transformers folder (config.json, safetensors, tokenizer.json)")
     p.add_argument("--out", required=True, help="work folder (models, reference.npz, kernels.json)")
-    p.add_argument("--sentences", type=int, default=100)
+    p.add_argument("--sentences", type=int, default=100, help="sentences each file is checked and timed on")
     p.add_argument("--squad", help="SQuAD JSON whose contexts give the sentences (default: the sample docs)")
     p.add_argument("--qemu-cpus", default="Haswell,Nehalem", help="qemu-x86_64 -cpu models, comma-separated")
     p.add_argument("--aarch64", action="store_true",
                    help="also under qemu-aarch64 (Cortex-A72 and -A76) in an arm64 Debian python (convert.aarch64)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="onnxruntime threads of each probe")
     p.set_defaults(func=run)
 
 

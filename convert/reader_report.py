@@ -252,7 +252,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("score-reader", help="score a reader.onnx on reader-val and the model-selection set",
                               description="HasAns F1, NoAns accuracy and margin AUROC of a reader (device path, gold "
                               "paragraphs) on reader-val and on all of the model-selection set (splits.json reader_select).")
-    p.add_argument("--onnx", type=Path, default=READER_ASSET)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--onnx", type=Path, default=READER_ASSET, help="reader ONNX to score (default: the shipped one)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the no-answer pairs (a question with another paragraph)")
     p.add_argument("--test", action="store_true", help="also the SQuAD test split's questions on their gold paragraph")
     p.set_defaults(func=_score)

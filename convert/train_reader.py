@@ -225,9 +225,9 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-reader", help="fine-tune the extractive reader, export reader.onnx, write its report",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=at_least(1), default=EPOCHS)
+    p.add_argument("--epochs", type=at_least(1), default=EPOCHS, help="passes over the training windows")
     p.add_argument("--checkpoints", type=at_least(1), default=CHECKPOINTS, help="equally spaced checkpoints (each scored on reader-val)")
-    p.add_argument("--lr", type=at_least(0.0, float), default=LR)
+    p.add_argument("--lr", type=at_least(0.0, float), default=LR, help="AdamW's peak learning rate (linear warm-up, decay)")
     p.add_argument("--examples", type=at_least(0), default=EXAMPLES, help="train on a seeded subset of this many windows (0 = all)")
     p.add_argument("--swaps", type=at_least(0.0, float), default=SWAPS_PER_ANSWERABLE,
                    help="share of answerable SQuAD questions also trained with a swapped name/number as no-answer")
@@ -236,7 +236,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="leave out the seeded subset of this many windows (a first stage's --examples, same seed)")
     p.add_argument("--mix", type=D.source_mix, default=None,
                    help="train on --examples windows with these shares of sources, e.g. impossible=0.2,answerable=0.8")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the examples, the subset, the batch order and dropout")
     p.add_argument("--work", type=Path, default=home() / "reader-train", help="runs: state, checkpoints, validation rows")
     p.add_argument("--skip-train", action="store_true", help="export from the checkpoints of this run's folder (a run trained to its end)")
     p.add_argument("--no-export", action="store_true",

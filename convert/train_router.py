@@ -494,13 +494,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--squad", type=existing_file, default=data.FILES["squad"])
-    p.add_argument("--squad-train", type=existing_file, default=data.DATA_DIR / "squad2_train_subset.json")
-    p.add_argument("--hotpot", type=existing_file, default=data.FILES["hotpotqa"])
+    p.add_argument("--squad", type=existing_file, default=data.FILES["squad"], help="SQuAD-2 dev file (every split part)")
+    p.add_argument("--squad-train", type=existing_file, default=data.DATA_DIR / "squad2_train_subset.json",
+                   help="SQuAD-2 train file (the router train part's train-file articles)")
+    p.add_argument("--hotpot", type=existing_file, default=data.FILES["hotpotqa"], help="HotpotQA dev file")
     p.add_argument("--out", type=Path, default=ROUTER_ASSET.parent, help="router.onnx, report, label cache")
     p.add_argument("--labels", type=Path, help=f"label cache (default <out>/{LABELS_FILE})")
-    p.add_argument("--epochs", type=at_least(1), default=60)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=at_least(1), default=60, help="training epochs (the best on val is kept)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the batch order")
     p.add_argument("--bundle", type=Path, help="model bundle (default: the gemma profile's)")
     p.add_argument("--agreement", type=at_least(0), default=0, metavar="N",
                    help="generate for N val questions at every tier and compare with the context labels")

@@ -196,6 +196,22 @@ def test_cli_imports_only_the_named_command(monkeypatch):
         assert re.search(rf'add_parser\(\s*"{name}"', (folder / f"{module}.py").read_text(encoding="utf-8")), name
 
 
+def test_every_convert_option_says_what_it_is_in_its_help():
+    """`python -m convert X --help` listed 19 options with no word on them (train-reader --seed, calibrate --bundle,
+    encoder --threads, ...), where the edge-rag CLI's every option has one (make docs fails without)."""
+    import argparse
+    import importlib
+
+    import convert.__main__ as cli
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    for module in cli.COMMANDS.values():
+        importlib.import_module(f"convert.{module}").register(sub)
+    bare = [f"{name} {action.option_strings or action.dest}" for name, parser in sub.choices.items()
+            for action in parser._actions if not action.help]
+    assert not bare, bare
+
+
 # -- errors a user can hit: each names the tensor or file at fault (random-init model, no data needed)
 
 
