@@ -197,7 +197,7 @@ def archive(bundle_dir: Path, out: Path) -> Path:
     """Pack a verified bundle into one uncompressed tar (GGUF and ONNX barely compress)."""
     names = [f["name"] for f in B.Bundle.load(bundle_dir).files()]
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w") as tar:
+    with tarfile.open(out, "w", dereference=True) as tar:  # a link in place (assemble keeps one) packed as its file
         for entry in [B.MANIFEST, *names]:
             tar.add(bundle_dir / entry, arcname=entry)
     print(f"archive written to {out} ({out.stat().st_size / 1e6:.0f} MB); on the device: "

@@ -313,3 +313,22 @@ def test_the_folder_always_holds_a_bundle_while_an_install_swaps_it(archive: Pat
     assert dest.is_dir() and not renames, [p.name for p in dest.parent.iterdir()]
     assert B.Bundle.load(dest).root == dest
     assert sorted(p.name for p in dest.parent.iterdir()) == [".install.lock", "gemma"]
+
+
+def test_an_archive_of_a_bundle_of_linked_files_holds_the_files(bundle_dir: Path, tmp_path: Path) -> None:
+    """A bundle folder whose files are links (assemble copies no file already in place, and keeps a link) verified,
+    and its archive held the links: 0 MB, each entry pointing at a host path, which the device refused ('not a
+    bundle archive (unexpected entry ...)'). The archive holds the files the links point at."""
+    import tarfile
+
+    from convert.bundle import archive as pack
+
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    for f in B.Bundle.load(bundle_dir).files():
+        (linked / f["name"]).symlink_to((bundle_dir / f["name"]).resolve())
+    shutil.copyfile(bundle_dir / B.MANIFEST, linked / B.MANIFEST)
+    with tarfile.open(pack(linked, tmp_path / "linked.tar")) as tar:
+        sizes = {m.name: m.size for m in tar.getmembers() if m.isfile()}
+    assert sizes == {f["name"]: f["size"] for f in B.Bundle.load(bundle_dir).files()} | {
+        B.MANIFEST: (bundle_dir / B.MANIFEST).stat().st_size}
