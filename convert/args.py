@@ -38,3 +38,10 @@ def model_folder(folder: str | Path) -> Path:
     if missing:
         raise InputError(f"{folder}: no {', '.join(missing)} (not a model folder)")
     return Path(folder)
+
+
+def out_file(path: Path) -> Path:
+    """``path`` unless it is a folder (``--out outdir`` was an IsADirectoryError traceback after the whole export)."""
+    if path.is_dir():
+        raise InputError(f"--out {path} is a folder: name the file to write")
+    return path

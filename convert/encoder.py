@@ -194,6 +194,8 @@ def _convert(model_dir: Path, out_dir: Path, precision: str, texts: list[str], t
 
 
 def run(args: argparse.Namespace) -> int:
+    if Path(args.out).is_file():  # else a FileExistsError traceback once the model is loaded
+        raise InputError(f"--out {args.out} is a file: name the folder to write into")
     if args.recall and not args.squad:  # else the export passed with no Recall@5 compared, the gate asked for skipped
         raise InputError("--recall needs --squad: the SQuAD JSON whose Recall@5 torch and each export are compared on")
     texts = parity_texts(Path(args.sample_dir), Path(args.squad) if args.squad else None, args.sentences)

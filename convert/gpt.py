@@ -20,7 +20,7 @@ import torch
 from gguf import MODEL_TENSOR
 from tokenizers import Tokenizer
 
-from convert.args import InputError, at_least
+from convert.args import InputError, at_least, out_file
 from convert.gguf_writer import (
     OUT_TYPES,
     GPT2Hparams,
@@ -293,7 +293,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = convert_gpt(
             args.checkpoint,
-            args.out,
+            out_file(args.out),
             args.type,
             config=args.config,
             tokenizer=args.tokenizer,

@@ -25,6 +25,7 @@ import onnxruntime as ort
 import torch
 import torch.nn as nn
 
+from convert.args import out_file
 from convert.report import write_report
 from edge_rag.config import TIERS
 from edge_rag.errors import EdgeRAGError
@@ -207,7 +208,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         model = random_router(args.seed) if args.random_init else load_router(args.checkpoint)
-        report = export_router(model, args.out, seed=args.seed)
+        report = export_router(model, out_file(args.out), seed=args.seed)
     except RouterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

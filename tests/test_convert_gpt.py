@@ -315,6 +315,24 @@ def test_a_missing_or_cut_short_input_is_one_line_and_status_2(tiny, tmp_path, c
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
 
 
+@pytest.mark.parametrize("argv", [
+    ["gpt", "{ckpt}", "--out", "{folder}"],
+    ["router", "--random-init", "--out", "{folder}"],
+    ["encoder", "{hf}", "--out", "{file}"],
+], ids=lambda argv: argv[0])
+def test_an_out_of_the_wrong_kind_is_refused_before_the_export(tiny, tmp_path, capsys, argv):
+    """`--out` a folder where a file is written (gpt, router), or a file where a folder is (encoder), was an
+    IsADirectoryError / FileExistsError traceback, exit 1, after the whole export; now one line, status 2, first."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("mine")
+    paths = {"ckpt": str(tiny.nanogpt_ckpt), "hf": str(tiny.hf_dir), "folder": str(tmp_path / "folder"),
+             "file": str(tmp_path / "file")}
+    assert main([a.format(**paths) for a in argv]) == 2
+    assert f"--out {tmp_path}" in capsys.readouterr().err
+    assert not any((tmp_path / "folder").iterdir()) and (tmp_path / "file").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"]  # no temporary left beside them
+
+
 def test_a_bundle_refuses_an_export_that_failed_its_check(tiny, bundle, tmp_path):
     """`convert gpt` marks an export good only when llama.cpp agrees with torch (here: not verified at all, so not
     good); `convert bundle` of one's own exports packed it anyway, exit 0 (the encoder's 'do not ship these files'
