@@ -203,6 +203,19 @@ def test_a_stamp_file_of_the_wrong_shape_is_rebuilt_by_hashing(bundle_copy, stam
     assert set(B.Bundle.load(bundle_copy, verify=False).verify_files().values()) != {"sha256"}  # stamps again
 
 
+def test_a_last_full_pass_stamped_ahead_by_a_wrong_clock_is_due_at_once(bundle_copy):
+    """A Pi has no real-time clock: a bad NTP fix a year ahead, corrected back, left ``full_at`` a year in the future,
+    and no full sha256 pass ran for 364 days where one is promised every FULL_VERIFY_INTERVAL_S (7 days). A last pass
+    in the future is due now; once stamped at the right time, the block check does again."""
+    B.Bundle.load(bundle_copy)
+    path = bundle_copy / B.VERIFIED
+    stamps = json.loads(path.read_text())
+    path.write_text(json.dumps({**stamps, "full_at": stamps["full_at"] + 365 * 24 * 3600}))
+    assert set(B.Bundle.load(bundle_copy, verify=False).verify_files().values()) == {"sha256"}
+    assert json.loads(path.read_text())["full_at"] <= stamps["full_at"] + B.FULL_VERIFY_INTERVAL_S
+    assert set(B.Bundle.load(bundle_copy, verify=False).verify_files().values()) != {"sha256"}
+
+
 def test_cli_says_what_is_wrong_in_one_line_and_exits_2(bundle_copy):
     """The command line on a damaged manifest: ``edge-rag: error: ...`` on one line, exit 2, no traceback."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

@@ -186,7 +186,8 @@ class Bundle:
         except BundleError:  # absent, unreadable or not JSON: a cache only, rebuilt by hashing every file
             stamps = {}
         known = stamps.get("files", {})
-        full = full or time.time() - stamps.get("full_at", 0) > FULL_VERIFY_INTERVAL_S
+        # a last pass in the future was stamped by a clock set wrong ahead (no RTC, a bad NTP fix): due now, not then
+        full = full or not 0 <= time.time() - stamps.get("full_at", 0) <= FULL_VERIFY_INTERVAL_S
         files: dict[str, dict] = {}
         checked: dict[str, str] = {}
         for entry in self.files():
