@@ -178,6 +178,28 @@ def test_an_import_adds_another_kiosk_s_visits_and_not_this_one_s_again(tmp_path
     assert len(export(labels.all(), here)) == 3 and len(export(labels.all(), here[:1])) == 3
 
 
+def test_an_export_holding_two_kiosks_visitors_minutes_apart_imports_both(tmp_path):
+    """Kiosk A imported kiosk B's visit at 10:02 beside its own at 10:00 and exported both; kiosk C importing that
+    export collapsed them as one log's asking again (REPEAT_S) and counted 1 visit of 2. The page's export lists
+    visits (its entries carry a store stamp): each counts; a question log labelled by hand still has its repeats
+    collapsed."""
+    question = "When does the museum open?"
+    a_log, b_log = [(question, "2026-11-30T10:00:00+00:00")], [(question, "2026-11-30T10:02:00+00:00")]
+    made = []
+    for name, log, imported in (("b", b_log, None), ("a", a_log, "b"), ("c", [], "a")):
+        kiosk = Labels(tmp_path / f"{name}.sqlite")
+        kiosk.set(question, "answer", "10:00", ("s", 1))
+        if imported:
+            kiosk.import_file(tmp_path / f"{imported}.jsonl", ("s", 1), log)
+        made.append(export(kiosk.all(), log))
+        write_jsonl(tmp_path / f"{name}.jsonl", made[-1])
+    assert [len(x) for x in made] == [1, 2, 2]
+    raw = write_jsonl(tmp_path / "raw.jsonl", [{"question": q, "answer": "10:00", "asked": t} for q, t in a_log + b_log])
+    by_hand = Labels(tmp_path / "by_hand.sqlite")
+    by_hand.import_file(raw, ("s", 1))
+    assert len(export(by_hand.all(), [])) == 1
+
+
 def test_bad_labels_and_bad_files_are_refused_and_change_nothing(tmp_path):
     labels = Labels(tmp_path / "labels.sqlite")
     labels.set("When does the museum open?", "answer", "10:00", ("a", 1))

@@ -159,7 +159,11 @@ class Labels:
     def take(self, questions: Sequence[LabelledQuestion], store: tuple[str, int],
              logged: Iterable[tuple[str, str]] = ()) -> int:
         """``import_file`` of questions already read."""
-        held = list(visits(((q.question, q.asked) for q in questions), _key, {key_of(q.question) for q in questions}))
+        # the page's export (entries with a store stamp) lists visits, repeats left out at their kiosk: collapsed again
+        # as one log's, the visitors of two kiosks 2 min apart it held counted once
+        held = [(key_of(q.question), q.question, q.asked) for q in questions if q.store is not None]
+        held += visits(((q.question, q.asked) for q in questions if q.store is None), _key,
+                       {key_of(q.question) for q in questions})
         timed = {(k, asked) for k, _, asked in held if asked}
         here = {(k, asked) for q, asked in logged if (k := _key(q)) is not None and (k, asked) in timed}
         counts = Counter(k for k, _, asked in held if not asked or (k, asked) in here)
