@@ -13,6 +13,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,27 @@ def test_a_store_on_a_read_only_disk_answers_and_refuses_writes(disk: Path, bund
     assert sorted(p.name for p in db.iterdir()) == files
     with EdgeRAG(db, bundle=bundle_dir, create=False) as rag:
         assert rag.store.count == count
+
+
+def test_an_upload_to_a_full_temporary_folder_is_507_and_leaves_nothing(disk: Path, bundle_dir: Path, sample_db: Path,
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The upload is saved in the temporary folder before its job: with that disk full (a kiosk's /tmp on its SD card)
+    it was a 500 'internal error: OSError', a traceback in the log per upload."""
+    httpx = pytest.importorskip("httpx", reason="httpx is in the dev extra: pip install 'edge-rag[dev,serve]'")
+    serving = pytest.importorskip("serving", reason="the serve extra is not installed: pip install 'edge-rag[serve]'")
+    (disk / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(disk / "tmp"))
+    shutil.copytree(sample_db, tmp_path / "db")
+    rag = EdgeRAG(tmp_path / "db", bundle=bundle_dir, config=serving.test_config())
+    before = rag.store.count
+    with serving.running_server(rag) as url:
+        fill(disk)
+        r = httpx.post(f"{url}/api/documents", files={"file": ("tours.txt", TOURS.encode())},
+                       headers=serving.WRITE, timeout=120)
+        assert r.status_code == 507 and r.json()["error"].startswith("the disk is full"), r.text
+        assert str(disk / "tmp") in r.json()["error"] and not list((disk / "tmp").iterdir())
+        (disk / "filler").unlink()
+        r = httpx.post(f"{url}/api/documents", files={"file": ("tours.txt", TOURS.encode())},
+                       headers=serving.WRITE, timeout=120)
+        assert serving.wait_job(url, r)["state"] == "done" and rag.store.count > before

@@ -1,6 +1,8 @@
 """Every error the server answers, as JSON ``{"error": message, "status": code}`` with that HTTP status."""
 from __future__ import annotations
 
+import errno
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.exceptions import HTTPException
@@ -31,6 +33,16 @@ async def _budget_error(request: Request, exc: BudgetError) -> Response:
     return error(507, str(exc))
 
 
+async def _disk_full(request: Request, exc: OSError) -> Response:
+    """A full disk under a write the store does not make (an upload saved in the temporary folder, a label file): 507
+    saying so, once, where it was a 500 "internal error: OSError" and a traceback in the log per request; any other
+    OSError is the catch-all's."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        raise exc
+    return error(507, f"the disk is full ({exc.strerror}): nothing was saved; free some space on it (uploads are "
+                      f"saved in {tempfile.gettempdir()} first) and try again")
+
+
 async def _not_ready(request: Request, exc: NotReady) -> Response:
     return error(409, str(exc))
 
@@ -58,5 +70,5 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 # Each handler takes the exception type it is registered for (Starlette calls it only with that type).
 HANDLERS: dict[type[Exception], Callable[..., Awaitable[Response]]] = {HTTPException: _http_error, InputError: _input_error, BudgetError: _budget_error,
-            NotReady: _not_ready, EdgeRAGError: _server_error, ClientDisconnect: _client_left,
+            NotReady: _not_ready, OSError: _disk_full, EdgeRAGError: _server_error, ClientDisconnect: _client_left,
             Exception: _unexpected}
