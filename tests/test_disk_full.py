@@ -23,6 +23,8 @@ from edge_rag.config import Config
 from edge_rag.documents.chunk import make_document
 from edge_rag.errors import DiskFullError, StoreError
 from edge_rag.pipeline import EdgeRAG
+from edge_rag.serve import question_log
+from edge_rag.serve.question_log import QuestionLog
 from edge_rag.storage.store_db import DB_FILE
 
 LOCKERS = "Coin lockers cost one pound and are next to the cloakroom."
@@ -188,3 +190,21 @@ def test_an_upload_to_a_full_temporary_folder_is_507_and_leaves_nothing(disk: Pa
         r = httpx.post(f"{url}/api/documents", files={"file": ("tours.txt", TOURS.encode())},
                        headers=serving.WRITE, timeout=120)
         assert serving.wait_job(url, r)["state"] == "done" and rag.store.count > before
+
+
+def test_a_question_log_line_the_disk_filled_up_in_is_cut_off(disk: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The disk filled up in the middle of a line (its file's last page had room for part of it): the part stayed, and
+    the first question kept once there was space again was glued to it, both skipped by calibrate."""
+    path = disk / "questions.jsonl"
+    log = QuestionLog(path)
+    asked = [f"Is gallery {n} open on Mondays, and how long is the tour there?" for n in range(100)]
+    for question in asked[:40]:
+        log.add(question)
+    fill(disk)
+    for question in asked[40:80]:  # the first ones fill the last page of the file, one is cut there
+        log.add(question)
+    (disk / "filler").unlink()
+    log.add(asked[80])
+    kept = [question for question, _ in question_log.lines(path)]
+    assert kept == asked[:len(kept) - 1] + [asked[80]] and len(kept) > 40
+    assert path.read_bytes().endswith(b"\n") and len(caplog.records) == 1  # the failure said once

@@ -11,6 +11,7 @@ the server's user alone (mode 0600): tell visitors, and delete it once calibrate
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import logging
 import os
@@ -51,10 +52,7 @@ class QuestionLog:
         line = json.dumps({"question": question, "asked": asked}, ensure_ascii=False) + "\n"
         with self._lock:
             try:
-                with open(_open(self.path), "a", encoding="utf-8") as f:
-                    if f.tell() + len(line.encode()) > MAX_BYTES:
-                        raise OSError(f"it has reached {MAX_BYTES // 1_000_000} MB; questions are no longer kept")
-                    f.write(line)
+                _append(self.path, line.encode())
             except OSError as exc:
                 if not self._failed:
                     log.warning("cannot append to the question log %s: %s", self.path, exc)
@@ -140,6 +138,24 @@ def _end_cut_line(path: Path) -> None:
                 cut = f.read(1) != b"\n"
             if cut:
                 os.write(fd, b"\n")
+    finally:
+        os.close(fd)
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` whole or not at all: a line the disk filled up in the middle of is cut off again (left, the
+    first question appended once there was space again was glued to it, and both were skipped)."""
+    fd = _open(path)
+    try:
+        end = os.fstat(fd).st_size
+        if end + len(data) > MAX_BYTES:
+            raise OSError(f"it has reached {MAX_BYTES // 1_000_000} MB; questions are no longer kept")
+        try:
+            if os.write(fd, data) < len(data):  # a short write: the disk filled up mid-line
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            os.ftruncate(fd, end)
+            raise
     finally:
         os.close(fd)
 
