@@ -70,13 +70,14 @@ def full_disk_is_an_error(folder: Path) -> Iterator[None]:
     try:
         yield
     except (sqlite3.Error, OSError) as exc:
-        if not _disk_full(exc, folder):
+        if not disk_full(exc, folder):
             raise
         raise DiskFullError(f"the disk holding the store {folder} is full: nothing was changed, the store keeps "
                             "what it held; free some space and try again") from None
 
 
-def _disk_full(exc: sqlite3.Error | OSError, folder: Path) -> bool:
+def disk_full(exc: sqlite3.Error | OSError, folder: Path) -> bool:
+    """Whether ``exc``, met writing under ``folder``, says its disk is full."""
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     return "disk is full" in str(exc) or ("I/O error" in str(exc) and shutil.disk_usage(folder).free < MIN_FREE_BYTES)

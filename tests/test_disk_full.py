@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import sqlite3
@@ -208,3 +209,26 @@ def test_a_question_log_line_the_disk_filled_up_in_is_cut_off(disk: Path, caplog
     kept = [question for question, _ in question_log.lines(path)]
     assert kept == asked[:len(kept) - 1] + [asked[80]] and len(kept) > 40
     assert path.read_bytes().endswith(b"\n") and len(caplog.records) == 1  # the failure said once
+
+
+def test_labels_and_a_calibration_on_a_full_disk_are_507_saying_so(disk: Path, sample_db: Path) -> None:
+    """The operator page on a full disk: importing labels was a 500 (the label file's "database or disk is full"),
+    and a calibration job failed 500 with a bare "OSError: [Errno 28] No space left on device"."""
+    httpx = pytest.importorskip("httpx", reason="httpx is in the dev extra: pip install 'edge-rag[dev,serve]'")
+    serving = pytest.importorskip("serving", reason="the serve extra is not installed: pip install 'edge-rag[serve]'")
+    from admin_cases import logged_server, sample_labels
+
+    rag, running = logged_server(sample_db, disk)
+    labelled = json.dumps(sample_labels()).encode()
+    with running as url:
+        fill(disk)
+        r = httpx.post(f"{url}/api/admin/import", content=labelled, headers=serving.WRITE, timeout=30)
+        assert r.status_code == 507 and "database or disk is full" in r.json()["error"], r.text
+        (disk / "filler").unlink()
+        r = httpx.post(f"{url}/api/admin/import", content=labelled, headers=serving.WRITE, timeout=30)
+        assert r.status_code == 200, r.text
+        files = sorted(p.name for p in (disk / "db").iterdir())
+        fill(disk)
+        job = serving.wait_job(url, httpx.post(f"{url}/api/admin/calibrate", headers=serving.WRITE, timeout=30))
+        assert job["state"] == "failed" and job["status"] == 507, job
+        assert job["error"].startswith("the disk is full") and sorted(p.name for p in (disk / "db").iterdir()) == files

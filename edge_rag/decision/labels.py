@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EdgeRAGError, InputError, check_question, check_str
+from ..errors import DiskFullError, EdgeRAGError, InputError, check_question, check_str, disk_full
 from ..storage.wal import wal_mode
 from .askings import visits
 from .calibrate import LabelledQuestion, load_questions
@@ -111,7 +111,7 @@ class Labels:
                 if "store_id" not in {r[1] for r in db.execute("PRAGMA table_info(labels)")}:
                     db.execute(STORE_ID)
         except (OSError, sqlite3.Error) as exc:
-            raise EdgeRAGError(f"cannot open the label file {self.path}: {exc}") from exc
+            raise self._error(exc)(f"cannot open the label file {self.path}: {exc}") from exc
 
     def set(self, question: str, kind: object, answers: object, store: tuple[str, int]) -> Label:
         """Label ``question`` (replacing its label), as of the store's stamp ``store``."""
@@ -178,6 +178,9 @@ class Labels:
         self._write(made.values(), timed - here)
         return len(made)
 
+    def _error(self, exc: OSError | sqlite3.Error) -> type[EdgeRAGError]:
+        return DiskFullError if disk_full(exc, self.path.parent) else EdgeRAGError  # 507, not 500
+
     def close(self) -> None:
         with self._lock:
             self.db.close()
@@ -204,7 +207,7 @@ class Labels:
             except sqlite3.Error as exc:
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
-                raise EdgeRAGError(f"cannot write the label file {self.path}: {exc}") from exc
+                raise self._error(exc)(f"cannot write the label file {self.path}: {exc}") from exc
 
 
 def export(labels: dict[str, Label], logged: Iterable[tuple[str, str]]) -> list[dict]:

@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import BudgetError, EdgeRAGError, InputError, StoreBusy, StoreUnavailable
+from ..errors import BudgetError, DiskFullError, EdgeRAGError, InputError, StoreBusy, StoreUnavailable
 
 
 class NotReady(EdgeRAGError):
@@ -33,14 +33,20 @@ async def _budget_error(request: Request, exc: BudgetError) -> Response:
     return error(507, str(exc))
 
 
+def disk_full_message(exc: BaseException) -> str | None:
+    """What a full disk under a write the store does not make (an upload saved in the temporary folder, a calibration's
+    files) says, or None if ``exc`` is not one: it was "internal error: OSError" or "OSError: [Errno 28] ...", 500."""
+    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return (f"the disk is full ({exc.strerror}): nothing was saved; free some space on it (uploads are saved in "
+            f"{tempfile.gettempdir()} first, the operator's files beside the store or the question log) and try again")
+
+
 async def _disk_full(request: Request, exc: OSError) -> Response:
-    """A full disk under a write the store does not make (an upload saved in the temporary folder, a label file): 507
-    saying so, once, where it was a 500 "internal error: OSError" and a traceback in the log per request; any other
-    OSError is the catch-all's."""
-    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+    """507 saying so, once (as a 500 it was a traceback in the log per request); any other OSError is the catch-all's."""
+    if (message := disk_full_message(exc)) is None:
         raise exc
-    return error(507, f"the disk is full ({exc.strerror}): nothing was saved; free some space on it (uploads are "
-                      f"saved in {tempfile.gettempdir()} first) and try again")
+    return error(507, message)
 
 
 async def _not_ready(request: Request, exc: NotReady) -> Response:
@@ -50,8 +56,8 @@ async def _not_ready(request: Request, exc: NotReady) -> Response:
 def status_of(exc: Exception) -> int:
     """The HTTP status of an error the server did not expect of the request: 503 when the store's database cannot be
     reached, a lock wait ran out or another writer holds the store (retry: a load balancer sends the question
-    elsewhere, a kiosk asks again, an upload is sent again), else 500."""
-    return 503 if isinstance(exc, StoreUnavailable | StoreBusy) else 500
+    elsewhere, a kiosk asks again, an upload is sent again), 507 when its disk (or a label file's) is full, else 500."""
+    return 503 if isinstance(exc, StoreUnavailable | StoreBusy) else 507 if isinstance(exc, DiskFullError) else 500
 
 
 async def _server_error(request: Request, exc: EdgeRAGError) -> Response:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ..errors import BudgetError, DiskFullError, EdgeRAGError, InputError
 from ..pipeline import EdgeRAG
 from ..retrieval.encode import Encoder
-from .errors import status_of
+from .errors import disk_full_message, status_of
 
 KEEP_JOBS = 100  # finished jobs remembered for GET /api/jobs/{id}
 POLL_S = 0.2  # how often a progress stream looks at its job
@@ -151,6 +151,8 @@ def _failure(job: Job, exc: Exception) -> dict:
         status = 422 if isinstance(exc, InputError) else 507 if isinstance(exc, BudgetError | DiskFullError) else \
             status_of(exc)  # 507: memory or disk; 503: the store unreachable
         return {"error": str(exc), "status": status}
+    if (message := disk_full_message(exc)) is not None:
+        return {"error": message, "status": 507}
     return {"error": f"{type(exc).__name__}: {exc}", "status": 500}
 
 
