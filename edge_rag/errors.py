@@ -72,8 +72,9 @@ def full_disk_is_an_error(folder: Path) -> Iterator[None]:
     except (sqlite3.Error, OSError) as exc:
         if not disk_full(exc, folder):
             raise
-        raise DiskFullError(f"the disk holding the store {folder} is full: nothing was changed, the store keeps "
-                            "what it held; free some space and try again") from None
+        raise DiskFullError(f"the disk holding the store {folder} is full: the write in hand was rolled back, what "
+                            "was committed before it stays; free some space and try again (indexing the same files "
+                            "again adds the rest)") from None
 
 
 def disk_full(exc: sqlite3.Error | OSError, folder: Path) -> bool:

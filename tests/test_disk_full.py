@@ -21,6 +21,7 @@ import pytest
 
 from edge_rag.cli.commands import main
 from edge_rag.config import Config
+from edge_rag.documents import indexing
 from edge_rag.documents.chunk import make_document
 from edge_rag.errors import DiskFullError, StoreError
 from edge_rag.pipeline import EdgeRAG
@@ -76,7 +77,7 @@ def test_disk_full_during_a_commit(disk: Path, bundle_dir: Path, full_at: str) -
         with contextlib.closing(sqlite3.connect(db / DB_FILE)) as log:  # each commit lands in passages.sqlite, and
             assert log.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # the next reuses the log: empty it
         rag.store.fault_hook = lambda step: fill(disk) if step == full_at else None
-        with pytest.raises(DiskFullError, match=f"the disk holding the store {db} is full: nothing was changed"):
+        with pytest.raises(DiskFullError, match=f"the disk holding the store {db} is full: the write in hand was rolled back"):
             rag.add_documents([make_document(TOURS, "Tours")])
         rag.store.fault_hook = None
         assert (rag.store.count, rag.store.version) == (count, version)
@@ -132,7 +133,7 @@ def test_a_short_index_file_is_never_committed(disk: Path, bundle_dir: Path) -> 
         with contextlib.closing(sqlite3.connect(db / DB_FILE)) as log:  # the next commit reuses the log's space
             assert log.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0] == 0
         rag.store.fault_hook = lambda step: fill(disk) if step == "begin" else None
-        with pytest.raises(DiskFullError, match="is full: nothing was changed"):
+        with pytest.raises(DiskFullError, match="is full: the write in hand was rolled back"):
             rag.remove([lockers.doc_id])
         rag.store.fault_hook = None
     (disk / "filler").unlink()
@@ -232,3 +233,28 @@ def test_labels_and_a_calibration_on_a_full_disk_are_507_saying_so(disk: Path, s
         job = serving.wait_job(url, httpx.post(f"{url}/api/admin/calibrate", headers=serving.WRITE, timeout=30))
         assert job["state"] == "failed" and job["status"] == 507, job
         assert job["error"].startswith("the disk is full") and sorted(p.name for p in (disk / "db").iterdir()) == files
+
+
+def test_a_full_disk_after_a_commit_of_the_same_run_says_that_commit_stays(disk: Path, bundle_dir: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index run fills the disk after its first commits: it said "nothing was changed", and those commits were in
+    the store (2,449 SQuAD passages on a 4.5 MB free disk: 1,024 kept)."""
+    monkeypatch.setattr(indexing, "INDEX_BATCH_PASSAGES", 16)  # a commit every 16 passages, not 1024
+    tours = TOURS.split(". ")
+    docs = [make_document(". ".join(tours[n:n + 20]), f"Tours {n}") for n in range(0, 60, 20)]
+    db = disk / "db"
+    with EdgeRAG(db, bundle=bundle_dir) as rag:
+        rag.add_documents([make_document(LOCKERS, "Lockers")])
+        count, begun = rag.store.count, []
+
+        def second_commit_fills(step: str) -> None:
+            begun.append(step == "begin")
+            if step == "begin" and sum(begun) == 2:
+                fill(disk)
+        rag.store.fault_hook = second_commit_fills
+        with pytest.raises(DiskFullError, match="rolled back, what was committed before it stays") as failed:
+            rag.add_documents(docs)
+        assert "nothing was changed" not in str(failed.value) and rag.store.count > count
+        rag.store.fault_hook = None
+        (disk / "filler").unlink()
+        assert rag.add_documents(docs) > 0 and all(rag.store.document(d.doc_id) is not None for d in docs)
