@@ -6,12 +6,11 @@ documents give (one or more acceptable wordings), "the documents do not say", or
 calibrate`` reads both refusals alike, as ``"answer": null`` (the documents hold no answer: the question should be
 refused); the kind is kept beside it as ``"label"``, which calibrate ignores. Each label records the store's stamp
 when it was made, its identity and version (``PassageStore.stamp``): a label made before the documents changed may no
-longer be true, nor one made on another store at this place (dropped and made again, its versions from 1 again). A
-label from before identities were kept has none (''): stale on a store that has one, to be checked and saved again.
+longer be true, nor one made on another store at this place (dropped and made again, its versions from 1 again); one
+from before identities were kept has none (''): stale on a store that has one, to be checked and saved again.
 
-Labels live in SQLite (``labels.sqlite`` beside the store): every change is one transaction, journalled in WAL
-mode with ``synchronous=FULL``, so a crash or power cut keeps every label whose save was answered; writers in
-other threads or processes wait for each other (a lock here, SQLite's own across processes).
+Labels live in SQLite (``labels.sqlite`` beside the store), a change one WAL transaction with ``synchronous=FULL``: a
+crash or power cut keeps every label whose save was answered; writers wait for each other (a lock, SQLite's).
 """
 from __future__ import annotations
 
@@ -159,8 +158,7 @@ class Labels:
     def take(self, questions: Sequence[LabelledQuestion], store: tuple[str, int],
              logged: Iterable[tuple[str, str]] = ()) -> int:
         """``import_file`` of questions already read."""
-        # the page's export (entries with a store stamp) lists visits, repeats left out at their kiosk: collapsed again
-        # as one log's, the visitors of two kiosks 2 min apart it held counted once
+        # an export lists visits, repeats left out at their kiosk: each counts (collapsed, two kiosks' were one)
         held = [(key_of(q.question), q.question, q.asked) for q in questions if q.store is not None]
         held += visits(((q.question, q.asked) for q in questions if q.store is None), _key,
                        {key_of(q.question) for q in questions})
