@@ -815,3 +815,37 @@ def test_a_browser_that_keeps_no_site_data_can_ask(browser, served, tmp_path):
         assert not errors, errors
     finally:
         context.close()
+
+
+def test_a_question_still_waited_for_is_never_cleared_as_idle(browser, served):
+    """`--timeout` past `--idle-reset` less its 20 s warning (the test server's 900 s against 90 s): a visitor waiting
+    for an answer was asked "Still there?" and, at 90 s, the page cleared the question it was still waiting for. The
+    page counts no idle time while a question is in flight; from its answer or failure on it counts again."""
+    url, _ = served
+    kiosk = httpx.get(f"{url}/api/kiosk", timeout=60).json()
+    idle, timeout = kiosk["idle_reset_s"] * 1000, kiosk["question_timeout_s"] * 1000
+    assert timeout > idle, kiosk  # the combination this is about
+    held: list = []
+    context, page, errors = open_page(browser, url, "800x480")
+    page.route("**/api/ask/stream*", lambda route: held.append(route))  # still being looked up
+    page.clock.install()
+    page.fill("#question", LONG_ANSWER)
+    page.keyboard.press("Enter")
+    page.clock.run_for(idle + 5_000)
+    assert page.is_hidden("#idle") and page.inner_text("#status") == "Looking it up…"
+    answer = {"answer": "At nine.", "route": "RAG", "cache_hit": False, "sources": []}
+    held[0].fulfill(status=200, content_type="text/event-stream", body=f"event: answer\ndata: {json.dumps(answer)}\n\n")
+    page.wait_for_selector("#meta:not(:empty)")
+    page.clock.run_for(idle - 15_000)
+    assert page.is_visible("#idle") and page.is_visible("#result")  # the answer read, then idle: warned as ever
+    page.clock.run_for(20_000)
+    assert page.is_hidden("#result")
+    page.fill("#question", LONG_ANSWER)
+    page.keyboard.press("Enter")
+    page.clock.run_for(timeout + 5_000)  # no answer: the page says so, and gives the visitor time to read it
+    assert page.inner_text("#reason") == "That took too long to answer here. Please try again in a moment."
+    page.clock.run_for(idle - 25_000)
+    assert page.is_hidden("#idle") and page.is_visible("#result")
+    assert not errors, errors
+    context.close()
+

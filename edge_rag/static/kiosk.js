@@ -94,6 +94,7 @@ function touched() {
   $("idle").hidden = true;
   const lead = Math.min(WARN_MS, idleMs / 2);
   warnTimer = setTimeout(() => {
+    if (stream && stream.readyState !== EventSource.CLOSED) return touched();  // waiting on the kiosk is no idling
     if ($("result").hidden && !$("question").value) return;
     text($("idle-text"), `Still there? This page clears in ${Math.round(lead / 1000)} seconds for the next visitor.`);
     $("idle").hidden = false;
@@ -168,7 +169,7 @@ function showAnswer(a) {
 function showFailure(reason, detail) {
   // Every failure ends the wait with words and leaves Ask working: a question whose request could not be made
   // (a lone surrogate threw in encodeURIComponent) stayed on "Looking it up…" until the page cleared itself.
-  if (stream) stream.close();
+  if (stream) stream.close(); touched();  // read from now on: a wait that timed out was no idle time either
   $("badge").hidden = true;  // a "Written by the on-device model" badge over no answer would mislead
   status("");
   text($("answer"), "Sorry, that did not work.");
