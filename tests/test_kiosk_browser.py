@@ -849,3 +849,22 @@ def test_a_question_still_waited_for_is_never_cleared_as_idle(browser, served):
     assert not errors, errors
     context.close()
 
+
+
+def test_the_certificate_closed_on_a_grown_screen_keeps_the_focus(browser, served):
+    """Opened on a small screen, then the screen grew (a tablet turned) until its text fits in two lines: the press
+    that closed it disabled the button under the key user's focus, which fell to the page's body."""
+    url, _ = served
+    context, page, errors = open_page(browser, url, "320x256", ready="#certificate:not(:empty)")
+    page.focus("#certificate")
+    page.keyboard.press("Enter")
+    assert page.is_visible("#certificate[aria-expanded=true]")
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    page.keyboard.press("Enter")
+    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")  # focus fixup: a frame
+    assert page.evaluate("document.activeElement.id") == "certificate"
+    assert page.evaluate(HIDDEN_TEXT) == 0 and page.is_visible("#certificate[aria-expanded=false]")
+    page.keyboard.press("Tab")  # gone from it, nothing to show: no control any more
+    assert page.is_disabled("#certificate") and page.get_attribute("#certificate", "aria-expanded") is None
+    assert not errors, errors
+    context.close()

@@ -63,7 +63,7 @@ function clearResult() {
 
 function foldable() {  // the certificate is a control only where it cuts its text, or shows it all on a press
   const c = $("certificate"), open = c.classList.contains("open");
-  c.disabled = !open && c.scrollHeight <= c.clientHeight;
+  c.disabled = !open && c.scrollHeight <= c.clientHeight && c !== document.activeElement;  // focus never falls away
   if (c.disabled) c.removeAttribute("aria-expanded"); else c.setAttribute("aria-expanded", open);
 }
 
@@ -292,6 +292,7 @@ function init() {
   // a tap, Enter or Space shows all of the certificate where the small panel's two lines cut it; again, two lines
   $("certificate").addEventListener("click", () => { $("certificate").classList.toggle("open"); foldable(); });
   new ResizeObserver(foldable).observe($("certificate"));
+  $("certificate").addEventListener("blur", foldable);  // closed on a screen grown since it opened: disabled once left
   loadKiosk();
   touched();
 }
