@@ -191,3 +191,38 @@ def test_listening_off_loopback_without_a_token_names_every_way_to_give_one() ->
 
     with pytest.raises(ValueError, match="pass --token, --token-file or set EDGE_RAG_TOKEN"):
         ServeConfig(host="0.0.0.0")
+
+
+@pytest.mark.parametrize("source", ["--token", "env", "--token-file"])
+def test_a_short_token_is_refused_off_loopback_and_warned_of_on_it(source: str, tmp_path, monkeypatch, capsys) -> None:
+    """A 2-letter `--token zq` (or $EDGE_RAG_TOKEN, or a token file of 3 characters) was taken without a word: the
+    throttle reads a wrong token a minute per address, but each device on the network has its own free tries, and so
+    few letters fall within hours. Off loopback it is refused, on loopback warned of once; the token is never said."""
+    import argparse
+
+    from edge_rag.serve import add_arguments
+    from edge_rag.serve import main as serve
+    from edge_rag.serve.config import ServeConfig
+
+    monkeypatch.delenv("EDGE_RAG_TOKEN", raising=False)
+    token = {"--token": "zq", "env": "zq9", "--token-file": "k3y"}[source]
+    given = {"--token": ["--token", token], "env": [], "--token-file": ["--token-file", str(tmp_path / "t")]}[source]
+    if source == "env":
+        monkeypatch.setenv("EDGE_RAG_TOKEN", token)
+    (tmp_path / "t").write_text(token + "\n")
+    (tmp_path / "t").chmod(0o600)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def opened(args, index_threads: int):  # the models are not what this is about: stop before loading them
+        raise EdgeRAGError("not opened")
+
+    for host, said in (("0.0.0.0", "needs an API token of at least 16 characters"), ("127.0.0.1", "not opened")):
+        with pytest.raises(EdgeRAGError, match=said):
+            serve(parser.parse_args(["--host", host, "--port", "0", *given]), opened)
+        out, err = capsys.readouterr()
+        assert err.count("warning: the API token is shorter than 16 characters") == (host == "127.0.0.1"), err
+        assert token not in out + err
+    with pytest.raises(EdgeRAGError, match="not opened"):  # 16 characters: nothing to say, on any interface
+        serve(parser.parse_args(["--port", "0", "--token", "x" * 16]), opened)
+    assert capsys.readouterr().err == "" and ServeConfig(host="0.0.0.0", token="x" * 16).token

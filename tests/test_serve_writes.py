@@ -409,7 +409,7 @@ def test_a_server_with_writes_refuses_a_budget_without_room_for_its_indexing_enc
     db = tmp_path / "db"
     shutil.copytree(sample_db, db)
     base, read_only = _smallest_plan(_refusal(db, bundle_dir, "--memory-mb", "1"))
-    _, writes = _smallest_plan(_refusal(db, bundle_dir, "--memory-mb", "1", "--token", "s3cret"))
+    _, writes = _smallest_plan(_refusal(db, bundle_dir, "--memory-mb", "1", "--token", "s3cret-write-token"))
     assert writes > read_only
     budget = (read_only + writes) // 2  # half the indexing encoder's part of room either way
     plain = plan(Bundle.load(bundle_dir), Config(memory_budget_mb=budget), stored_passages(db), base,
@@ -429,7 +429,7 @@ def test_a_server_with_writes_refuses_a_budget_without_room_for_its_indexing_enc
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    line = _refusal(db, bundle_dir, "--memory-mb", str(budget), "--token", "s3cret")
+    line = _refusal(db, bundle_dir, "--memory-mb", str(budget), "--token", "s3cret-write-token")
     assert line.startswith("edge-rag: error: indexing encoder needs ~"), line
     assert f"of the {budget} MB budget remain after runtime base" in line and "raise memory_budget_mb" in line
 

@@ -10,11 +10,12 @@ import argparse
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EdgeRAGError
-from .config import TOKEN_ENV, ServeConfig
+from .config import MIN_TOKEN_CHARS, TOKEN_ENV, ServeConfig, short
 
 # Encoder threads of the session that indexes uploads (Config.index_threads), opened only by a server that takes
 # writes: one core stays with the questions on a 2-core device.
@@ -87,6 +88,10 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
                              idle_reset_s=args.idle_reset, question_log=args.question_log)
     except ValueError as exc:
         raise EdgeRAGError(str(exc)) from exc
+    if config.token and short(config.token):  # on loopback (refused elsewhere): only this machine's programs may guess
+        print(f"edge-rag: warning: the API token is shorter than {MIN_TOKEN_CHARS} characters and may be guessed; "
+              "choose a longer one, or name a new --token-file FILE, which the first start fills with a random one",
+              file=sys.stderr, flush=True)
     sock = _bind(config.host, config.port)  # bound before loading models: a taken port fails fast
     # writes index beside the questions with a second encoder session: the memory plan prices it, or refuses to start
     rag = open_rag(args, index_threads=INDEX_THREADS if config.token else 0)

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 TOKEN_ENV = "EDGE_RAG_TOKEN"
 LOOPBACK = "127.0.0.1"
+# An operator's token shorter than this is refused off loopback, warned of on it: the throttle (auth.Tries) reads a
+# wrong token a minute per address, but each address on a network has its own: 2 letters (3,844) fall in hours to a few.
+MIN_TOKEN_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class ServeConfig:
         if not is_loopback(self.host) and not self.token:
             raise ValueError(f"listening on {self.host} (not loopback) needs an API token: pass --token, "
                              f"--token-file or set {TOKEN_ENV}")
+        if self.token and short(self.token) and not is_loopback(self.host):
+            raise ValueError(f"listening on {self.host} (not loopback) needs an API token of at least "
+                             f"{MIN_TOKEN_CHARS} characters: a shorter one is guessed by the devices on the network; "
+                             "choose a longer one, or name a new --token-file FILE, which the first start fills with a "
+                             "random one")
         for name in ("max_question_chars", "max_body_bytes", "max_upload_bytes", "max_upload_files",
                      "question_timeout_s", "idle_reset_s", "keepalive_s", "header_timeout_s", "min_labels"):
             if not 0 < getattr(self, name) < math.inf:  # NaN compares false: --timeout nan timed nothing out
@@ -45,6 +53,11 @@ class ServeConfig:
         for name in ("max_queue", "suggestions"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, not {getattr(self, name)}")
+
+
+def short(token: str) -> bool:
+    """Too short a token for anyone but this machine's own programs to be kept out by it (never printed)."""
+    return len(token) < MIN_TOKEN_CHARS
 
 
 def is_loopback(host: str) -> bool:
