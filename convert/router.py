@@ -126,8 +126,10 @@ def load_router(path: str | Path) -> RouterMLP:
     return model.eval()
 
 
-def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> dict:
-    """Export with a dynamic batch axis, compare with torch on random unit vectors, write the report."""
+def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0, replace_failed: bool = True) -> dict:
+    """Export with a dynamic batch axis, compare with torch on random unit vectors, write the report. With
+    ``replace_failed=False`` (train-router, whose --out is the shipped asset) an export that fails the check raises
+    RouterError before the rename: the file at ``out_path`` and its report stay as they were."""
     model = model.eval()
     out_path = Path(out_path)
     # Written and checked beside out_path, then renamed over it: a kill mid-write left half a router.onnx beside the
@@ -175,6 +177,9 @@ def export_router(model: RouterMLP, out_path: str | Path, *, seed: int = 0) -> d
             "file_bytes": tmp.stat().st_size,
             "passed": max_diff <= MAX_ABS_DIFF,
         }
+        if not (report["passed"] or replace_failed):
+            raise RouterError(f"{out_path.name} failed its parity check against torch (max |Δ| {max_diff:.2e} > "
+                              f"{MAX_ABS_DIFF:g}); {out_path} is kept")
     write_report(out_path, report)
     return report
 

@@ -163,3 +163,18 @@ def test_an_export_cut_short_leaves_the_previous_router_whole(tmp_path):
     assert out.read_bytes() == before and json.loads(out.with_name("router.onnx.parity.json").read_text())["passed"]
     Router(out)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left behind
+
+
+def test_a_failing_export_for_the_shipped_router_leaves_it_in_place(tmp_path, monkeypatch):
+    """train-router exports over edge_rag/assets/router.onnx: one that failed its parity check (exit 1) replaced the
+    shipped router and its passing report. It is now checked beside them and refused before the rename."""
+    import convert.router as R
+
+    out = tmp_path / "router.onnx"
+    assert main(["router", "--random-init", "--out", str(out)]) == 0
+    before, report = out.read_bytes(), out.with_name("router.onnx.parity.json").read_text()
+    monkeypatch.setattr(R, "MAX_ABS_DIFF", -1.0)  # no export meets it
+    with pytest.raises(RouterError, match="failed its parity check.*is kept"):
+        export_router(random_router(1), out, replace_failed=False)
+    assert out.read_bytes() == before and out.with_name("router.onnx.parity.json").read_text() == report
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left behind
