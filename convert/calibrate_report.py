@@ -6,6 +6,7 @@ from pathlib import Path
 
 from edge_rag.decision.certify import Calibration, clopper_pearson_upper
 from edge_rag.decision.kind import Kind
+from edge_rag.storage.fileio import atomic_write_text
 
 
 def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: float,
@@ -45,7 +46,7 @@ def report(out: dict, path: Path, alphas: tuple[float, ...], useful_coverage: fl
     plot(cal, png)
     lines.append(f"![risk-coverage]({png.name})")
     text = "\n".join(lines) + "\n"
-    path.with_name(f"{path.stem}_report.md").write_text(text, encoding="utf-8")
+    atomic_write_text(path.with_name(f"{path.stem}_report.md"), text)
     return text
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from edge_rag.models.verify import verify_encoder
+from edge_rag.storage.fileio import atomic_write_text
 
 from .args import model_folder
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         for cpu in aarch64.CPUS:  # cwd is the checkout: the probe is this checkout's, the libraries aarch64's
             results[f"qemu-aarch64 -cpu {cpu}"] = run_on(env.command(cpu=cpu), files, out, args.threads,
                                                          env.environ())
-    (out / "kernels.json").write_text(json.dumps(results, indent=2))
+    atomic_write_text(out / "kernels.json", json.dumps(results, indent=2))
     print(table(results))
     return 0
 

@@ -29,7 +29,7 @@ from convert.quantize import quantize_int8
 from convert.report import write_report
 from edge_rag.reading.reader import MAX_SEQ_LEN, READER_ASSET, STRIDE, Reader, passage_context
 from edge_rag.retrieval.encode import load_session, pad_batch
-from edge_rag.storage.fileio import atomic_path
+from edge_rag.storage.fileio import atomic_path, atomic_write_text
 from edge_rag.types import Passage
 
 ASSETS = READER_ASSET.parent
@@ -60,7 +60,7 @@ def finish(args: argparse.Namespace) -> None:
         shutil.copyfile(int8, tmp)
     write_report(READER_ASSET, {**parity, "checkpoint": chosen["checkpoint"], "file_bytes": READER_ASSET.stat().st_size})
     val = evaluate_onnx(READER_ASSET, tok_path, args.seed)
-    (args.run / "val_onnx.json").write_text(json.dumps(val, indent=1))
+    atomic_write_text(args.run / "val_onnx.json", json.dumps(val, indent=1))
     latency = measure_latency(READER_ASSET, tok_path)
     write_markdown(history, chosen, parity, val, latency, args)
 
@@ -83,7 +83,7 @@ def check_parity(model, fp32: Path, int8: Path, tok_path: Path, args: argparse.N
         diff = max(diff, *(float(np.abs(r.numpy() - g).max()) for r, g in zip(ref, got)))
     reference = [M.read_one(model, tok, r["question"], r["title"], r["text"]) for r in inputs]
     ref_file = args.run / "parity_reference.json"
-    ref_file.write_text(json.dumps({"inputs": inputs, "torch": [
+    atomic_write_text(ref_file, json.dumps({"inputs": inputs, "torch": [
         {k: r[k] for k in ("text", "start", "end", "margin")} for r in reference]}))
     out = {"artifact": "reader", "precision": "int8", "scheme": SCHEME, "opset": X.OPSET,
            "fp32_max_abs_diff": diff, "fp32_max_abs_diff_limit": X.MAX_ABS_DIFF_FP32,
@@ -229,11 +229,11 @@ def write_markdown(history: dict, chosen: dict, parity: dict, val: dict, latency
         "| paragraphs | p50 ms | max ms | load average |", "|---|---|---|---|",
         *[f"| {n} | {v['p50_ms']:.1f} | {v['max_ms']:.1f} | {v['load_avg_1min']:.1f} |" for n, v in latency.items()], "",
     ]
-    (ASSETS / "reader_report.md").write_text("\n".join(lines), encoding="utf-8")
+    atomic_write_text(ASSETS / "reader_report.md", "\n".join(lines))
     summary = {"history": history, "chosen": chosen["checkpoint"],
                "val": {k: v for k, v in val.items() if k not in ("rows", "select_rows")},
                "latency": latency}
-    (ASSETS / "reader_report.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(ASSETS / "reader_report.json", json.dumps(summary, indent=1) + "\n")
     print((ASSETS / "reader_report.md").read_text())
 
 

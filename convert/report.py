@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edge_rag.storage.fileio import sha256_file
+from edge_rag.storage.fileio import atomic_write_text, sha256_file
 
 
 def write_report(artifact: str | Path, report: dict) -> Path:
@@ -13,7 +13,7 @@ def write_report(artifact: str | Path, report: dict) -> Path:
     vouched for by the report of the one it replaced (``of_file``)."""
     path = Path(str(artifact) + ".parity.json")
     report = {**report, "sha256": sha256_file(artifact)}
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")  # half a report failed convert bundle
     status = "PASS" if report.get("passed") else "FAIL"
     print(f"[{status}] {Path(artifact).name}")
     for key, value in sorted(report.items()):

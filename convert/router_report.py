@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_rag.config import TIERS
+from edge_rag.storage.fileio import atomic_write_text
 
 NAMES = [t.value for t in TIERS]
 
@@ -84,7 +85,7 @@ def _cv_lines(cv: dict) -> list[str]:
 
 def write_report(out: Path, report: dict) -> None:
     """router_report.json (every figure) and router_report.md (the same, readable)."""
-    (out / "router_report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(out / "router_report.json", json.dumps(report, indent=2) + "\n")
     plots = _plots(out, report)
     m, h = report["metrics"], report["history"]
     metric_cols = ["n", "accuracy", "majority_class", "majority_accuracy", "balanced_accuracy"]
@@ -131,4 +132,4 @@ def write_report(out: Path, report: dict) -> None:
     lines += [f"\n## Export\n\n`{Path(report['onnx']).name}`: {report['parity']['file_bytes']} bytes, ONNX vs torch"
               f" max |Δ| {report['parity']['max_abs_diff']:.2e} ({'PASS' if report['parity']['passed'] else 'FAIL'}).\n",
               *[f"![{p}]({p})" for p in plots]]
-    (out / "router_report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(out / "router_report.md", "\n".join(lines) + "\n")

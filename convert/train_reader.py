@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from convert import reader_model as M
 from convert.args import at_least
 from convert.reader_report import finish
 from edge_rag.models.registry import home
+from edge_rag.storage.fileio import atomic_path, atomic_write_text
 
 NEGATIVES_PER_ANSWERABLE = 0.3  # sampled no-answer pairs per answerable question (half same article, half other)
 SWAPS_PER_ANSWERABLE = 0.25  # share of answerable SQuAD questions also asked with a swapped name/number (no answer)
@@ -159,10 +159,9 @@ def span_loss(start: torch.Tensor, end: torch.Tensor, batch: list, loss_fn: nn.M
 def save_state(path: Path, model, opt, sched, step: int, history: dict) -> None:
     """Everything a resumed run needs, written atomically (a kill mid-write keeps the previous state); torch's random
     state too: dropout draws from it every step, and a resumed run that redrew from the seed trained another reader."""
-    tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "step": step, "history": history, "rng": torch.get_rng_state()}, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "step": step, "history": history, "rng": torch.get_rng_state()}, tmp)
 
 
 def bucketed_batches(examples: list, rng: random.Random) -> list[list]:
@@ -185,14 +184,14 @@ def checkpoint(model: M.SpanReader, tok, args: argparse.Namespace, history: dict
     model.eval()
     result = M.evaluate(model, tok, args.seed)
     model.train()
-    (args.run / f"val_step{step}.json").write_text(json.dumps(result, indent=1))
+    atomic_write_text(args.run / f"val_step{step}.json", json.dumps(result, indent=1))
     summary = {k: v for k, v in result.items() if k not in ("rows", "select_rows")}
     total = sum(history["counts"].values()) * args.epochs
     seen = min(step * BATCH, total)
     impossible = round(history["counts"].get("impossible", 0) * args.epochs * seen / total)  # real unanswerables
     history["checkpoints"].append({"step": step, "examples_seen": seen, "impossible_seen": impossible,
                                    "seconds": history["seconds"], "checkpoint": ckpt.name, **summary})
-    (args.run / "history.json").write_text(json.dumps(history, indent=1))
+    atomic_write_text(args.run / "history.json", json.dumps(history, indent=1))  # half a JSON failed --skip-train
     print(f"checkpoint {ckpt.name} ({seen} windows) after {history['seconds'] / 60:.1f} min: {summary}", flush=True)
 
 

@@ -193,3 +193,27 @@ def test_skip_train_refuses_a_run_stopped_before_its_last_checkpoint(tiny_reader
     monkeypatch.setattr(T, "span_loss", real)
     main(argv)
     assert shipped.read_bytes() == b"exported"
+
+
+def test_a_history_write_cut_short_keeps_the_previous_history(tiny_reader, tmp_path, monkeypatch):
+    """history.json is rewritten at every checkpoint: a write cut short (ENOSPC part-way, as a kill would) left half
+    a JSON, and --skip-train on that run failed with a JSONDecodeError traceback. The previous history stays whole
+    now, and the run says where it stopped."""
+    import errno
+    from pathlib import Path
+
+    from convert.__main__ import main
+
+    real, writes = Path.write_text, []
+
+    def cut_short(self, text, *args, **kwargs):
+        if "history.json" in self.name and writes.append(1) is None and len(writes) == 2:  # the checkpoint at step 3
+            real(self, text[:len(text) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, text, *args, **kwargs)
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    argv = ["train-reader", "--examples", "12", "--checkpoints", "2", "--swaps", "0", "--work", str(tmp_path / "w")]
+    with pytest.raises(OSError, match="No space left"):
+        main([*argv, "--no-export"])
+    with pytest.raises(SystemExit, match="stopped at step 2 of 3"):
+        main([*argv, "--skip-train"])

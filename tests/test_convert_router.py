@@ -178,3 +178,27 @@ def test_a_failing_export_for_the_shipped_router_leaves_it_in_place(tmp_path, mo
         export_router(random_router(1), out, replace_failed=False)
     assert out.read_bytes() == before and out.with_name("router.onnx.parity.json").read_text() == report
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left behind
+
+
+def test_a_parity_report_write_cut_short_keeps_the_previous_report(tmp_path, monkeypatch):
+    """The parity report is rewritten by every export: a write cut short (ENOSPC part-way) left half a JSON, on which
+    `convert bundle` failed with a JSONDecodeError. The previous report stays whole; it is of the previous file."""
+    import errno
+    from pathlib import Path
+
+    from convert.report import of_file, read_report
+
+    out = tmp_path / "router.onnx"
+    assert main(["router", "--random-init", "--out", str(out)]) == 0
+    real = Path.write_text
+
+    def cut_short(self, text, *args, **kwargs):
+        if "parity.json" in self.name:
+            real(self, text[:len(text) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, text, *args, **kwargs)
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    with pytest.raises(OSError, match="No space left"):
+        main(["router", "--random-init", "--seed", "1", "--out", str(out)])
+    report = read_report(out)
+    assert report is not None and report["passed"] and not of_file(out, report)  # bundle refuses the new file
