@@ -20,7 +20,9 @@ ones, and a mix sets how much of each a stage sees.
 Resumable: the training state (weights, optimiser, schedule, step, torch's random state) is saved outside git in
 ``--work`` every few minutes and at each checkpoint, in a folder named by the run's settings; running the same command
 again continues where it stopped (the batch order is seeded, so the resumed run sees exactly the batches it had left,
-with the dropout it would have drawn: the same weights as a run never stopped).
+with the dropout it would have drawn: the same weights as a run never stopped). The run records a fingerprint of
+what else it depends on (``fingerprint``: the training constants, the windows, the start weights); a resume where one
+of them changed is refused, naming it (a run folder from before fingerprints resumes unchecked, and says so).
 """
 from __future__ import annotations
 
@@ -105,16 +107,18 @@ def train(args: argparse.Namespace) -> None:
     history = {"counts": counts, "steps": steps, "bf16": bf16(), "loss": [], "checkpoints": [], "seconds": 0.0,
                "settings": {"batch": BATCH, "warmup": WARMUP, "weight_decay": WEIGHT_DECAY, "threads": THREADS,
                             "negatives": NEGATIVES_PER_ANSWERABLE}}
+    history["fingerprint"] = fp = fingerprint(examples, model)
     state_file = args.run / "state.pt"
     step = 0
     if state_file.is_file():  # resume: same settings (the folder name), same seeded batches
         state = torch.load(state_file, map_location="cpu", weights_only=False)
+        refuse_another_run(args.run, state["history"].get("fingerprint"), fp)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         if "rng" in state:  # dropout's stream where the run left it (older states: from the seed)
             torch.set_rng_state(state["rng"])
-        step, history = state["step"], {**state["history"], "counts": counts, "steps": steps}
+        step, history = state["step"], {**state["history"], "counts": counts, "steps": steps, "fingerprint": fp}
         print(f"resuming {args.run} at step {step}/{steps}", flush=True)
     saves = {round(steps * k / args.checkpoints) for k in range(1, args.checkpoints + 1)}
     loss_fn = nn.CrossEntropyLoss()
@@ -142,6 +146,32 @@ def train(args: argparse.Namespace) -> None:
         if step in saves or time.time() - last_save > SAVE_EVERY_S or step == steps:
             save_state(state_file, model, opt, sched, step, history)
             last_save = time.time()
+
+
+def fingerprint(examples: list, model: nn.Module) -> dict:
+    """What a run's state depends on beyond its folder's name (the command's settings): the training constants, the
+    windows (the data files, the tokenizer, the code that builds them) and the start weights (the base model,
+    --init, the model's shape). A resume where one of them changed went on silently from another run's state."""
+    windows, weights = hashlib.sha256(), hashlib.sha256()
+    for e in examples:
+        windows.update(repr((e.ids, e.types, e.start, e.end, e.source, e.plausible_start, e.plausible_end)).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        weights.update(f"{name} {tuple(tensor.shape)}".encode())
+        weights.update(tensor.detach().float().contiguous().numpy().tobytes())
+    return {"BATCH": BATCH, "WARMUP": WARMUP, "WEIGHT_DECAY": WEIGHT_DECAY, "PAD_MULTIPLE": PAD_MULTIPLE,
+            "NEGATIVES_PER_ANSWERABLE": NEGATIVES_PER_ANSWERABLE, "HARD_MARGIN": HARD_MARGIN,
+            "HARD_WEIGHT": HARD_WEIGHT, "windows (data, tokenizer, example code)": windows.hexdigest()[:12],
+            "start weights (base model, --init, shape)": weights.hexdigest()[:12]}
+
+
+def refuse_another_run(run: Path, saved: dict | None, now: dict) -> None:
+    """Stop before a resume whose fingerprint differs from the run's; a run from before fingerprints is resumed."""
+    if saved is None:
+        print(f"note: {run} is from before run fingerprints: resumed unchecked (from now on it is checked)", flush=True)
+        return
+    if changed := [f"{k} {saved.get(k)} → {v}" for k, v in now.items() if saved.get(k) != v]:
+        raise SystemExit(f"error: {run} was trained with other {'; '.join(changed)}: resuming would go on from another "
+                         "run's state; delete that folder or give another --work to train afresh")
 
 
 def span_loss(start: torch.Tensor, end: torch.Tensor, batch: list, loss_fn: nn.Module) -> torch.Tensor:

@@ -104,6 +104,25 @@ def tiny_reader(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(T, "BATCH", 4)
 
 
+def stopped_at_the_third_step(monkeypatch, argv: list[str]) -> None:
+    """``main(argv)`` stopped by a Ctrl-C at the third training step (after the checkpoint at step 2 of 3 with
+    --checkpoints 2); span_loss is then the real one again."""
+    from convert import train_reader as T
+    from convert.__main__ import main
+
+    real, calls = T.span_loss, []
+
+    def stop(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+    with monkeypatch.context() as m:
+        m.setattr(T, "span_loss", stop)
+        with pytest.raises(KeyboardInterrupt):
+            main(argv)
+
+
 def test_a_resumed_training_run_trains_the_reader_a_run_never_stopped_trains(tiny_reader, tmp_path, monkeypatch):
     """make reader is resumable and seeded: a run stopped after its last saved state and run again ends with the
     same weights, bit for bit, as one never stopped (3 steps)."""
@@ -115,17 +134,7 @@ def test_a_resumed_training_run_trains_the_reader_a_run_never_stopped_trains(tin
     monkeypatch.setattr(T, "SAVE_EVERY_S", -1)  # the state after every step
     argv = ["train-reader", "--examples", "12", "--checkpoints", "1", "--no-export", "--swaps", "0"]
     main([*argv, "--work", str(tmp_path / "whole")])
-    real, calls = T.span_loss, []
-
-    def stop_at_the_third_step(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # Ctrl-C after two steps
-        return real(*args)
-    monkeypatch.setattr(T, "span_loss", stop_at_the_third_step)
-    with pytest.raises(KeyboardInterrupt):
-        main([*argv, "--work", str(tmp_path / "stopped")])
-    monkeypatch.setattr(T, "span_loss", real)
+    stopped_at_the_third_step(monkeypatch, [*argv, "--work", str(tmp_path / "stopped")])  # Ctrl-C after two steps
     main([*argv, "--work", str(tmp_path / "stopped")])
     (whole,), (resumed,) = (list((tmp_path / run).glob("run-*/step3.pt")) for run in ("whole", "stopped"))
     a, b = torch.load(whole), torch.load(resumed)
@@ -176,21 +185,11 @@ def test_skip_train_refuses_a_run_stopped_before_its_last_checkpoint(tiny_reader
     shipped = tmp_path / "reader.onnx"
     shipped.write_bytes(b"the shipped reader")
     monkeypatch.setattr(T, "finish", lambda args: shipped.write_bytes(b"exported"))  # the export, once chosen
-    real, calls = T.span_loss, []
-
-    def stop_at_the_third_step(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # Ctrl-C after the checkpoint at step 2 of 3
-        return real(*args)
-    monkeypatch.setattr(T, "span_loss", stop_at_the_third_step)
     argv = ["train-reader", "--examples", "12", "--checkpoints", "2", "--swaps", "0", "--work", str(tmp_path / "w")]
-    with pytest.raises(KeyboardInterrupt):
-        main(argv)
+    stopped_at_the_third_step(monkeypatch, argv)
     with pytest.raises(SystemExit, match="stopped at step 2 of 3"):
         main([*argv, "--skip-train"])
     assert shipped.read_bytes() == b"the shipped reader"
-    monkeypatch.setattr(T, "span_loss", real)
     main(argv)
     assert shipped.read_bytes() == b"exported"
 
@@ -217,3 +216,35 @@ def test_a_history_write_cut_short_keeps_the_previous_history(tiny_reader, tmp_p
         main([*argv, "--no-export"])
     with pytest.raises(SystemExit, match="stopped at step 2 of 3"):
         main([*argv, "--skip-train"])
+
+
+def test_a_resume_with_other_constants_or_data_is_refused(tiny_reader, tmp_path, monkeypatch, capsys):
+    """The run folder is named by the command's settings only: a resume after a change of BATCH or of the training
+    data went on silently from the other run's state (at its step, in another batch order). The run records a
+    fingerprint of what it trains on, and a resume that differs is refused, naming what changed; a run from before
+    fingerprints resumes unchecked, and says so."""
+    import torch
+
+    from convert import reader_data as D
+    from convert import train_reader as T
+    from convert.__main__ import main
+
+    argv = ["train-reader", "--examples", "12", "--checkpoints", "2", "--swaps", "0", "--no-export",
+            "--work", str(tmp_path / "w")]
+    stopped_at_the_third_step(monkeypatch, argv)
+    with monkeypatch.context() as m:
+        m.setattr(T, "BATCH", 2)
+        with pytest.raises(SystemExit, match="BATCH 4 → 2"):
+            main(argv)
+    with monkeypatch.context() as m:
+        questions = D.reader_train()
+        m.setattr(D, "reader_train", lambda: [*questions[1:], questions[0]])  # the same windows, another order
+        with pytest.raises(SystemExit, match="windows"):
+            main(argv)
+    (state_file,) = (tmp_path / "w").glob("run-*/state.pt")
+    state = torch.load(state_file, weights_only=False)
+    del state["history"]["fingerprint"]  # a run folder made before fingerprints
+    torch.save(state, state_file)
+    main(argv)
+    assert "before run fingerprints" in capsys.readouterr().out
+    assert "fingerprint" in torch.load(state_file, weights_only=False)["history"]
