@@ -712,6 +712,26 @@ def test_a_database_that_refuses_connections_fails_a_call_as_a_connection_attemp
         store.search(unit_vectors(2)[0], 1)  # said so, not tried as an outage
 
 
+def test_an_indexing_run_during_an_outage_fails_as_a_question_does(pg_url):
+    """writing() took its connection from the pool, not through the breaker: an indexing run (edge-rag index, a kiosk's
+    upload) during an outage waited the pool's whole CONNECT_TIMEOUT_S ('couldn't get a connection after 10.00 sec'),
+    10.0 s where a question failed in 0.5 s, and again with the breaker open. It fails as a question does: one attempt,
+    then at once while the breaker is open; once the database is back, a run takes the writers' lock as before."""
+    store = PgStore(pg_url, DIM, "enc-1")
+    store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+    with refusing_connections(pg_url):
+        for said in ("no connection within .*an attempt failed", "not tried, the last call found it unreachable"):
+            with pytest.raises(StoreUnavailable, match=f"cannot lock store .*{said}"), store.writing():
+                pass
+    deadline = time.monotonic() + 30  # the probe's next attempt closes the breaker
+    while store._breaker.down and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with store.writing():
+        store.add(whole(docs(1, "c"), [["c"]]), unit_vectors(1))
+    assert store.count == 3 and store._breaker._held == 0
+    store.close()
+
+
 def test_a_pool_busy_at_its_roles_connection_limit_is_not_taken_for_an_outage(pg_admin_url):
     """A kiosk role limited to its pool's connections (CONNECTION LIMIT 4), its 4 questions held 1.5 s by a lock: the
     5th, given no connection within POOL_FIRST_WAIT_S, made a connection attempt beside them, which the role's limit

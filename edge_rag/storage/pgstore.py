@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from functools import partial
 
 import numpy as np
@@ -217,24 +217,20 @@ class PgStore:
             if self._writer is not None:
                 yield
                 return
-            with self._errors("cannot lock"):
-                conn = self.pool.getconn()
-                try:
+            with ExitStack() as stack:
+                with self._errors("cannot lock"):  # through the breaker: an outage fails it as it fails a question
+                    conn = stack.enter_context(self._breaker.connection(self.pool, None))
                     Q.acquire(conn, self.lock_timeout if wait else 0.0, self.location)
-                except BaseException:
-                    self.pool.putconn(conn)
-                    raise
-            self._writer, self._writer_thread = conn, threading.get_ident()
-            version = self.version
-            try:
-                yield
-                if self.version != version:  # the run committed: record what the graph does not reach
-                    reachability.record_pg(self)
-            finally:
-                self._writer = self._writer_thread = None
-                with suppress(self._psycopg.Error):
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (Q.WRITER_LOCK,))
-                self.pool.putconn(conn)
+                self._writer, self._writer_thread = conn, threading.get_ident()
+                version = self.version
+                try:
+                    yield
+                    if self.version != version:  # the run committed: record what the graph does not reach
+                        reachability.record_pg(self)
+                finally:
+                    self._writer = self._writer_thread = None
+                    with suppress(self._psycopg.Error):
+                        conn.execute("SELECT pg_advisory_unlock(%s)", (Q.WRITER_LOCK,))
 
     def recount(self) -> None:
         """Re-read the count and the passages searched exactly at the next search (the TTL cut short)."""
