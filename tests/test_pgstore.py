@@ -294,6 +294,26 @@ def test_passwords_never_printed(pg_url, bundle_dir, caplog):
     assert "postgresql://postgres:***@127.0.0.1" in done.stderr
 
 
+def test_a_short_password_is_masked_where_it_is_one_not_inside_other_words(pg_admin_url):
+    """A one-letter password (or any short one) was masked wherever its letters appeared: 'conn***ction fail***d ...
+    for us***r "postgr***s"' for the password e, 'pa***word authentication' for ss. It is masked where it stands
+    whole: the URL libpq quotes, a token it could not decode, plain or %-encoded, as before."""
+    parts = urlsplit(pg_admin_url)
+    at = f"@{parts.hostname}:{parts.port}/postgres"
+    for password in ("e", "%65", "ss", "5"):  # %65 is e, and 5 is in the port
+        with pytest.raises(StoreError) as err:
+            PgStore(f"postgresql://postgres:{password}{at}", DIM, "enc-1")
+        said = str(err.value)
+        assert f'connection to server at "127.0.0.1", port {parts.port} failed: FATAL: password authentication ' \
+               'failed for user "postgres"' in said and ":***@" in said, said
+    for url, masked in (("postgresql://postgres:e@[::1]x/postgres", '"postgresql://postgres:***@[::1]x/postgres"'),
+                        (f"postgresql://postgres:e%zz{at}", 'invalid percent-encoded token: "***"'),
+                        (f"postgresql://postgres{at}?password=%65%zz", 'invalid percent-encoded token: "***"')):
+        with pytest.raises(StoreError) as err:
+            PgStore(url, DIM, "enc-1")
+        assert masked in str(err.value) and "%zz" not in str(err.value), str(err.value)
+
+
 def test_budget_plan_leaves_the_remote_index_out(bundle, pg_url, bundle_dir):
     config = Config(memory_budget_mb=1024)
     with pytest.raises(BudgetError, match="index needs"):  # a million passages do not fit on this device...

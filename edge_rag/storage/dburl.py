@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -10,6 +11,7 @@ from ..errors import StoreError
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 SECRET_PARAMS = ("password", "sslpassword")  # libpq's: the role's, and the passphrase of the client's SSL key
+_WORD = re.compile(r"\w")  # a password's edge that is a word character ends where one is not (scrub)
 
 
 def is_remote(db: str | Path) -> bool:
@@ -71,11 +73,13 @@ def mask_url(db: str | Path) -> str:
 
 
 def scrub(message: str, url: str) -> str:
-    """``message`` with the URL's password, if it appears anywhere (plain or %-decoded), replaced by ***."""
+    """``message`` with the URL's password, wherever it appears whole (plain or %-decoded), replaced by ***: not inside
+    a longer word (a password ``e`` made "conn***ction fail***d", ``ss`` "pa***word"), where it is no password."""
     parts = urlsplit(url)
     secrets = {parts.password or ""} | {v for key, _, v in (q.partition("=") for q in parts.query.split("&")) if _secret(key)}
     for secret in sorted(filter(None, secrets | {unquote(s) for s in secrets}), key=len, reverse=True):
-        message = message.replace(secret, "***")
+        message = re.sub(r"(?<!\w)" * bool(_WORD.match(secret[0])) + re.escape(secret)
+                         + r"(?!\w)" * bool(_WORD.match(secret[-1])), "***", message)
     return message
 
 
