@@ -752,6 +752,26 @@ def test_an_indexing_run_during_an_outage_fails_as_a_question_does(pg_url):
     store.close()
 
 
+@contextlib.contextmanager
+def own_role(admin_url: str, options: str = ""):
+    """(a login role made with ``options``, the URL of a database of its own with pgvector that it logs in to with
+    the password its-secret, the superuser's URL of that database and a connection to it); both dropped after, a
+    failed test's too."""
+    role = f"kiosk_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'its-secret' {options}")
+    try:
+        with fresh_database(admin_url, f"OWNER {role}") as url, psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION vector")
+            parts = urlsplit(url)
+            yield role, urlunsplit(parts._replace(netloc=f"{role}:its-secret@{parts.hostname}:{parts.port}")), url, admin
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            for (left,) in admin.execute("SELECT datname FROM pg_database WHERE datdba = %s::regrole", (role,)):
+                admin.execute(f"DROP DATABASE {left} WITH (FORCE)")  # a failed test's: fresh_database leaves it
+            admin.execute(f"DROP ROLE {role}")
+
+
 def test_a_pool_busy_at_its_roles_connection_limit_is_not_taken_for_an_outage(pg_admin_url):
     """A kiosk role limited to its pool's connections (CONNECTION LIMIT 4), its 4 questions held 1.5 s by a lock: the
     5th, given no connection within POOL_FIRST_WAIT_S, made a connection attempt beside them, which the role's limit
@@ -759,41 +779,53 @@ def test_a_pool_busy_at_its_roles_connection_limit_is_not_taken_for_an_outage(pg
     served, the probe refused as long as the pool kept its connections). A pool whose connections calls hold waits."""
     from edge_rag.storage import pgbreaker
 
-    role = f"kiosk_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'its-secret' CONNECTION LIMIT 4")
-    try:
-        with fresh_database(pg_admin_url, f"OWNER {role}") as url, psycopg.connect(url, autocommit=True) as admin:
-            admin.execute("CREATE EXTENSION vector")
-            parts = urlsplit(url)
-            store = PgStore(urlunsplit(parts._replace(netloc=f"{role}:its-secret@{parts.hostname}:{parts.port}")), DIM,
-                            "enc-1", pool_size=4)
-            try:
-                store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
-                found: list[object] = []
-                asking = [threading.Thread(target=lambda: found.append(store.search(unit_vectors(2)[0], 1)))
-                          for _ in range(4)]
-                with psycopg.connect(url) as locker:
-                    locker.execute("LOCK TABLE edge_rag_passages IN ACCESS EXCLUSIVE MODE")
-                    for thread in asking:
-                        thread.start()
-                    while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND wait_event_type "
-                                        "= 'Lock'", (role,)).fetchone()[0] < 4:
-                        time.sleep(0.05)
-                    release = threading.Timer(3 * pgbreaker.POOL_FIRST_WAIT_S, locker.rollback)
-                    release.start()
-                    assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
-                    release.join()
+    with own_role(pg_admin_url, "CONNECTION LIMIT 4") as (role, url, superuser, admin):
+        store = PgStore(url, DIM, "enc-1", pool_size=4)
+        try:
+            store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+            found: list[object] = []
+            asking = [threading.Thread(target=lambda: found.append(store.search(unit_vectors(2)[0], 1)))
+                      for _ in range(4)]
+            with psycopg.connect(superuser) as locker:
+                locker.execute("LOCK TABLE edge_rag_passages IN ACCESS EXCLUSIVE MODE")
                 for thread in asking:
-                    thread.join()
-                assert len(found) == 4 and store._breaker.down is None
-            finally:
-                store.close()
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-            for (left,) in admin.execute("SELECT datname FROM pg_database WHERE datdba = %s::regrole", (role,)):
-                admin.execute(f"DROP DATABASE {left} WITH (FORCE)")  # a failed test's: fresh_database leaves it
-            admin.execute(f"DROP ROLE {role}")
+                    thread.start()
+                while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND wait_event_type "
+                                    "= 'Lock'", (role,)).fetchone()[0] < 4:
+                    time.sleep(0.05)
+                release = threading.Timer(3 * pgbreaker.POOL_FIRST_WAIT_S, locker.rollback)
+                release.start()
+                assert [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
+                release.join()
+            for thread in asking:
+                thread.join()
+            assert len(found) == 4 and store._breaker.down is None
+        finally:
+            store.close()
+
+
+def test_a_login_refused_once_the_store_is_open_is_told_not_retried(pg_admin_url):
+    """The kiosk role's password changed while the store was open: once the pool's connections were recycled, the
+    health check said 'couldn't get a connection after 2.00 sec; ... cannot be reached now ...: retry' (503) for as
+    long as the password stayed wrong. It goes through the breaker as a question does, whose attempt tells the
+    refusal: a StoreError saying the server refused this login; once the password is right again, served."""
+    with own_role(pg_admin_url) as (role, url, _, admin):
+        store = PgStore(url, DIM, "enc-1")
+        try:
+            store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
+            admin.execute(f"ALTER ROLE {role} PASSWORD 'changed'")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            for call in (store.check, lambda: store.search(unit_vectors(2)[0], 1), store.check):
+                with pytest.raises(StoreError, match="the server refused this login") as err:
+                    call()
+                assert not isinstance(err.value, StoreUnavailable) and "retry" not in str(err.value), err.value
+            admin.execute(f"ALTER ROLE {role} PASSWORD 'its-secret'")
+            deadline = time.monotonic() + 30  # the probe's next attempt closes the breaker
+            while store._breaker.down and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert store.check().passages == 2 and [p.id for p in store.search(unit_vectors(2)[0], 1)] == [0]
+        finally:
+            store.close()
 
 
 def test_devices_opening_an_empty_database_at_once_all_open_the_store_one_makes(pg_url):
@@ -1022,11 +1054,9 @@ def test_a_question_waits_for_another_sessions_table_lock_a_bounded_time_and_a_w
 def test_a_health_check_of_an_unreachable_or_locked_store_is_bounded_by_its_own_wait(pg_url, table):
     """A health poll (``check``) waited as long as a question: the database refusing connections, the pool's 10 s
     (CONNECT_TIMEOUT_S); its meta table locked, the 10 s lock wait (LOCK_WAIT_S), where a watchdog or load balancer
-    wants to hear at once. It waits pgsql.CHECK_WAIT_S (2 s) for each now, and says the store cannot be reached. A lock
+    wants to hear at once. It waits pgsql.CHECK_WAIT_S (2 s) at most for each now, and says the store cannot be reached. A lock
     on the passages or documents (VACUUM FULL's) was not seen: health answered ok in 0.01 s while each question waited
     10 s for its 503 (the kiosk page's titles as long); the check takes their lock too now (2.0 s, 503)."""
-    from edge_rag.storage import pgsql
-
     store = PgStore(pg_url, DIM, "enc-1")
     store.add(whole(docs(2), [["a"], ["b"]]), unit_vectors(2))
     with psycopg.connect(pg_url) as blocker:
@@ -1034,8 +1064,8 @@ def test_a_health_check_of_an_unreachable_or_locked_store_is_bounded_by_its_own_
         with pytest.raises(StoreUnavailable, match="statement timeout; the database did not answer in time"):
             store.check()
     assert store.check().passages == 2 and store.check().version == 1
-    with refusing_connections(pg_url):
-        with pytest.raises(StoreUnavailable, match=f"after {pgsql.CHECK_WAIT_S:.2f} sec.*cannot be reached now"):
+    with refusing_connections(pg_url):  # through the breaker, as a question: one attempt, its reason said
+        with pytest.raises(StoreUnavailable, match="an attempt failed: .*not currently accepting.*cannot be reached now"):
             store.check()
     store.close()
 

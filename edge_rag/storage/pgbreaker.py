@@ -74,22 +74,23 @@ class Breaker:
             raise
 
     @contextmanager
-    def connection(self, pool, bound: float | None) -> Iterator:
-        """A connection of ``pool`` for one call, through the breaker; a call with a ``bound`` (a read) is ``cut``
-        there (a writer waits its turn)."""
-        with self.guarding(), self._pooled(pool) as conn, nullcontext() if bound is None else self.cut(conn, bound):
+    def connection(self, pool, bound: float | None, wait: float | None = None) -> Iterator:
+        """A connection of ``pool`` for one call, through the breaker, within ``wait`` seconds (default: the pool's
+        timeout); a call with a ``bound`` (a read) is ``cut`` there (a writer waits its turn)."""
+        waited = self._pooled(pool, pool.timeout if wait is None else wait)
+        with self.guarding(), waited as conn, nullcontext() if bound is None else self.cut(conn, bound):
             yield conn
 
     @contextmanager
-    def _pooled(self, pool) -> Iterator:
-        """``pool.connection()``, but if none comes within POOL_FIRST_WAIT_S while calls hold fewer than all its
+    def _pooled(self, pool, wait: float) -> Iterator:
+        """``pool.connection(wait)``, but if none comes within POOL_FIRST_WAIT_S while calls hold fewer than all its
         connections, one connection attempt (the probe's) first: failed, the database is unreachable and the call fails
         now (it waited the pool's whole timeout, 10 s a kiosk visitor waited for the first 503 of an outage); succeeded,
         the pool is slow and the call waits on. A pool whose every connection calls hold is busy, not down: an attempt
         beside them was refused by a role's or server's connection limit, which opened the breaker on a working store."""
         with ExitStack() as stack:
             try:
-                conn = stack.enter_context(pool.connection(POOL_FIRST_WAIT_S))
+                conn = stack.enter_context(pool.connection(min(POOL_FIRST_WAIT_S, wait)))
             except self._error:
                 if self._stopped.is_set():  # the store closed (its pool with it): nothing to tell
                     raise
@@ -100,7 +101,7 @@ class Breaker:
                     why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                     raise self._unreachable(f"no connection within {POOL_FIRST_WAIT_S:g} s, and an attempt "
                                             f"failed: {why}") from None
-                conn = stack.enter_context(pool.connection(max(pool.timeout - POOL_FIRST_WAIT_S, 0.0)))
+                conn = stack.enter_context(pool.connection(max(wait - POOL_FIRST_WAIT_S, 0.0)))
             with self._state:
                 self._held += 1
             try:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import StoreBusy, StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
@@ -164,10 +164,10 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
     return kind(f"{what}: {message}{HINTS.get(state, NO_CONNECTION if lost(psycopg, exc) else '')}")
 
 
-def checked_meta(pool) -> dict[str, str]:
-    """The meta table as a health poll reads it: CHECK_WAIT_S for a connection, as long for the read, under a question's
-    lock on every table (a LOCK TABLE on the passages held each question 10 s before its 503 while health said ok)."""
-    with pool.connection(timeout=CHECK_WAIT_S) as conn, conn.transaction():
+def checked_meta(connection: Callable[[float], Any]) -> dict[str, str]:
+    """The meta table as a health poll reads it: CHECK_WAIT_S for a ``connection``, as long for the read, under a
+    question's lock on every table (a LOCK TABLE on the passages held each question 10 s before its 503, health ok)."""
+    with connection(CHECK_WAIT_S) as conn, conn.transaction():
         conn.execute(f"SET LOCAL statement_timeout = {CHECK_WAIT_S * 1000:.0f}")
         conn.execute(f"LOCK TABLE {META}, {DOCUMENTS}, {PASSAGES} IN ACCESS SHARE MODE")
         return dict(conn.execute(f"SELECT key, value FROM {META}").fetchall())

@@ -92,8 +92,10 @@ class PgStore:
         return read_kinds(self._meta().get(KINDS_KEY))
 
     def check(self) -> Committed:  # PassageStore: a store made again is followed (stamp); bounded: pgsql.within
+        """Through the breaker as a question (a login refused once the store is open said 'retry' for good)."""
+        connection = partial(self._breaker.connection, self.pool, None)
         with self._errors("cannot read"):
-            meta = Q.within(self._checks, partial(Q.checked_meta, self.pool), f"cannot read store {self.location}")
+            meta = Q.within(self._checks, partial(Q.checked_meta, connection), f"cannot read store {self.location}")
         return Committed.of(meta, int(meta.get("count", 0)))
 
     def has_document(self, doc_id: str) -> bool:
