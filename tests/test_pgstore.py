@@ -828,6 +828,23 @@ def test_a_login_refused_once_the_store_is_open_is_told_not_retried(pg_admin_url
             store.close()
 
 
+def test_a_role_that_may_not_log_in_or_connect_is_a_refused_login(pg_admin_url):
+    """A role made NOLOGIN ('role ... is not permitted to log in'), or denied CONNECT on the database ('permission
+    denied for database'), was told 'the database cannot be reached now ...: retry' (StoreUnavailable, 503), though
+    every attempt gets the same refusal: it is a refused login, as a wrong password is."""
+    with own_role(pg_admin_url) as (role, url, _, admin):
+        db = urlsplit(url).path.lstrip("/")
+        for refuse, allow in ((f"ALTER ROLE {role} NOLOGIN", f"ALTER ROLE {role} LOGIN"),
+                              (f"REVOKE CONNECT ON DATABASE {db} FROM PUBLIC, {role}",
+                               f"GRANT CONNECT ON DATABASE {db} TO {role}")):
+            admin.execute(refuse)
+            with pytest.raises(StoreError, match="the server refused this login") as err:
+                PgStore(url, DIM, "enc-1")
+            assert not isinstance(err.value, StoreUnavailable) and "retry" not in str(err.value), err.value
+            admin.execute(allow)
+        PgStore(url, DIM, "enc-1").close()
+
+
 def test_devices_opening_an_empty_database_at_once_all_open_the_store_one_makes(pg_url):
     """Each device creating the store re-checked, inside the writers' lock, whether another had made it meanwhile, by
     ``to_regclass``: it answers from the session's catalog cache, which an advisory lock does not refresh, so every

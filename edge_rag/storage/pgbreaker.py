@@ -193,7 +193,8 @@ class Breaker:
 # The server's own refusal of a login, which libpq reports with no SQLSTATE (none reaches the client before the
 # session exists): another attempt gets the same. Its English words, so a server with other lc_messages is told as
 # before, as a database that cannot be reached now.
-_REFUSED = re.compile(r'FATAL:\s+(password authentication failed|(database|role) ".*" does not exist|no pg_hba)')
+_REFUSED = re.compile(r'FATAL:\s+(password authentication failed|(database|role) ".*" does not exist|no pg_hba|'
+                      r'role ".*" is not permitted to log in|permission denied for database)')
 
 
 def refused_login(exc: Exception) -> bool:
