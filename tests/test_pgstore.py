@@ -256,6 +256,18 @@ def test_a_login_the_server_refuses_is_no_outage(pg_admin_url):
         PgStore(urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:1")), DIM, "enc-1")
 
 
+def test_an_option_libpq_rejects_is_no_outage():
+    """A malformed port or option value in the URL was told 'the database cannot be reached now ...: retry', a
+    StoreUnavailable (503 for a server), though libpq refuses it before connecting, every attempt alike. It is a
+    StoreError naming the option, at open (no server needed)."""
+    for url, option in (("postgresql://u@127.0.0.1:99x/db", '"port"'), ("postgresql://u@127.0.0.1/db?sslmode=no", "sslmode"),
+                        ("postgresql://u@127.0.0.1/db?keepalives=x", '"keepalives"')):
+        with pytest.raises(StoreError) as err:
+            PgStore(url, DIM, "enc-1")
+        said = str(err.value)
+        assert not isinstance(err.value, StoreUnavailable) and option in said and "retry" not in said, said
+
+
 def test_passwords_never_printed(pg_url, bundle_dir, caplog):
     assert mask_url("postgresql://kiosk:s3cr%40t@db.example:5432/venue") == "postgresql://kiosk:***@db.example:5432/venue"
     assert mask_url("postgresql://db/venue?sslmode=require&password=s3cret") == \

@@ -202,9 +202,21 @@ def refused_login(exc: Exception) -> bool:
     return getattr(exc, "sqlstate", None) is None and _REFUSED.search(str(exc)) is not None
 
 
+# libpq's refusal of a URL's option before it connects ('invalid integer value "99x" for connection option "port"',
+# 'invalid sslmode value: "bogus"'), with no SQLSTATE either: told as a database that cannot be reached now (retry,
+# 503 in serve), though every attempt gets the same.
+_INVALID = re.compile(r'invalid (integer value "[^"]*" for connection option|\w+ value: "|port number: ")')
+
+
+def invalid_option(exc: Exception) -> bool:
+    """Whether ``exc`` is libpq refusing a value of the URL's options (port, sslmode, keepalives...)."""
+    return getattr(exc, "sqlstate", None) is None and _INVALID.search(str(exc)) is not None
+
+
 def lost(psycopg, exc: Exception) -> bool:
     """Whether ``exc`` says the database could not be reached: no connection, or the server ended it."""
-    return isinstance(exc, psycopg.OperationalError) and (exc.sqlstate or "08").startswith(("08", "57P"))
+    return isinstance(exc, psycopg.OperationalError) and not invalid_option(exc) and \
+        (exc.sqlstate or "08").startswith(("08", "57P"))
 
 
 def pg_breaker(psycopg, conninfo: str) -> Breaker:

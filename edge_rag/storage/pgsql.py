@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from ..errors import StoreBusy, StoreError, StoreUnavailable
 from ..retrieval.lexical import POSTINGS_BUDGET, candidate_terms, tsquery
 from .dburl import scrub
-from .pgbreaker import lost, refused_login
+from .pgbreaker import invalid_option, lost, refused_login
 from .store_db import CONTEXT_NEIGHBOURS, CONTEXT_WEIGHT, Part, commit_contexts
 
 META, DOCUMENTS, PASSAGES = "edge_rag_meta", "edge_rag_documents", "edge_rag_passages"
@@ -159,7 +159,7 @@ def store_error(psycopg, exc, what: str, url: str) -> StoreError:
     message = scrub(" ".join(message.split()), url)
     if isinstance(exc, psycopg.errors.UniqueViolation):
         message = f"a document is already in the store ({message})"
-    state = exc.sqlstate or ("28000" if refused_login(exc) else "08")  # none: no server answered, or it refused us
+    state = exc.sqlstate or ("28000" if refused_login(exc) else "22023" if invalid_option(exc) else "08")  # none: libpq
     kind = StoreUnavailable if isinstance(exc, psycopg.OperationalError) and state.startswith(UNAVAILABLE) else StoreError
     return kind(f"{what}: {message}{HINTS.get(state, NO_CONNECTION if lost(psycopg, exc) else '')}")
 
