@@ -100,25 +100,20 @@ def main(args: argparse.Namespace, open_rag: Callable) -> int:
     url_host = f"[{host}]" if ":" in host else host
     writes = "writes need the API token" if config.token else "read-only: no API token"
     # uvicorn finishes open requests on SIGTERM / Ctrl-C (a running indexing job stops at its next commit; the app
-    # then closes the store), and re-raises the signal afterwards; turn that into a normal exit. Installed before
-    # the "serving" line: a supervisor may send SIGTERM the moment it reads it.
-    signal.signal(signal.SIGTERM, _stop)
+    # then closes the store), and re-raises the signal afterwards, to the handler it found. Its own, installed before
+    # the "serving" line (a supervisor may send SIGTERM the moment it reads it): a SIGTERM before the event loop ran
+    # starts and stops the server. One raising an exception there broke uvicorn's setup midway (its logging config,
+    # the loop's self-pipe): tracebacks, and exit 1 in 4 of 10.
+    server = http_server(app, config)
+    signal.signal(signal.SIGTERM, server.handle_exit)
     try:
         print(f"edge-rag: serving {rag.store.location} ({rag.store.count} passages; {writes}) on "
               f"http://{url_host}:{port}/", flush=True)
-        http_server(app, config).run(sockets=[sock])
-    except (KeyboardInterrupt, _Stopped):
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
         pass
     print("edge-rag: stopped", flush=True)
     return 0
-
-
-class _Stopped(Exception):
-    """SIGTERM after uvicorn's graceful shutdown."""
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise _Stopped
 
 
 def _bind(host: str, port: int) -> socket.socket:
