@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
 MIN_FREE_BYTES = 1 << 20  # an I/O error on a disk with less free space than this is taken for a full disk
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT)  # the OS's "no space left", "disk quota exceeded"
 MAX_QUESTION_CHARS = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # control characters count as white space in a question
 # Full-width ASCII (U+FF01-FF5E), as a Chinese or Japanese input method types Latin letters and digits: the same
@@ -80,7 +81,7 @@ def full_disk_is_an_error(folder: Path) -> Iterator[None]:
 def disk_full(exc: sqlite3.Error | OSError, folder: Path) -> bool:
     """Whether ``exc``, met writing under ``folder``, says its disk is full."""
     if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        return exc.errno in FULL_DISK_ERRNOS
     return "disk is full" in str(exc) or ("I/O error" in str(exc) and shutil.disk_usage(folder).free < MIN_FREE_BYTES)
 
 

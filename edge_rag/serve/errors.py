@@ -1,7 +1,6 @@
 """Every error the server answers, as JSON ``{"error": message, "status": code}`` with that HTTP status."""
 from __future__ import annotations
 
-import errno
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -9,7 +8,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import BudgetError, DiskFullError, EdgeRAGError, InputError, StoreBusy, StoreUnavailable
+from ..errors import FULL_DISK_ERRNOS, BudgetError, DiskFullError, EdgeRAGError, InputError, StoreBusy, StoreUnavailable
 
 
 class NotReady(EdgeRAGError):
@@ -36,7 +35,7 @@ async def _budget_error(request: Request, exc: BudgetError) -> Response:
 def disk_full_message(exc: BaseException) -> str | None:
     """What a full disk under a write the store does not make (an upload saved in the temporary folder, a calibration's
     files) says, or None if ``exc`` is not one: it was "internal error: OSError" or "OSError: [Errno 28] ...", 500."""
-    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+    if not isinstance(exc, OSError) or exc.errno not in FULL_DISK_ERRNOS:
         return None
     return (f"the disk is full ({exc.strerror}): nothing was saved; free some space on it (uploads are saved in "
             f"{tempfile.gettempdir()} first, the operator's files beside the store or the question log) and try again")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import re
@@ -36,7 +35,7 @@ from starlette.exceptions import HTTPException
 from ..documents.chunk import read_documents
 from ..documents.parse_child import Parser
 from ..errors import InputError
-from ..storage.fileio import held, left_by_a_gone_process
+from ..storage.fileio import held, hold, left_by_a_gone_process
 from ..types import Document
 
 UPLOAD_SUFFIXES = (".txt", ".md", ".json", ".jsonl", ".pdf", ".html", ".htm")
@@ -55,8 +54,7 @@ def upload_folder() -> tuple[Path, int]:
     (a file system without flock: none held, the folder kept by the others as if held)."""
     folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
     fd = os.open(folder, os.O_RDONLY)
-    with contextlib.suppress(OSError):
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    hold(fd)
     return folder, fd
 
 

@@ -31,8 +31,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
         try:
-            with contextlib.suppress(OSError):  # a file system without flock: kept, as if held (``held``)
-                fcntl.flock(fd, fcntl.LOCK_EX)  # held while it is written: live to a writer that cannot see this pid
+            hold(fd)  # while it is written: live to a writer that cannot see this pid
             yield Path(tmp)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
@@ -66,6 +65,13 @@ def _stale(entry: os.DirEntry, pid: int) -> bool:
         if entry.name in _WRITING:
             return False
     return left_by_a_gone_process(pid, entry.stat().st_mtime) and not held(entry.path)
+
+
+def hold(fd: int) -> None:
+    """Lock ``fd`` (a temp, an upload's folder) for as long as it stays open: ``held`` then says a process still uses
+    it. A file system without flock: none taken, and ``held`` keeps it as if held."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def held(path: str | Path) -> bool:
